@@ -1,0 +1,163 @@
+// The function tables of a context: ibv_context_ops (post/poll/notify and the legacy slots) and
+// verbs_context (the extended verbs that verbs.h reaches through verbs_get_ctx_op). Every slot is
+// filled: an operation softverbs does not offer fails through its verb's C convention with
+// EOPNOTSUPP and a log line; nothing is ever a NULL call (DESIGN.md section 2).
+#include <cstring>
+
+#include "abi/common/errno_convention.h"
+#include "abi/verbs/objects.h"
+#include "abi/verbs/ops.h"
+
+namespace softverbs::abi {
+
+namespace {
+
+// ----- The data path arrives with the next issue; until then posting is refused honestly and
+// the work request that was not posted is returned in *bad_wr (ibv_post_send(3)).
+int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+  *bad_wr = wr;
+  return ReturnErrno("ibv_post_send", Name(qp), Unsupported("moving data (ibv_post_send)"));
+}
+int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  *bad_wr = wr;
+  return ReturnErrno("ibv_post_recv", Name(qp), Unsupported("moving data (ibv_post_recv)"));
+}
+int PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  *bad_wr = wr;
+  return ReturnErrno("ibv_post_srq_recv", Name(srq), Unsupported("moving data (ibv_post_srq_recv)"));
+}
+
+// ----- Memory windows are not offered (max_mw is 0).
+ibv_mw* AllocMw(ibv_pd* pd, ibv_mw_type) { return ReturnNull<ibv_mw>("ibv_alloc_mw", Name(pd), Unsupported("memory windows")); }
+int BindMw(ibv_qp* qp, ibv_mw*, ibv_mw_bind*) { return ReturnErrno("ibv_bind_mw", Name(qp), Unsupported("memory windows")); }
+int DeallocMw(ibv_mw*) { return ReturnErrno("ibv_dealloc_mw", "", Unsupported("memory windows")); }
+
+// ----- The legacy slots of ibv_context_ops that no current libibverbs calls.
+int CompatQueryDevice(ibv_context*, ibv_device_attr*) {
+  return ReturnErrno("ibv_context_ops._compat_query_device", "", Unsupported("the legacy ops slot"));
+}
+int CompatQueryPort(ibv_context*, uint8_t, _compat_ibv_port_attr*) {
+  return ReturnErrno("ibv_context_ops._compat_query_port", "", Unsupported("the legacy ops slot"));
+}
+void* CompatSlot() { return ReturnNull("ibv_context_ops._compat_*", "", Unsupported("the legacy ops slot")); }
+
+// ----- verbs_context operations softverbs0 does not offer.
+int QueryRtValues(ibv_context*, ibv_values_ex*) {
+  return ReturnErrno("ibv_query_rt_values_ex", "", Unsupported("completion timestamps (hca_core_clock)"));
+}
+int ModifyCq(ibv_cq* cq, ibv_modify_cq_attr*) { return ReturnErrno("ibv_modify_cq", Name(cq), Unsupported("CQ moderation")); }
+ibv_qp* OpenQp(ibv_context*, ibv_qp_open_attr*) { return ReturnNull<ibv_qp>("ibv_open_qp", "", Unsupported("XRC shared QPs (ibv_open_qp)")); }
+ibv_flow* CreateFlow(ibv_qp* qp, ibv_flow_attr*) { return ReturnNull<ibv_flow>("ibv_create_flow", Name(qp), Unsupported("flow steering")); }
+int DestroyFlow(ibv_flow*) { return ReturnErrno("ibv_destroy_flow", "", Unsupported("flow steering")); }
+void PlaceholderSlot() {}  // "ABI_placeholder" slots of verbs_context: never called by libibverbs
+ibv_wq* CreateWq(ibv_context*, ibv_wq_init_attr*) { return ReturnNull<ibv_wq>("ibv_create_wq", "", Unsupported("work queues (WQ)")); }
+int ModifyWq(ibv_wq*, ibv_wq_attr*) { return ReturnErrno("ibv_modify_wq", "", Unsupported("work queues (WQ)")); }
+int DestroyWq(ibv_wq*) { return ReturnErrno("ibv_destroy_wq", "", Unsupported("work queues (WQ)")); }
+ibv_rwq_ind_table* CreateRwqIndTable(ibv_context*, ibv_rwq_ind_table_init_attr*) {
+  return ReturnNull<ibv_rwq_ind_table>("ibv_create_rwq_ind_table", "", Unsupported("RSS indirection tables"));
+}
+int DestroyRwqIndTable(ibv_rwq_ind_table*) {
+  return ReturnErrno("ibv_destroy_rwq_ind_table", "", Unsupported("RSS indirection tables"));
+}
+int PostSrqOps(ibv_srq* srq, ibv_ops_wr* op, ibv_ops_wr** bad_op) {
+  *bad_op = op;
+  return ReturnErrno("ibv_post_srq_ops", Name(srq), Unsupported("tag matching"));
+}
+ibv_td* AllocTd(ibv_context*, ibv_td_init_attr*) { return ReturnNull<ibv_td>("ibv_alloc_td", "", Unsupported("thread domains")); }
+int DeallocTd(ibv_td*) { return ReturnErrno("ibv_dealloc_td", "", Unsupported("thread domains")); }
+ibv_pd* AllocParentDomain(ibv_context*, ibv_parent_domain_init_attr*) {
+  return ReturnNull<ibv_pd>("ibv_alloc_parent_domain", "", Unsupported("parent domains"));
+}
+int ModifyQpRateLimit(ibv_qp* qp, ibv_qp_rate_limit_attr*) {
+  return ReturnErrno("ibv_modify_qp_rate_limit", Name(qp), Unsupported("packet pacing"));
+}
+ibv_flow_action* CreateFlowActionEsp(ibv_context*, ibv_flow_action_esp_attr*) {
+  return ReturnNull<ibv_flow_action>("ibv_create_flow_action_esp", "", Unsupported("flow actions (ESP)"));
+}
+int ModifyFlowActionEsp(ibv_flow_action*, ibv_flow_action_esp_attr*) {
+  return ReturnErrno("ibv_modify_flow_action_esp", "", Unsupported("flow actions (ESP)"));
+}
+int DestroyFlowAction(ibv_flow_action*) { return ReturnErrno("ibv_destroy_flow_action", "", Unsupported("flow actions")); }
+ibv_dm* AllocDm(ibv_context*, ibv_alloc_dm_attr*) { return ReturnNull<ibv_dm>("ibv_alloc_dm", "", Unsupported("device memory")); }
+int FreeDm(ibv_dm*) { return ReturnErrno("ibv_free_dm", "", Unsupported("device memory")); }
+ibv_mr* RegDmMr(ibv_pd* pd, ibv_dm*, uint64_t, size_t, unsigned int) {
+  return ReturnNull<ibv_mr>("ibv_reg_dm_mr", Name(pd), Unsupported("device memory"));
+}
+ibv_counters* CreateCounters(ibv_context*, ibv_counters_init_attr*) {
+  return ReturnNull<ibv_counters>("ibv_create_counters", "", Unsupported("flow counters"));
+}
+int DestroyCounters(ibv_counters*) { return ReturnErrno("ibv_destroy_counters", "", Unsupported("flow counters")); }
+int AttachCountersPointFlow(ibv_counters*, ibv_counter_attach_attr*, ibv_flow*) {
+  return ReturnErrno("ibv_attach_counters_point_flow", "", Unsupported("flow counters"));
+}
+int ReadCounters(ibv_counters*, uint64_t*, uint32_t, uint32_t) {
+  return ReturnErrno("ibv_read_counters", "", Unsupported("flow counters"));
+}
+ibv_mr* AllocNullMr(ibv_pd* pd) { return ReturnNull<ibv_mr>("ibv_alloc_null_mr", Name(pd), Unsupported("null MRs")); }
+int AdviseMr(ibv_pd* pd, ibv_advise_mr_advice, uint32_t, ibv_sge*, uint32_t) {
+  return ReturnErrno("ibv_advise_mr", Name(pd), Unsupported("ibv_advise_mr (on-demand paging)"));
+}
+
+}  // namespace
+
+void InitContextOps(SvContext* ctx) {
+  ibv_context_ops& o = ctx->vctx.context.ops;
+  o._compat_query_device = CompatQueryDevice;
+  o._compat_query_port = CompatQueryPort;
+  o._compat_alloc_pd = o._compat_dealloc_pd = o._compat_reg_mr = o._compat_rereg_mr =
+      o._compat_dereg_mr = o._compat_create_cq = o._compat_cq_event = o._compat_resize_cq =
+          o._compat_destroy_cq = o._compat_create_srq = o._compat_modify_srq = o._compat_query_srq =
+              o._compat_destroy_srq = o._compat_create_qp = o._compat_query_qp = o._compat_modify_qp =
+                  o._compat_destroy_qp = o._compat_create_ah = o._compat_destroy_ah =
+                      o._compat_attach_mcast = o._compat_detach_mcast = o._compat_async_event = CompatSlot;
+  o.alloc_mw = AllocMw;
+  o.bind_mw = BindMw;
+  o.dealloc_mw = DeallocMw;
+  o.poll_cq = PollCq;
+  o.req_notify_cq = ReqNotifyCq;
+  o.post_srq_recv = PostSrqRecv;
+  o.post_send = PostSend;
+  o.post_recv = PostRecv;
+
+  verbs_context& v = ctx->vctx;
+  v.query_port = QueryPort;
+  v.advise_mr = AdviseMr;
+  v.alloc_null_mr = AllocNullMr;
+  v.read_counters = ReadCounters;
+  v.attach_counters_point_flow = AttachCountersPointFlow;
+  v.create_counters = CreateCounters;
+  v.destroy_counters = DestroyCounters;
+  v.reg_dm_mr = RegDmMr;
+  v.alloc_dm = AllocDm;
+  v.free_dm = FreeDm;
+  v.modify_flow_action_esp = ModifyFlowActionEsp;
+  v.destroy_flow_action = DestroyFlowAction;
+  v.create_flow_action_esp = CreateFlowActionEsp;
+  v.modify_qp_rate_limit = ModifyQpRateLimit;
+  v.alloc_parent_domain = AllocParentDomain;
+  v.dealloc_td = DeallocTd;
+  v.alloc_td = AllocTd;
+  v.modify_cq = ModifyCq;
+  v.post_srq_ops = PostSrqOps;
+  v.destroy_rwq_ind_table = DestroyRwqIndTable;
+  v.create_rwq_ind_table = CreateRwqIndTable;
+  v.destroy_wq = DestroyWq;
+  v.modify_wq = ModifyWq;
+  v.create_wq = CreateWq;
+  v.query_rt_values = QueryRtValues;
+  v.create_cq_ex = CreateCqEx;
+  v.priv = nullptr;  // rdma-core's private extension: not used by applications
+  v.query_device_ex = QueryDeviceEx;
+  v.ibv_destroy_flow = DestroyFlow;
+  v.ABI_placeholder2 = PlaceholderSlot;
+  v.ibv_create_flow = CreateFlow;
+  v.ABI_placeholder1 = PlaceholderSlot;
+  v.open_qp = OpenQp;
+  v.create_qp_ex = CreateQpEx;
+  v.get_srq_num = GetSrqNum;
+  v.create_srq_ex = CreateSrqEx;
+  v.open_xrcd = OpenXrcd;
+  v.close_xrcd = CloseXrcd;
+}
+
+}  // namespace softverbs::abi

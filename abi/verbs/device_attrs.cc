@@ -1,0 +1,85 @@
+#include "abi/verbs/device_attrs.h"
+
+#include <cstring>
+
+#include "core/device.h"
+#include "core/device_limits.h"
+
+namespace softverbs::abi {
+
+using core::DeviceLimits;
+
+ibv_device_attr DeviceAttr() {
+  const core::DeviceIdentity& id = core::Identity();
+  ibv_device_attr a{};
+  snprintf(a.fw_ver, sizeof(a.fw_ver), "%s", id.fw_ver.c_str());
+  memcpy(&a.node_guid, id.node_guid.data(), 8);
+  a.sys_image_guid = a.node_guid;
+  a.max_mr_size = DeviceLimits::kMaxMrSize;
+  a.page_size_cap = DeviceLimits::kPageSizeCap;
+  a.vendor_id = id.vendor_id;
+  a.vendor_part_id = id.vendor_part_id;
+  a.hw_ver = id.hw_ver;
+  a.max_qp = DeviceLimits::kMaxQp;
+  a.max_qp_wr = DeviceLimits::kMaxQpWr;
+  // What softverbs0 really does: RNR NAKs, cur_qp_state in modify, SRQ resize, solicited-only
+  // CQ arming, port events. Not claimed: APM, QP resize, memory windows, XRC, raw packet.
+  a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_CURR_QP_STATE_MOD |
+                       IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_N_NOTIFY_CQ | IBV_DEVICE_PORT_ACTIVE_EVENT |
+                       IBV_DEVICE_SYS_IMAGE_GUID;
+  a.max_sge = DeviceLimits::kMaxSge;
+  a.max_sge_rd = DeviceLimits::kMaxSgeRd;
+  a.max_cq = DeviceLimits::kMaxCq;
+  a.max_cqe = DeviceLimits::kMaxCqe;
+  a.max_mr = DeviceLimits::kMaxMr;
+  a.max_pd = DeviceLimits::kMaxPd;
+  a.max_qp_rd_atom = DeviceLimits::kMaxQpRdAtom;
+  a.max_res_rd_atom = DeviceLimits::kMaxQpRdAtom * DeviceLimits::kMaxQp;
+  a.max_qp_init_rd_atom = DeviceLimits::kMaxQpInitRdAtom;
+  a.atomic_cap = IBV_ATOMIC_HCA;  // atomic against every other atomic through softverbs0
+  a.max_mw = 0;                   // memory windows are not offered
+  a.max_mcast_grp = DeviceLimits::kMaxMcastGrp;
+  a.max_mcast_qp_attach = DeviceLimits::kMaxMcastQpAttach;
+  a.max_total_mcast_qp_attach = DeviceLimits::kMaxMcastGrp * DeviceLimits::kMaxMcastQpAttach;
+  a.max_ah = DeviceLimits::kMaxAh;
+  a.max_srq = DeviceLimits::kMaxSrq;
+  a.max_srq_wr = DeviceLimits::kMaxSrqWr;
+  a.max_srq_sge = DeviceLimits::kMaxSrqSge;
+  a.max_pkeys = DeviceLimits::kPkeyTableLen;
+  a.local_ca_ack_delay = 0;
+  a.phys_port_cnt = DeviceLimits::kPortCount;
+  return a;
+}
+
+ibv_device_attr_ex DeviceAttrEx() {
+  ibv_device_attr_ex ex{};
+  ex.orig_attr = DeviceAttr();
+  // No ODP, timestamps, TSO, RSS, packet pacing, tag matching or device memory yet: all zero.
+  ex.max_dm_size = 0;
+  ex.phys_port_cnt_ex = DeviceLimits::kPortCount;
+  return ex;
+}
+
+ibv_port_attr PortAttr() {
+  ibv_port_attr p{};
+  p.state = IBV_PORT_ACTIVE;
+  p.max_mtu = static_cast<ibv_mtu>(DeviceLimits::kMaxMtu);
+  p.active_mtu = static_cast<ibv_mtu>(DeviceLimits::kMaxMtu);
+  p.gid_tbl_len = static_cast<int>(DeviceLimits::kGidTableLen);
+  // CM_SUP: the connection manager works on this port; IP_BASED_GIDS: RoCEv2 GIDs are the
+  // addresses of the network namespace.
+  p.port_cap_flags = IBV_PORT_CM_SUP | IBV_PORT_IP_BASED_GIDS;
+  p.max_msg_sz = DeviceLimits::kMaxMsgSize;
+  p.pkey_tbl_len = DeviceLimits::kPkeyTableLen;
+  p.lid = 0;  // Ethernet: no LIDs
+  p.sm_lid = 0;
+  p.lmc = 0;
+  p.max_vl_num = 1;
+  p.active_width = 2;  // 4X
+  p.active_speed = 32; // EDR (25 Gb/s per lane): a 100 Gb/s class port
+  p.phys_state = 5;    // LinkUp
+  p.link_layer = IBV_LINK_LAYER_ETHERNET;
+  return p;
+}
+
+}  // namespace softverbs::abi

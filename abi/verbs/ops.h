@@ -1,0 +1,20 @@
+// The context operations defined next to the verbs they belong to and installed into the
+// verbs_context / ibv_context_ops tables by context_ops.cc.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+namespace softverbs::abi {
+
+int QueryDeviceEx(ibv_context*, const ibv_query_device_ex_input*, ibv_device_attr_ex*, size_t);
+int QueryPort(ibv_context*, uint8_t, ibv_port_attr*, size_t);
+ibv_cq_ex* CreateCqEx(ibv_context*, ibv_cq_init_attr_ex*);
+int PollCq(ibv_cq*, int, ibv_wc*);
+int ReqNotifyCq(ibv_cq*, int);
+ibv_qp* CreateQpEx(ibv_context*, ibv_qp_init_attr_ex*);
+ibv_srq* CreateSrqEx(ibv_context*, ibv_srq_init_attr_ex*);
+int GetSrqNum(ibv_srq*, uint32_t*);
+ibv_xrcd* OpenXrcd(ibv_context*, ibv_xrcd_init_attr*);
+int CloseXrcd(ibv_xrcd*);
+
+}  // namespace softverbs::abi

@@ -1,0 +1,118 @@
+// Protection domains and memory regions.
+#include <new>
+
+#include "abi/common/errno_convention.h"
+#include "abi/verbs/objects.h"
+#include "base/log.h"
+
+#undef ibv_reg_mr
+#undef ibv_reg_mr_iova
+
+using namespace softverbs;
+using namespace softverbs::abi;
+
+namespace softverbs::abi {
+
+std::string Name(const ibv_pd* pd) { return ObjectName("pd", pd->handle); }
+std::string Name(const ibv_mr* mr) { return ObjectName("mr lkey", mr->lkey); }
+
+}  // namespace softverbs::abi
+
+SV_EXPORT ibv_pd* ibv_alloc_pd(ibv_context* context) {
+  auto* pd = new (std::nothrow) SvPd{};
+  if (pd == nullptr) return ReturnNull<ibv_pd>("ibv_alloc_pd", "", NoMemory("out of memory"));
+  core::Context& core = *ToSv(context)->core;
+  pd->core = std::make_unique<core::Pd>(core, core.NewHandle());
+  pd->pd.context = context;
+  pd->pd.handle = pd->core->handle();
+  return &pd->pd;
+}
+SV_DEFAULT_VERSION(ibv_alloc_pd);
+
+SV_EXPORT int ibv_dealloc_pd(ibv_pd* pd) {
+  SvPd* p = ToSv(pd);
+  // The kernel refuses to free a PD that objects still use.
+  if (int n = p->core->users().count(); n > 0)
+    return ReturnErrno("ibv_dealloc_pd", Name(pd), Busy(std::to_string(n) + " object(s) still use this PD"));
+  delete p;
+  return 0;
+}
+SV_DEFAULT_VERSION(ibv_dealloc_pd);
+
+static ibv_mr* RegMr(const char* verb, ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned int access) {
+  core::MrLayout layout{reinterpret_cast<uint64_t>(addr), length, iova, access};
+  auto mr = core::Mr::Register(*ToSv(pd)->core, layout);
+  if (!mr.ok()) return ReturnNull<ibv_mr>(verb, Name(pd), mr.status());
+  auto* m = new (std::nothrow) SvMr{};
+  if (m == nullptr) return ReturnNull<ibv_mr>(verb, Name(pd), NoMemory("out of memory"));
+  m->core = std::move(mr.value());
+  m->mr.context = pd->context;
+  m->mr.pd = pd;
+  m->mr.addr = addr;
+  m->mr.length = length;
+  m->mr.handle = m->core->lkey();
+  m->mr.lkey = m->core->lkey();
+  m->mr.rkey = m->core->rkey();
+  SV_LOG(kDebug, "%s(%s): lkey/rkey 0x%x for [%p, +%zu)", verb, Name(pd).c_str(), m->mr.lkey, addr, length);
+  return &m->mr;
+}
+
+SV_EXPORT ibv_mr* ibv_reg_mr(ibv_pd* pd, void* addr, size_t length, int access) {
+  return RegMr("ibv_reg_mr", pd, addr, length, reinterpret_cast<uint64_t>(addr), static_cast<unsigned int>(access));
+}
+SV_DEFAULT_VERSION(ibv_reg_mr);
+
+SV_EXPORT ibv_mr* ibv_reg_mr_iova(ibv_pd* pd, void* addr, size_t length, uint64_t iova, int access) {
+  return RegMr("ibv_reg_mr_iova", pd, addr, length, iova, static_cast<unsigned int>(access));
+}
+
+SV_EXPORT ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned int access) {
+  return RegMr("ibv_reg_mr_iova2", pd, addr, length, iova, access);
+}
+
+SV_EXPORT ibv_mr* ibv_reg_dmabuf_mr(ibv_pd* pd, uint64_t, size_t, uint64_t, int, int) {
+  return ReturnNull<ibv_mr>("ibv_reg_dmabuf_mr", Name(pd), Unsupported("dma-buf memory registration"));
+}
+
+SV_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, int access) {
+  SvMr* m = ToSv(mr);
+  core::MrLayout layout{reinterpret_cast<uint64_t>(addr), length, reinterpret_cast<uint64_t>(addr),
+                        static_cast<uint32_t>(access)};
+  Status s = m->core->Reregister(static_cast<uint32_t>(flags), pd ? ToSv(pd)->core.get() : nullptr, layout);
+  if (!s.ok()) {
+    // ibv_rereg_mr(3): an input error leaves the old MR valid and returns IBV_REREG_MR_ERR_INPUT.
+    ReturnErrno("ibv_rereg_mr", Name(mr), s);
+    errno = s.code();
+    return IBV_REREG_MR_ERR_INPUT;
+  }
+  if (flags & IBV_REREG_MR_CHANGE_PD) mr->pd = pd;
+  if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+    mr->addr = addr;
+    mr->length = length;
+  }
+  return 0;
+}
+
+SV_EXPORT int ibv_dereg_mr(ibv_mr* mr) {
+  delete ToSv(mr);
+  return 0;
+}
+SV_DEFAULT_VERSION(ibv_dereg_mr);
+
+// Importing objects shared through a kernel command fd (ibv_import_device(3)) has no meaning
+// without a kernel device.
+SV_EXPORT ibv_context* ibv_import_device(int) {
+  return ReturnNull<ibv_context>("ibv_import_device", "", Unsupported("ibv_import_device (no kernel command fd)"));
+}
+SV_EXPORT ibv_pd* ibv_import_pd(ibv_context*, uint32_t) {
+  return ReturnNull<ibv_pd>("ibv_import_pd", "", Unsupported("ibv_import_pd"));
+}
+SV_EXPORT void ibv_unimport_pd(ibv_pd*) {}
+SV_EXPORT ibv_mr* ibv_import_mr(ibv_pd*, uint32_t) {
+  return ReturnNull<ibv_mr>("ibv_import_mr", "", Unsupported("ibv_import_mr"));
+}
+SV_EXPORT void ibv_unimport_mr(ibv_mr*) {}
+SV_EXPORT ibv_dm* ibv_import_dm(ibv_context*, uint32_t) {
+  return ReturnNull<ibv_dm>("ibv_import_dm", "", Unsupported("ibv_import_dm (device memory)"));
+}
+SV_EXPORT void ibv_unimport_dm(ibv_dm*) {}

@@ -1,0 +1,159 @@
+// Queue pairs: ibv_create_qp, the create_qp_ex context op, ibv_modify_qp, ibv_query_qp,
+// ibv_destroy_qp (seeds ibv_create_qp(3), ibv_create_qp_ex(3), ibv_modify_qp(3)).
+#include <cstring>
+#include <new>
+
+#include "abi/common/errno_convention.h"
+#include "abi/verbs/convert.h"
+#include "abi/verbs/objects.h"
+#include "abi/verbs/ops.h"
+#include "base/log.h"
+
+using namespace softverbs;
+using namespace softverbs::abi;
+
+namespace softverbs::abi {
+
+std::string Name(const ibv_qp* qp) { return ObjectName("qp", qp->qp_num); }
+
+// One path for both create calls: ibv_qp_init_attr_ex in, the QP (or NULL + errno) out.
+ibv_qp* CreateQpEx(ibv_context* context, ibv_qp_init_attr_ex* attr) {
+  const char* verb = "ibv_create_qp_ex";
+  constexpr uint32_t kKnownMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_CREATE_FLAGS |
+                                  IBV_QP_INIT_ATTR_MAX_TSO_HEADER | IBV_QP_INIT_ATTR_IND_TABLE |
+                                  IBV_QP_INIT_ATTR_RX_HASH | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  if (attr->comp_mask & ~kKnownMask)
+    return ReturnNull<ibv_qp>(verb, "", Invalid("comp_mask has unknown bits " + std::to_string(attr->comp_mask & ~kKnownMask)));
+
+  core::QpInitAttributes init;
+  init.type = static_cast<core::QpType>(attr->qp_type);
+  ibv_pd* pd = (attr->comp_mask & IBV_QP_INIT_ATTR_PD) ? attr->pd : nullptr;
+  // Every object the QP uses must belong to the context it is created on.
+  for (ibv_context* owner : {pd ? pd->context : context, attr->send_cq ? attr->send_cq->context : context,
+                             attr->recv_cq ? attr->recv_cq->context : context,
+                             attr->srq ? attr->srq->context : context}) {
+    if (owner != context)
+      return ReturnNull<ibv_qp>(verb, "", Invalid("pd, send_cq, recv_cq and srq must belong to this context"));
+  }
+  init.pd = pd ? ToSv(pd)->core.get() : nullptr;
+  init.send_cq = attr->send_cq ? ToSv(attr->send_cq)->core.get() : nullptr;
+  init.recv_cq = attr->recv_cq ? ToSv(attr->recv_cq)->core.get() : nullptr;
+  init.srq = attr->srq ? ToSv(attr->srq)->core.get() : nullptr;
+  init.cap = ToCore(attr->cap);
+  init.sq_sig_all = attr->sq_sig_all != 0;
+  init.has_xrcd = (attr->comp_mask & IBV_QP_INIT_ATTR_XRCD) != 0;
+  init.has_create_flags = (attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) != 0;
+  init.create_flags = init.has_create_flags ? attr->create_flags : 0;
+  init.has_max_tso_header = (attr->comp_mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER) != 0;
+  init.has_rwq_ind_table = (attr->comp_mask & IBV_QP_INIT_ATTR_IND_TABLE) != 0;
+  init.has_rx_hash = (attr->comp_mask & IBV_QP_INIT_ATTR_RX_HASH) != 0;
+  init.has_send_ops_flags = (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0;
+  init.send_ops_flags = init.has_send_ops_flags ? attr->send_ops_flags : 0;
+  init.source_qpn = attr->source_qpn;
+
+  auto core = core::Qp::Create(*ToSv(context)->core, init);
+  if (!core.ok()) return ReturnNull<ibv_qp>(verb, "", core.status());
+  auto* qp = new (std::nothrow) SvQp{};
+  if (qp == nullptr) return ReturnNull<ibv_qp>(verb, "", NoMemory("out of memory"));
+  qp->core = std::move(core.value());
+  qp->core->set_user_handle(&qp->qpx.qp_base);
+  ibv_qp& q = qp->qpx.qp_base;
+  q.context = context;
+  q.qp_context = attr->qp_context;
+  q.pd = pd;
+  q.send_cq = attr->send_cq;
+  q.recv_cq = attr->recv_cq;
+  q.srq = attr->srq;
+  q.handle = qp->core->qp_num();
+  q.qp_num = qp->core->qp_num();
+  q.state = IBV_QPS_RESET;
+  q.qp_type = attr->qp_type;
+  pthread_mutex_init(&q.mutex, nullptr);
+  pthread_cond_init(&q.cond, nullptr);
+  qp->has_qp_ex = init.has_send_ops_flags;
+  InitQpEx(qp, init.send_ops_flags);
+  // The seeds: the actual capabilities (>= the request) are written back.
+  attr->cap = ToIbv(init.cap);
+  SV_LOG(kDebug, "%s: %s qp 0x%x created (send_wr %u, recv_wr %u, inline %u)", verb,
+         core::QpTypeName(init.type), q.qp_num, init.cap.max_send_wr, init.cap.max_recv_wr,
+         init.cap.max_inline_data);
+  return &q;
+}
+
+}  // namespace softverbs::abi
+
+SV_EXPORT ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
+  ibv_qp_init_attr_ex ex{};
+  ex.qp_context = attr->qp_context;
+  ex.send_cq = attr->send_cq;
+  ex.recv_cq = attr->recv_cq;
+  ex.srq = attr->srq;
+  ex.cap = attr->cap;
+  ex.qp_type = attr->qp_type;
+  ex.sq_sig_all = attr->sq_sig_all;
+  ex.comp_mask = IBV_QP_INIT_ATTR_PD;
+  ex.pd = pd;
+  ibv_qp* qp = CreateQpEx(pd->context, &ex);
+  if (qp != nullptr) attr->cap = ex.cap;
+  return qp;
+}
+SV_DEFAULT_VERSION(ibv_create_qp);
+
+SV_EXPORT int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
+  SvQp* q = ToSv(qp);
+  Status s = q->core->Modify(ToCore(*attr), static_cast<uint32_t>(attr_mask));
+  if (!s.ok()) return ReturnErrno("ibv_modify_qp", Name(qp), s);
+  qp->state = static_cast<ibv_qp_state>(q->core->state());
+  SV_LOG(kDebug, "ibv_modify_qp(%s): now %s", Name(qp).c_str(), core::QpStateName(q->core->state()));
+  return 0;
+}
+SV_DEFAULT_VERSION(ibv_modify_qp);
+
+SV_EXPORT int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int, ibv_qp_init_attr* init_attr) {
+  // ibv_query_qp(3): attr_mask is a hint; every attribute is returned.
+  SvQp* q = ToSv(qp);
+  *attr = ToIbv(q->core->Query());
+  qp->state = attr->qp_state;
+  if (init_attr != nullptr) {
+    memset(init_attr, 0, sizeof(*init_attr));
+    init_attr->qp_context = qp->qp_context;
+    init_attr->send_cq = qp->send_cq;
+    init_attr->recv_cq = qp->recv_cq;
+    init_attr->srq = qp->srq;
+    init_attr->cap = attr->cap;
+    init_attr->qp_type = qp->qp_type;
+    init_attr->sq_sig_all = q->core->init().sq_sig_all;
+  }
+  return 0;
+}
+SV_DEFAULT_VERSION(ibv_query_qp);
+
+SV_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
+  SvQp* q = ToSv(qp);
+  if (Status s = q->core->CheckDestroy(); !s.ok()) return ReturnErrno("ibv_destroy_qp", Name(qp), s);
+  ToSv(qp->context)->core->DropAsyncEventsFor(qp);
+  pthread_cond_destroy(&qp->cond);
+  pthread_mutex_destroy(&qp->mutex);
+  delete q;
+  return 0;
+}
+SV_DEFAULT_VERSION(ibv_destroy_qp);
+
+SV_EXPORT ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) {
+  // Only a QP created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS has the send-op interface.
+  SvQp* q = ToSv(qp);
+  return q->has_qp_ex ? &q->qpx : nullptr;
+}
+
+SV_EXPORT int ibv_query_qp_data_in_order(ibv_qp*, ibv_wr_opcode, uint32_t) {
+  // 0: no in-order placement is promised (ibv_query_qp_data_in_order(3) allows it).
+  return 0;
+}
+
+SV_EXPORT int ibv_set_ece(ibv_qp* qp, ibv_ece*) {
+  return ReturnErrno("ibv_set_ece", Name(qp), Unsupported("enhanced connection establishment (ECE)"));
+}
+
+SV_EXPORT int ibv_query_ece(ibv_qp* qp, ibv_ece*) {
+  return ReturnErrno("ibv_query_ece", Name(qp), Unsupported("enhanced connection establishment (ECE)"));
+}

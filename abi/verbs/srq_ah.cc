@@ -1,0 +1,155 @@
+// Shared receive queues, address handles and XRC domains.
+#include <cstring>
+#include <new>
+
+#include "abi/common/errno_convention.h"
+#include "abi/verbs/convert.h"
+#include "abi/verbs/objects.h"
+#include "abi/verbs/ops.h"
+
+using namespace softverbs;
+using namespace softverbs::abi;
+
+namespace softverbs::abi {
+
+std::string Name(const ibv_srq* srq) { return ObjectName("srq", srq->handle); }
+
+ibv_srq* CreateSrq(const char* verb, ibv_pd* pd, void* srq_context, ibv_srq_attr* attr) {
+  core::SrqAttributes a{attr->max_wr, attr->max_sge, attr->srq_limit};
+  auto core = core::Srq::Create(*ToSv(pd)->core, a);
+  if (!core.ok()) return ReturnNull<ibv_srq>(verb, Name(pd), core.status());
+  auto* srq = new (std::nothrow) SvSrq{};
+  if (srq == nullptr) return ReturnNull<ibv_srq>(verb, Name(pd), NoMemory("out of memory"));
+  srq->core = std::move(core.value());
+  srq->core->set_user_handle(&srq->srq);
+  srq->srq.context = pd->context;
+  srq->srq.srq_context = srq_context;
+  srq->srq.pd = pd;
+  srq->srq.handle = srq->core->srq_num();
+  pthread_mutex_init(&srq->srq.mutex, nullptr);
+  pthread_cond_init(&srq->srq.cond, nullptr);
+  // ibv_create_srq(3): the actual sizes are written back.
+  attr->max_wr = a.max_wr;
+  attr->max_sge = a.max_sge;
+  return &srq->srq;
+}
+
+// verbs_context::create_srq_ex: basic SRQs; XRC and tag-matching SRQs need what is not offered.
+ibv_srq* CreateSrqEx(ibv_context* context, ibv_srq_init_attr_ex* attr) {
+  const char* verb = "ibv_create_srq_ex";
+  constexpr uint32_t kKnown = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD |
+                              IBV_SRQ_INIT_ATTR_CQ | IBV_SRQ_INIT_ATTR_TM;
+  if (attr->comp_mask & ~kKnown) return ReturnNull<ibv_srq>(verb, "", Invalid("comp_mask has unknown bits"));
+  ibv_srq_type type = (attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) ? attr->srq_type : IBV_SRQT_BASIC;
+  if (type == IBV_SRQT_XRC) return ReturnNull<ibv_srq>(verb, "", Unsupported("XRC SRQs (IBV_SRQT_XRC)"));
+  if (type == IBV_SRQT_TM) return ReturnNull<ibv_srq>(verb, "", Unsupported("tag-matching SRQs (IBV_SRQT_TM)"));
+  if (type != IBV_SRQT_BASIC) return ReturnNull<ibv_srq>(verb, "", Invalid("srq_type is not an ibv_srq_type"));
+  if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || attr->pd == nullptr)
+    return ReturnNull<ibv_srq>(verb, "", Invalid("a basic SRQ needs a PD (IBV_SRQ_INIT_ATTR_PD)"));
+  if (attr->pd->context != context) return ReturnNull<ibv_srq>(verb, "", Invalid("the PD belongs to another context"));
+  return CreateSrq(verb, attr->pd, attr->srq_context, &attr->attr);
+}
+
+int GetSrqNum(ibv_srq* srq, uint32_t* srq_num) {
+  *srq_num = ToSv(srq)->core->srq_num();
+  return 0;
+}
+
+// XRC domains arrive with XRC QPs; until then ibv_open_xrcd fails cleanly.
+ibv_xrcd* OpenXrcd(ibv_context*, ibv_xrcd_init_attr*) {
+  return ReturnNull<ibv_xrcd>("ibv_open_xrcd", "", Unsupported("XRC domains (XRC is not offered yet)"));
+}
+int CloseXrcd(ibv_xrcd*) { return ReturnErrno("ibv_close_xrcd", "", Unsupported("XRC domains")); }
+
+}  // namespace softverbs::abi
+
+SV_EXPORT ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
+  return CreateSrq("ibv_create_srq", pd, attr->srq_context, &attr->attr);
+}
+SV_DEFAULT_VERSION(ibv_create_srq);
+
+SV_EXPORT int ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
+  core::SrqAttributes a{attr->max_wr, attr->max_sge, attr->srq_limit};
+  Status s = ToSv(srq)->core->Modify(a, static_cast<uint32_t>(mask));
+  return s.ok() ? 0 : ReturnErrno("ibv_modify_srq", Name(srq), s);
+}
+SV_DEFAULT_VERSION(ibv_modify_srq);
+
+SV_EXPORT int ibv_query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
+  core::SrqAttributes a = ToSv(srq)->core->Query();
+  attr->max_wr = a.max_wr;
+  attr->max_sge = a.max_sge;
+  attr->srq_limit = a.srq_limit;
+  return 0;
+}
+SV_DEFAULT_VERSION(ibv_query_srq);
+
+SV_EXPORT int ibv_destroy_srq(ibv_srq* srq) {
+  SvSrq* s = ToSv(srq);
+  if (int n = s->core->users().count(); n > 0)
+    return ReturnErrno("ibv_destroy_srq", Name(srq), Busy(std::to_string(n) + " QP(s) still receive through this SRQ"));
+  ToSv(srq->context)->core->DropAsyncEventsFor(srq);
+  pthread_cond_destroy(&srq->cond);
+  pthread_mutex_destroy(&srq->mutex);
+  delete s;
+  return 0;
+}
+SV_DEFAULT_VERSION(ibv_destroy_srq);
+
+SV_EXPORT ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
+  auto core = core::Ah::Create(*ToSv(pd)->core, ToCore(*attr));
+  if (!core.ok()) return ReturnNull<ibv_ah>("ibv_create_ah", Name(pd), core.status());
+  auto* ah = new (std::nothrow) SvAh{};
+  if (ah == nullptr) return ReturnNull<ibv_ah>("ibv_create_ah", Name(pd), NoMemory("out of memory"));
+  ah->core = std::move(core.value());
+  ah->ah.context = pd->context;
+  ah->ah.pd = pd;
+  ah->ah.handle = ah->core->handle();
+  return &ah->ah;
+}
+SV_DEFAULT_VERSION(ibv_create_ah);
+
+SV_EXPORT int ibv_destroy_ah(ibv_ah* ah) {
+  delete ToSv(ah);
+  return 0;
+}
+SV_DEFAULT_VERSION(ibv_destroy_ah);
+
+SV_EXPORT int ibv_init_ah_from_wc(ibv_context* context, uint8_t port_num, ibv_wc* wc, ibv_grh* grh,
+                                  ibv_ah_attr* ah_attr) {
+  // ibv_init_ah_from_wc(3): on RoCE the reply path comes from the received GRH.
+  if (port_num != 1) return ReturnMinusOne("ibv_init_ah_from_wc", "", Invalid("port_num must be 1"));
+  if (!(wc->wc_flags & IBV_WC_GRH) || grh == nullptr)
+    return ReturnMinusOne("ibv_init_ah_from_wc", "", Invalid("RoCE needs the GRH of the received message (IBV_WC_GRH)"));
+  memset(ah_attr, 0, sizeof(*ah_attr));
+  ah_attr->is_global = 1;
+  ah_attr->port_num = port_num;
+  ah_attr->sl = wc->sl;
+  ah_attr->grh.dgid = grh->sgid;
+  ah_attr->grh.flow_label = be32toh(grh->version_tclass_flow) & 0xfffff;
+  ah_attr->grh.hop_limit = 0xff;
+  ah_attr->grh.traffic_class = static_cast<uint8_t>(be32toh(grh->version_tclass_flow) >> 20);
+  // The reply leaves from the GID the message arrived on.
+  core::Gid dgid;
+  memcpy(dgid.data(), grh->dgid.raw, 16);
+  int index = ToSv(context)->core->gids().Find(dgid);
+  if (index < 0) return ReturnMinusOne("ibv_init_ah_from_wc", "", Invalid("the GRH's destination GID is not a GID of this port"));
+  ah_attr->grh.sgid_index = static_cast<uint8_t>(index);
+  return 0;
+}
+
+SV_EXPORT ibv_ah* ibv_create_ah_from_wc(ibv_pd* pd, ibv_wc* wc, ibv_grh* grh, uint8_t port_num) {
+  ibv_ah_attr attr;
+  if (ibv_init_ah_from_wc(pd->context, port_num, wc, grh, &attr) != 0) return nullptr;
+  return ibv_create_ah(pd, &attr);
+}
+
+SV_EXPORT int ibv_attach_mcast(ibv_qp* qp, const ibv_gid*, uint16_t) {
+  return ReturnErrno("ibv_attach_mcast", Name(qp), Unsupported("multicast (arrives with UD multicast)"));
+}
+SV_DEFAULT_VERSION(ibv_attach_mcast);
+
+SV_EXPORT int ibv_detach_mcast(ibv_qp* qp, const ibv_gid*, uint16_t) {
+  return ReturnErrno("ibv_detach_mcast", Name(qp), Unsupported("multicast (arrives with UD multicast)"));
+}
+SV_DEFAULT_VERSION(ibv_detach_mcast);

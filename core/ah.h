@@ -1,0 +1,33 @@
+// Address handles (ibv_create_ah(3)) and the RoCE address-vector rules shared with ibv_modify_qp.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "base/status.h"
+#include "core/pd.h"
+#include "core/types.h"
+
+namespace softverbs::core {
+
+// RoCE address vector rules: a GRH is mandatory (there is no LID routing on Ethernet), the
+// source GID index must name a populated entry, the port is port 1 (or 0, "the QP's port" in
+// ibv_modify_qp), the destination GID is not zero, the static rate is an enum ibv_rate value.
+Status CheckRoceAddressVector(const AddressVector& av, uint64_t valid_gids, bool allow_port0);
+
+class Ah {
+ public:
+  static Result<std::unique_ptr<Ah>> Create(Pd& pd, const AddressVector& av);
+  ~Ah() { pd_.users().Release(); }
+
+  const AddressVector& av() const { return av_; }
+  uint32_t handle() const { return handle_; }
+
+ private:
+  Ah(Pd& pd, const AddressVector& av, uint32_t handle) : pd_(pd), av_(av), handle_(handle) {}
+  Pd& pd_;
+  AddressVector av_;
+  uint32_t handle_;
+};
+
+}  // namespace softverbs::core

@@ -1,0 +1,61 @@
+// A device context (ibv_open_device): the host registry, a GID table snapshot and the async
+// event queue with its pollable fd.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+
+#include "base/event_fd.h"
+#include "base/status.h"
+#include "core/device.h"
+#include "fabric/host/host_registry.h"
+
+namespace softverbs::core {
+
+// What ibv_get_async_event returns, in the core's terms. `handle` is the ABI object the event is
+// about (its ibv_qp / ibv_cq / ibv_srq), set by abi/ when it created the object.
+struct AsyncEvent {
+  enum class Subject : uint8_t { kQp, kCq, kSrq, kPort, kDevice };
+  uint32_t type = 0;  // enum ibv_event_type value
+  Subject subject = Subject::kDevice;
+  void* handle = nullptr;
+  uint32_t port = 0;
+};
+
+class Context {
+ public:
+  static Result<std::unique_ptr<Context>> Open();
+
+  fabric::HostRegistry& registry() { return *registry_; }
+  // The GID table, re-read when the snapshot is older than a second (addresses may change).
+  GidTable gids();
+
+  int async_fd() const { return async_fd_.fd(); }
+  void PostAsyncEvent(const AsyncEvent& event);
+  // Blocks (unless async_fd is O_NONBLOCK) until an event is queued.
+  Result<AsyncEvent> GetAsyncEvent();
+  // Forgets the undelivered events about `handle` (the object is being destroyed).
+  void DropAsyncEventsFor(const void* handle);
+
+  // Context-local numbers for objects that have no host-wide number (PD, CQ, AH handles).
+  uint32_t NewHandle() { return next_handle_.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  Context(fabric::HostRegistry* registry, EventFd async_fd)
+      : registry_(registry), async_fd_(std::move(async_fd)) {}
+
+  fabric::HostRegistry* registry_;
+  std::mutex gid_mu_;
+  GidTable gids_;
+  std::chrono::steady_clock::time_point gids_read_{};
+  EventFd async_fd_;
+  std::mutex async_mu_;
+  std::deque<AsyncEvent> async_events_;
+  std::atomic<uint32_t> next_handle_{1};
+};
+
+}  // namespace softverbs::core

@@ -1,0 +1,49 @@
+// The limits softverbs0 advertises in ibv_query_device(_ex) and enforces everywhere.
+// They are documented in docs/device.md; changing one here means changing it there.
+#pragma once
+
+#include <cstdint>
+
+#include "core/types.h"
+#include "fabric/host/host_registry.h"
+
+namespace softverbs::core {
+
+struct DeviceLimits {
+  // Host-wide object tables (fabric/host/registry sizes them).
+  static constexpr uint32_t kMaxQp = fabric::HostRegistry::kQpSlots;
+  static constexpr uint32_t kMaxMr = fabric::HostRegistry::kKeySlots;  // MRs and MWs share keys
+  static constexpr uint32_t kMaxSrq = fabric::HostRegistry::kSrqSlots;
+  // Per-object limits.
+  static constexpr uint32_t kMaxQpWr = 32768;
+  static constexpr uint32_t kMaxSge = 32;
+  static constexpr uint32_t kMaxSgeRd = 32;
+  static constexpr uint32_t kMaxInlineData = 1024;
+  static constexpr uint32_t kMaxCq = 65536;
+  static constexpr uint32_t kMaxCqe = (1u << 22) - 1;
+  static constexpr uint32_t kMaxPd = 65536;
+  static constexpr uint32_t kMaxAh = 1u << 20;
+  static constexpr uint32_t kMaxMw = kMaxMr;
+  static constexpr uint32_t kMaxQpRdAtom = 16;      // max_qp_rd_atom (responder resources)
+  static constexpr uint32_t kMaxQpInitRdAtom = 16;  // max_qp_init_rd_atom (initiator depth)
+  static constexpr uint32_t kMaxSrqWr = 32768;
+  static constexpr uint32_t kMaxSrqSge = 32;
+  static constexpr uint32_t kMaxMcastGrp = 8192;
+  static constexpr uint32_t kMaxMcastQpAttach = 56;
+  static constexpr uint32_t kMaxXrcd = 1024;
+  static constexpr uint64_t kMaxMrSize = 1ull << 47;  // the x86-64 user address space
+  static constexpr uint64_t kPageSizeCap = 0xfffff000;  // 4 KiB and larger pages
+  static constexpr uint32_t kMaxMsgSize = 1u << 31;      // IBA: 2^31 bytes per message
+  // Port 1.
+  static constexpr uint8_t kPortCount = 1;
+  static constexpr uint32_t kGidTableLen = 64;
+  static constexpr uint16_t kPkeyTableLen = 1;
+  static constexpr uint16_t kDefaultPkey = 0xffff;
+  static constexpr Mtu kMaxMtu = Mtu::k4096;  // RoCE: PMTU <= 4096
+  static constexpr uint32_t kMaxRnrRetry = 7;  // 7 means "retry forever" (IBA 9.7.5.2.8)
+  static constexpr uint32_t kMaxRetryCnt = 7;
+  static constexpr uint32_t kMaxTimeout = 31;
+  static constexpr uint32_t kMaxMinRnrTimer = 31;
+};
+
+}  // namespace softverbs::core

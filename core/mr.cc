@@ -1,0 +1,82 @@
+#include "core/mr.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+
+#include "base/strings.h"
+#include "core/context.h"
+#include "core/device_limits.h"
+#include "fabric/host/process_token.h"
+
+namespace softverbs::core {
+Status CheckMrAccess(uint32_t access) {
+  constexpr uint32_t kKnown = access::kLocalWrite | access::kRemoteWrite | access::kRemoteRead |
+                              access::kRemoteAtomic | access::kMwBind | access::kZeroBased |
+                              access::kOnDemand | access::kHugetlb | access::kOptionalRange;
+  if (access & ~kKnown) return Invalid("access has unknown bits " + Hex(access & ~kKnown));
+  // ibv_reg_mr(3): "If IBV_ACCESS_REMOTE_WRITE or IBV_ACCESS_REMOTE_ATOMIC is set, then
+  // IBV_ACCESS_LOCAL_WRITE must be set too."
+  if ((access & (access::kRemoteWrite | access::kRemoteAtomic)) && !(access & access::kLocalWrite))
+    return Invalid("IBV_ACCESS_REMOTE_WRITE/REMOTE_ATOMIC need IBV_ACCESS_LOCAL_WRITE (ibv_reg_mr(3))");
+  if (access & access::kMwBind)
+    return NotSupported("IBV_ACCESS_MW_BIND: memory windows are not offered (no IBV_DEVICE_MEM_WINDOW)");
+  if (access & access::kOnDemand)
+    return NotSupported("IBV_ACCESS_ON_DEMAND: softverbs0 reports no ODP capabilities");
+  // HUGETLB and the optional range (RELAXED_ORDERING, ...) are hints that change no semantics.
+  return Status::Ok();
+}
+
+Status Mr::CheckLayout(const MrLayout& layout) {
+  SV_RETURN_IF_ERROR(CheckMrAccess(layout.access));
+  if (layout.length == 0) return Invalid("length is 0");
+  if (layout.length > DeviceLimits::kMaxMrSize)
+    return Invalid("length " + std::to_string(layout.length) + " exceeds max_mr_size");
+  if (layout.addr + layout.length < layout.addr) return Invalid("addr + length wraps around");
+  // The whole range must be mapped, as pinning it would require on hardware (EFAULT otherwise).
+  // msync(MS_ASYNC) has no effect on Linux but fails with ENOMEM on an unmapped range.
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  uint64_t start = layout.addr & ~(page - 1);
+  if (msync(reinterpret_cast<void*>(start), layout.addr + layout.length - start, MS_ASYNC) != 0)
+    return Status(EFAULT, "[" + Hex(layout.addr) + ", +" + std::to_string(layout.length) +
+                              ") is not mapped memory of this process");
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Mr>> Mr::Register(Pd& pd, const MrLayout& layout) {
+  SV_RETURN_IF_ERROR(CheckLayout(layout));
+  auto& keys = pd.context().registry().keys();
+  auto slot = keys.Allocate(fabric::ProcessToken::Self());
+  if (!slot.ok()) return Status(ENOMEM, "no memory key left: " + slot.status().rule());
+  uint32_t generation = keys.slot(*slot).generation.load(std::memory_order_relaxed);
+  uint32_t key = (*slot + 1) << 8 | (generation & 0xff);
+  pd.users().Acquire();
+  return std::unique_ptr<Mr>(new Mr(pd, layout, *slot, key));
+}
+
+Mr::~Mr() {
+  pd_->context().registry().keys().Free(slot_, fabric::ProcessToken::Self());
+  pd_->users().Release();
+}
+
+Status Mr::Reregister(uint32_t flags, Pd* new_pd, const MrLayout& layout) {
+  if (flags == 0 || (flags & ~rereg::kAll)) return Invalid("flags must be a non-empty set of IBV_REREG_MR_*");
+  if ((flags & rereg::kChangePd) && new_pd == nullptr) return Invalid("IBV_REREG_MR_CHANGE_PD with a NULL pd");
+  MrLayout next = layout_;
+  if (flags & rereg::kChangeTranslation) {
+    next.addr = layout.addr;
+    next.length = layout.length;
+    next.iova = layout.addr;
+  }
+  if (flags & rereg::kChangeAccess) next.access = layout.access;
+  SV_RETURN_IF_ERROR(CheckLayout(next));
+  if (flags & rereg::kChangePd) {
+    new_pd->users().Acquire();
+    pd_->users().Release();
+    pd_ = new_pd;
+  }
+  layout_ = next;  // the keys stay (ibv_rereg_mr(3): "the lkey and rkey are not changed")
+  return Status::Ok();
+}
+
+}  // namespace softverbs::core

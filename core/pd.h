@@ -1,0 +1,36 @@
+// Protection domain. Objects created in a PD hold a reference; ibv_dealloc_pd refuses (EBUSY)
+// while any remains, as the kernel does.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace softverbs::core {
+
+class Context;
+
+// Counts the objects that depend on this one (its users), for EBUSY on destroy.
+class UseCount {
+ public:
+  void Acquire() { n_.fetch_add(1, std::memory_order_relaxed); }
+  void Release() { n_.fetch_sub(1, std::memory_order_release); }
+  int count() const { return n_.load(std::memory_order_acquire); }
+
+ private:
+  std::atomic<int> n_{0};
+};
+
+class Pd {
+ public:
+  Pd(Context& context, uint32_t handle) : context_(context), handle_(handle) {}
+  Context& context() const { return context_; }
+  uint32_t handle() const { return handle_; }
+  UseCount& users() { return users_; }
+
+ private:
+  Context& context_;
+  uint32_t handle_;
+  UseCount users_;
+};
+
+}  // namespace softverbs::core

@@ -1,0 +1,205 @@
+#include "core/qp.h"
+
+#include "base/strings.h"
+#include "core/context.h"
+#include "core/device_limits.h"
+#include "core/qp_state_machine.h"
+#include "fabric/host/process_token.h"
+
+namespace softverbs::core {
+namespace {
+
+using std::to_string;
+
+Status CheckType(QpType type) {
+  switch (type) {
+    case QpType::kRc:
+    case QpType::kUc:
+    case QpType::kUd:
+      return Status::Ok();
+    case QpType::kXrcSend:
+    case QpType::kXrcRecv:
+      return NotSupported("XRC QPs are not offered yet (ibv_open_xrcd fails too)");
+    case QpType::kRawPacket:
+      return NotSupported("IBV_QPT_RAW_PACKET is not offered: softverbs0 has no Ethernet datapath");
+    case QpType::kDriver:
+      return NotSupported("IBV_QPT_DRIVER QPs are created through their provider (mlx5dv_create_qp)");
+  }
+  return Invalid("qp_type " + to_string(static_cast<int>(type)) + " is not a QP type");
+}
+
+Status CheckCap(const char* name, uint32_t value, uint32_t limit, const char* limit_name) {
+  if (value > limit)
+    return Invalid(std::string("cap.") + name + " " + to_string(value) + " exceeds the device limit " +
+                   limit_name + " " + to_string(limit));
+  return Status::Ok();
+}
+
+// ibv_qp_init_attr_ex.create_flags (ibv_create_qp_ex(3)).
+Status CheckCreateFlags(const QpInitAttributes& a) {
+  using namespace create_flag;
+  constexpr uint32_t kKnown = kBlockSelfMcastLb | kScatterFcs | kCvlanStripping | kSourceQpn | kPciWriteEndPadding;
+  if (a.create_flags & ~kKnown) return Invalid("create_flags has unknown bits");
+  if ((a.create_flags & kBlockSelfMcastLb) && a.type != QpType::kUd)
+    return Invalid("IBV_QP_CREATE_BLOCK_SELF_MCAST_LB applies to UD QPs (multicast is UD only)");
+  if (a.create_flags & (kScatterFcs | kCvlanStripping))
+    return Invalid("IBV_QP_CREATE_SCATTER_FCS / CVLAN_STRIPPING apply to IBV_QPT_RAW_PACKET QPs only");
+  if (a.create_flags & kSourceQpn) {
+    // "The attribute source_qpn is supported only on UD QP" (ibv_create_qp_ex(3)).
+    if (a.type != QpType::kUd) return Invalid("IBV_QP_CREATE_SOURCE_QPN applies to UD QPs only");
+    if (a.source_qpn == 0 || a.source_qpn > 0xffffff)
+      return Invalid("source_qpn " + to_string(a.source_qpn) + " is not a 24-bit QP number");
+  }
+  // PCI_WRITE_END_PADDING is a performance hint: accepted, no semantic change.
+  return Status::Ok();
+}
+
+// ibv_qp_init_attr_ex.send_ops_flags: the ops ibv_qp_ex will offer.
+Status CheckSendOps(const QpInitAttributes& a) {
+  using namespace send_op;
+  constexpr uint64_t kKnown = kRdmaWrite | kRdmaWriteWithImm | kSend | kSendWithImm | kRdmaRead |
+                              kAtomicCmpSwp | kAtomicFetchAdd | kLocalInv | kBindMw | kSendWithInv |
+                              kTso | kAtomicWrite;
+  uint64_t ops = a.send_ops_flags;
+  if (ops & ~kKnown) return Invalid("send_ops_flags has unknown bits");
+  if (ops & kTso) return Invalid("IBV_QP_EX_WITH_TSO applies to IBV_QPT_RAW_PACKET QPs only");
+  if (ops & (kLocalInv | kBindMw | kSendWithInv))
+    return NotSupported("LOCAL_INV / BIND_MW / SEND_WITH_INV need memory windows, which are not offered");
+  if (ops & kAtomicWrite) return NotSupported("IBV_QP_EX_WITH_ATOMIC_WRITE: ATOMIC WRITE is not offered");
+  uint64_t allowed = 0;
+  switch (a.type) {  // IBA table 38: the operations of each service type
+    case QpType::kRc: allowed = kRdmaWrite | kRdmaWriteWithImm | kSend | kSendWithImm | kRdmaRead |
+                                kAtomicCmpSwp | kAtomicFetchAdd; break;
+    case QpType::kUc: allowed = kRdmaWrite | kRdmaWriteWithImm | kSend | kSendWithImm; break;
+    case QpType::kUd: allowed = kSend | kSendWithImm; break;
+    default: break;
+  }
+  if (ops & ~allowed)
+    return Invalid(std::string(QpTypeName(a.type)) + " QPs do not offer send_ops_flags " + Hex(ops & ~allowed));
+  return Status::Ok();
+}
+
+Status CheckInit(QpInitAttributes& a) {
+  SV_RETURN_IF_ERROR(CheckType(a.type));
+  if (a.pd == nullptr) return Invalid("pd is NULL (IBV_QP_INIT_ATTR_PD is required)");
+  if (a.has_xrcd) return Invalid("an XRC domain applies to IBV_QPT_XRC_RECV QPs only");
+  if (a.send_cq == nullptr) return Invalid("send_cq is NULL");
+  if (a.recv_cq == nullptr) return Invalid("recv_cq is NULL");
+  if (a.has_max_tso_header || a.has_rwq_ind_table || a.has_rx_hash)
+    return Invalid("max_tso_header, rwq_ind_tbl and rx_hash_conf apply to IBV_QPT_RAW_PACKET QPs only");
+  SV_RETURN_IF_ERROR(CheckCap("max_send_wr", a.cap.max_send_wr, DeviceLimits::kMaxQpWr, "max_qp_wr"));
+  SV_RETURN_IF_ERROR(CheckCap("max_send_sge", a.cap.max_send_sge, DeviceLimits::kMaxSge, "max_sge"));
+  SV_RETURN_IF_ERROR(CheckCap("max_inline_data", a.cap.max_inline_data, DeviceLimits::kMaxInlineData,
+                              "max_inline_data"));
+  if (a.srq != nullptr) {
+    // "max_recv_wr and max_recv_sge are ignored ... if the QP is to be associated with an SRQ."
+    a.cap.max_recv_wr = 0;
+    a.cap.max_recv_sge = 0;
+  } else {
+    SV_RETURN_IF_ERROR(CheckCap("max_recv_wr", a.cap.max_recv_wr, DeviceLimits::kMaxQpWr, "max_qp_wr"));
+    SV_RETURN_IF_ERROR(CheckCap("max_recv_sge", a.cap.max_recv_sge, DeviceLimits::kMaxSge, "max_sge"));
+  }
+  if (a.has_create_flags) SV_RETURN_IF_ERROR(CheckCreateFlags(a));
+  if (a.has_send_ops_flags) SV_RETURN_IF_ERROR(CheckSendOps(a));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Qp>> Qp::Create(Context& context, QpInitAttributes& attr) {
+  SV_RETURN_IF_ERROR(CheckInit(attr));
+  auto slot = context.registry().qps().Allocate(fabric::ProcessToken::Self());
+  if (!slot.ok()) return Status(ENOMEM, "no QP number left: " + slot.status().rule());
+  attr.pd->users().Acquire();
+  attr.send_cq->users().Acquire();
+  attr.recv_cq->users().Acquire();
+  if (attr.srq != nullptr) attr.srq->users().Acquire();
+  return std::unique_ptr<Qp>(new Qp(context, attr, *slot));
+}
+
+Qp::Qp(Context& context, const QpInitAttributes& init, uint32_t slot)
+    : context_(context), init_(init), slot_(slot), qpn_(QpnOfSlot(slot)) {
+  attr_.cap = init.cap;
+}
+
+Qp::~Qp() {
+  if (init_.srq != nullptr) init_.srq->users().Release();
+  init_.recv_cq->users().Release();
+  init_.send_cq->users().Release();
+  init_.pd->users().Release();
+  context_.registry().qps().Free(slot_, fabric::ProcessToken::Self());
+}
+
+QpState Qp::state() const {
+  std::lock_guard lock(mu_);
+  return attr_.qp_state;
+}
+
+Status Qp::CheckDestroy() const {
+  // ibv_destroy_qp(3): "fails if the QP is attached to a multicast group".
+  if (int n = mcast_groups_.count(); n > 0)
+    return Busy("the QP is still attached to " + std::to_string(n) + " multicast group(s)");
+  return Status::Ok();
+}
+
+Status Qp::Modify(const QpAttributes& a, uint32_t mask) {
+  std::lock_guard lock(mu_);
+  ModifyContext ctx;
+  ctx.type = init_.type;
+  ctx.current = attr_.qp_state;
+  ctx.has_srq = init_.srq != nullptr;
+  if (mask & (attr::kAv | attr::kAltPath)) ctx.valid_gids = context_.gids().valid_mask();
+  auto next = CheckModify(ctx, a, mask);
+  if (!next.ok()) return next.status();
+
+  // Everything was checked: apply.
+  if (*next == QpState::kReset && attr_.qp_state != QpState::kReset) {
+    EnterReset();
+    return Status::Ok();
+  }
+  QpAttributes& s = attr_;
+  if (mask & attr::kEnSqdAsyncNotify) s.en_sqd_async_notify = a.en_sqd_async_notify;
+  if (mask & attr::kAccessFlags) s.qp_access_flags = a.qp_access_flags;
+  if (mask & attr::kPkeyIndex) s.pkey_index = a.pkey_index;
+  if (mask & attr::kPort) s.port_num = a.port_num;
+  if (mask & attr::kQkey) s.qkey = a.qkey;
+  if (mask & attr::kAv) {
+    s.ah_attr = a.ah_attr;
+    if (s.ah_attr.port_num == 0) s.ah_attr.port_num = s.port_num ? s.port_num : 1;
+  }
+  if (mask & attr::kPathMtu) s.path_mtu = a.path_mtu;
+  if (mask & attr::kTimeout) s.timeout = a.timeout;
+  if (mask & attr::kRetryCnt) s.retry_cnt = a.retry_cnt;
+  if (mask & attr::kRnrRetry) s.rnr_retry = a.rnr_retry;
+  if (mask & attr::kRqPsn) s.rq_psn = a.rq_psn;
+  if (mask & attr::kMaxQpRdAtomic) s.max_rd_atomic = a.max_rd_atomic;
+  if (mask & attr::kMinRnrTimer) s.min_rnr_timer = a.min_rnr_timer;
+  if (mask & attr::kSqPsn) s.sq_psn = a.sq_psn;
+  if (mask & attr::kMaxDestRdAtomic) s.max_dest_rd_atomic = a.max_dest_rd_atomic;
+  if (mask & attr::kPathMigState) s.path_mig_state = a.path_mig_state;
+  if (mask & attr::kDestQpn) s.dest_qp_num = a.dest_qp_num;
+  if (mask & attr::kRateLimit) s.rate_limit = a.rate_limit;
+  s.qp_state = *next;
+  return Status::Ok();
+}
+
+void Qp::EnterReset() {
+  // IBA 10.3.1: in RESET the QP holds no work and its attributes return to their initial values;
+  // ibv_modify_qp moves it here from any state. Its completions leave the CQs too.
+  QpAttributes fresh;
+  fresh.cap = init_.cap;
+  attr_ = fresh;
+  init_.send_cq->RemoveEntriesOf(qpn_);
+  if (init_.recv_cq != init_.send_cq) init_.recv_cq->RemoveEntriesOf(qpn_);
+}
+
+QpAttributes Qp::Query() const {
+  std::lock_guard lock(mu_);
+  QpAttributes a = attr_;
+  a.cur_qp_state = a.qp_state;
+  a.cap = init_.cap;
+  a.sq_draining = 0;
+  return a;
+}
+
+}  // namespace softverbs::core

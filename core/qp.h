@@ -1,0 +1,108 @@
+// Queue pairs: creation (ibv_create_qp(3), ibv_create_qp_ex(3)), the attributes ibv_modify_qp
+// applies once core/qp_state_machine has accepted them, and ibv_query_qp.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+#include "base/status.h"
+#include "core/cq.h"
+#include "core/pd.h"
+#include "core/srq.h"
+#include "core/types.h"
+
+namespace softverbs::core {
+
+class Context;
+
+// enum ibv_qp_create_flags
+namespace create_flag {
+inline constexpr uint32_t kBlockSelfMcastLb = 1u << 1;
+inline constexpr uint32_t kScatterFcs = 1u << 8;
+inline constexpr uint32_t kCvlanStripping = 1u << 9;
+inline constexpr uint32_t kSourceQpn = 1u << 10;
+inline constexpr uint32_t kPciWriteEndPadding = 1u << 11;
+}  // namespace create_flag
+
+// enum ibv_qp_create_send_ops_flags
+namespace send_op {
+inline constexpr uint64_t kRdmaWrite = 1u << 0;
+inline constexpr uint64_t kRdmaWriteWithImm = 1u << 1;
+inline constexpr uint64_t kSend = 1u << 2;
+inline constexpr uint64_t kSendWithImm = 1u << 3;
+inline constexpr uint64_t kRdmaRead = 1u << 4;
+inline constexpr uint64_t kAtomicCmpSwp = 1u << 5;
+inline constexpr uint64_t kAtomicFetchAdd = 1u << 6;
+inline constexpr uint64_t kLocalInv = 1u << 7;
+inline constexpr uint64_t kBindMw = 1u << 8;
+inline constexpr uint64_t kSendWithInv = 1u << 9;
+inline constexpr uint64_t kTso = 1u << 10;
+inline constexpr uint64_t kAtomicWrite = 1u << 12;
+}  // namespace send_op
+
+// ibv_qp_init_attr_ex in the core's terms. Which optional fields are present is recorded by the
+// has_* members (from comp_mask).
+struct QpInitAttributes {
+  QpType type = QpType::kRc;
+  Pd* pd = nullptr;
+  Cq* send_cq = nullptr;
+  Cq* recv_cq = nullptr;
+  Srq* srq = nullptr;
+  QpCaps cap;
+  bool sq_sig_all = false;
+  bool has_xrcd = false;
+  bool has_create_flags = false;
+  uint32_t create_flags = 0;
+  bool has_max_tso_header = false;
+  bool has_rwq_ind_table = false;
+  bool has_rx_hash = false;
+  bool has_send_ops_flags = false;
+  uint64_t send_ops_flags = 0;
+  uint32_t source_qpn = 0;
+};
+
+class Qp {
+ public:
+  // The ABI object wrapping this one (events name it to the application).
+  void* user_handle() const { return user_handle_; }
+  void set_user_handle(void* handle) { user_handle_ = handle; }
+
+  // Checks every field (ibv_create_qp_ex(3)) and allocates a host-wide QP number. `attr.cap` is
+  // updated to the actual capabilities (>= the request; receive caps are 0 with an SRQ).
+  static Result<std::unique_ptr<Qp>> Create(Context& context, QpInitAttributes& attr);
+  ~Qp();
+
+  uint32_t qp_num() const { return qpn_; }
+  QpType type() const { return init_.type; }
+  const QpInitAttributes& init() const { return init_; }
+  QpState state() const;
+
+  // ibv_modify_qp: checks the whole request, then applies it; nothing changes on failure.
+  Status Modify(const QpAttributes& attr, uint32_t mask);
+  // ibv_query_qp: the current attributes (every one that was set) and the state.
+  QpAttributes Query() const;
+
+  // Multicast attachments (ibv_attach_mcast); ibv_destroy_qp refuses while any remains.
+  UseCount& mcast_groups() { return mcast_groups_; }
+  Status CheckDestroy() const;
+
+ private:
+  Qp(Context& context, const QpInitAttributes& init, uint32_t slot);
+  void EnterReset();
+
+  Context& context_;
+  QpInitAttributes init_;
+  const uint32_t slot_;
+  const uint32_t qpn_;
+  mutable std::mutex mu_;
+  QpAttributes attr_;
+  UseCount mcast_groups_;
+  void* user_handle_ = nullptr;
+};
+
+// The QP number of host table slot `slot` (QPs 0 and 1 are reserved for SMI and GSI, and small
+// numbers are avoided so they are never mistaken for them).
+inline uint32_t QpnOfSlot(uint32_t slot) { return slot + 0x100; }
+
+}  // namespace softverbs::core

@@ -1,0 +1,429 @@
+// The QP state machine of ibv_modify_qp(3) / IBA 10.3 and 11.2.4.2, as one table, and the checks
+// of a whole modify request. See qp_state_machine.h for the contract.
+#include "core/qp_state_machine.h"
+
+#include "core/ah.h"
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <vector>
+
+#include "core/device_limits.h"
+
+namespace softverbs::core {
+namespace {
+
+// Short names for the table; the values are core::attr (= rdma-core's ibv_qp_attr_mask).
+constexpr uint32_t kCur = attr::kCurState;
+constexpr uint32_t kSqdNotify = attr::kEnSqdAsyncNotify;
+constexpr uint32_t kAcc = attr::kAccessFlags;
+constexpr uint32_t kPkey = attr::kPkeyIndex;
+constexpr uint32_t kPort = attr::kPort;
+constexpr uint32_t kQkey = attr::kQkey;
+constexpr uint32_t kAv = attr::kAv;
+constexpr uint32_t kMtu = attr::kPathMtu;
+constexpr uint32_t kTmo = attr::kTimeout;
+constexpr uint32_t kRetry = attr::kRetryCnt;
+constexpr uint32_t kRnrRetry = attr::kRnrRetry;
+constexpr uint32_t kRqPsn = attr::kRqPsn;
+constexpr uint32_t kInitRd = attr::kMaxQpRdAtomic;     // initiator depth (max_rd_atomic)
+constexpr uint32_t kAlt = attr::kAltPath;
+constexpr uint32_t kRnrTmr = attr::kMinRnrTimer;
+constexpr uint32_t kSqPsn = attr::kSqPsn;
+constexpr uint32_t kDestRd = attr::kMaxDestRdAtomic;   // responder resources
+constexpr uint32_t kMig = attr::kPathMigState;
+constexpr uint32_t kQpn = attr::kDestQpn;
+constexpr uint32_t kRate = attr::kRateLimit;
+
+// Attributes of a transition beyond IBV_QP_STATE, which every transition requires.
+struct Masks {
+  uint32_t req = 0;
+  uint32_t opt = 0;
+};
+
+// Column of a QP type in the table.
+enum Col { kColRc, kColUc, kColUd, kColXrcSend, kColXrcRecv, kColRaw, kColCount };
+
+struct Row {
+  QpState from;
+  QpState to;
+  std::array<Masks, kColCount> by_type;  // RC, UC, UD, XRC_SEND, XRC_RECV, RAW_PACKET
+};
+
+constexpr QpState kAnyState = QpState::kUnknown;  // `from` of the rows valid from every state
+
+// The state machine. Every transition is valid for every QP type; the types differ in the
+// attributes. Required sets for RESET->INIT->RTR->RTS are the tables of ibv_modify_qp(3); the
+// optional sets are IBA 11.2.4.2 (Modify QP) as enforced by real HCAs.
+//
+// XRC (IBA annex A14) splits an RC QP in two halves and each half requires only what it uses:
+//  - XRC_SEND (initiator) has no receive queue and no responder: nothing of RC's responder side
+//    (MAX_DEST_RD_ATOMIC, MIN_RNR_TIMER) is accepted, and RQ_PSN / ACCESS_FLAGS (meaningless for
+//    a pure requester) are optional instead of required.
+//  - XRC_RECV (target) has no send queue: RTR->RTS requires nothing; TIMEOUT and SQ_PSN are
+//    accepted (and ignored) because Linux's ib_modify_qp_is_ok() requires them for XRC_TGT, so
+//    every application tested on hardware passes them. RETRY_CNT, RNR_RETRY and
+//    MAX_QP_RD_ATOMIC are refused, as on hardware.
+//  In both cases a mask that works on a real HCA works here.
+// RATE_LIMIT (packet pacing) is part of RTR->RTS and RTS->RTS for RC/UC/UD/RAW_PACKET; its value
+// is then checked against the device's pacing caps (CheckModify, step f).
+constexpr Row kTable[] = {
+    // IBA 10.3: every state may be reset or put in error, with the state alone.
+    {kAnyState, QpState::kReset, {}},
+    {kAnyState, QpState::kErr, {}},
+    {QpState::kReset, QpState::kInit, {{
+        /*RC*/       {kPkey | kPort | kAcc, 0},
+        /*UC*/       {kPkey | kPort | kAcc, 0},
+        /*UD*/       {kPkey | kPort | kQkey, 0},
+        /*XRC_SEND*/ {kPkey | kPort, kAcc},
+        /*XRC_RECV*/ {kPkey | kPort | kAcc, 0},
+        /*RAW*/      {kPort, 0},  // ibv_modify_qp(3): raw packet INIT needs only the port
+    }}},
+    {QpState::kInit, QpState::kInit, {{
+        {0, kPkey | kPort | kAcc},
+        {0, kPkey | kPort | kAcc},
+        {0, kPkey | kPort | kQkey},
+        {0, kPkey | kPort | kAcc},
+        {0, kPkey | kPort | kAcc},
+        {0, kPort},
+    }}},
+    {QpState::kInit, QpState::kRtr, {{
+        {kAv | kMtu | kQpn | kRqPsn | kDestRd | kRnrTmr, kAlt | kAcc | kPkey},
+        {kAv | kMtu | kQpn | kRqPsn, kAlt | kAcc | kPkey},
+        {0, kPkey | kQkey},
+        {kAv | kMtu | kQpn, kRqPsn | kAlt | kAcc | kPkey},
+        {kAv | kMtu | kQpn | kRqPsn | kDestRd | kRnrTmr, kAlt | kAcc | kPkey},
+        {0, 0},
+    }}},
+    {QpState::kRtr, QpState::kRts, {{
+        {kSqPsn | kTmo | kRetry | kRnrRetry | kInitRd, kCur | kAcc | kRnrTmr | kAlt | kMig | kRate},
+        {kSqPsn, kCur | kAcc | kAlt | kMig | kRate},
+        {kSqPsn, kCur | kQkey | kRate},
+        {kSqPsn | kTmo | kRetry | kRnrRetry | kInitRd, kCur | kAcc | kAlt | kMig},
+        {0, kCur | kAcc | kRnrTmr | kAlt | kMig | kTmo | kSqPsn},
+        {0, kCur | kRate},
+    }}},
+    {QpState::kRts, QpState::kRts, {{
+        {0, kCur | kAcc | kRnrTmr | kAlt | kMig | kRate},
+        {0, kCur | kAcc | kAlt | kMig | kRate},
+        {0, kCur | kQkey | kRate},
+        {0, kCur | kAcc | kAlt | kMig},
+        {0, kCur | kAcc | kRnrTmr | kAlt | kMig},
+        {0, kCur | kRate},
+    }}},
+    // IBA 11.2.4.2: the SQD.drained affiliated event is requested on the way into SQD.
+    {QpState::kRts, QpState::kSqd, {{
+        {0, kSqdNotify}, {0, kSqdNotify}, {0, kSqdNotify},
+        {0, kSqdNotify}, {0, kSqdNotify}, {0, kSqdNotify},
+    }}},
+    {QpState::kSqd, QpState::kRts, {{
+        {0, kCur | kAcc | kRnrTmr | kAlt | kMig},
+        {0, kCur | kAcc | kAlt | kMig},
+        {0, kCur | kQkey},
+        {0, kCur | kAcc | kAlt | kMig},
+        {0, kCur | kAcc | kRnrTmr | kAlt | kMig},
+        {0, kCur},
+    }}},
+    // IBA 10.3: a drained SQD QP may change its path and its RDMA/atomic resources.
+    {QpState::kSqd, QpState::kSqd, {{
+        {0, kPort | kAv | kPkey | kAcc | kTmo | kRetry | kRnrRetry | kInitRd | kDestRd | kRnrTmr |
+                kAlt | kMig},
+        {0, kPort | kAv | kPkey | kAcc | kAlt | kMig},
+        {0, kPkey | kQkey},
+        {0, kPort | kAv | kPkey | kAcc | kTmo | kRetry | kRnrRetry | kInitRd | kAlt | kMig},
+        {0, kPort | kAv | kPkey | kAcc | kTmo | kDestRd | kRnrTmr | kAlt | kMig},
+        {0, 0},
+    }}},
+    // SQE is entered by the device on a send error of an unreliable QP; the consumer recovers to
+    // RTS (IBA 10.3). CUR_STATE lets it do so while believing the QP is still in RTS.
+    {QpState::kSqe, QpState::kRts, {{
+        {0, kCur}, {0, kCur | kAcc}, {0, kCur | kQkey},
+        {0, kCur}, {0, kCur}, {0, kCur},
+    }}},
+};
+
+int Column(QpType type) {
+  switch (type) {
+    case QpType::kRc: return kColRc;
+    case QpType::kUc: return kColUc;
+    case QpType::kUd: return kColUd;
+    case QpType::kXrcSend: return kColXrcSend;
+    case QpType::kXrcRecv: return kColXrcRecv;
+    case QpType::kRawPacket: return kColRaw;
+    case QpType::kDriver: break;
+  }
+  return -1;
+}
+
+bool Settable(QpState s) { return s <= QpState::kErr; }
+
+const Masks* Find(QpType type, QpState from, QpState to) {
+  const int col = Column(type);
+  if (col < 0 || !Settable(from) || !Settable(to)) return nullptr;
+  for (const Row& row : kTable) {
+    if ((row.from == from || row.from == kAnyState) && row.to == to) return &row.by_type[col];
+  }
+  return nullptr;
+}
+
+bool Connected(QpType type) {
+  return type == QpType::kRc || type == QpType::kUc || type == QpType::kXrcSend ||
+         type == QpType::kXrcRecv;
+}
+
+struct NamedBit {
+  uint32_t bit;
+  const char* name;
+};
+// rdma-core's enum ibv_qp_attr_mask, in bit order.
+constexpr NamedBit kNames[] = {
+    {attr::kState, "IBV_QP_STATE"},
+    {attr::kCurState, "IBV_QP_CUR_STATE"},
+    {attr::kEnSqdAsyncNotify, "IBV_QP_EN_SQD_ASYNC_NOTIFY"},
+    {attr::kAccessFlags, "IBV_QP_ACCESS_FLAGS"},
+    {attr::kPkeyIndex, "IBV_QP_PKEY_INDEX"},
+    {attr::kPort, "IBV_QP_PORT"},
+    {attr::kQkey, "IBV_QP_QKEY"},
+    {attr::kAv, "IBV_QP_AV"},
+    {attr::kPathMtu, "IBV_QP_PATH_MTU"},
+    {attr::kTimeout, "IBV_QP_TIMEOUT"},
+    {attr::kRetryCnt, "IBV_QP_RETRY_CNT"},
+    {attr::kRnrRetry, "IBV_QP_RNR_RETRY"},
+    {attr::kRqPsn, "IBV_QP_RQ_PSN"},
+    {attr::kMaxQpRdAtomic, "IBV_QP_MAX_QP_RD_ATOMIC"},
+    {attr::kAltPath, "IBV_QP_ALT_PATH"},
+    {attr::kMinRnrTimer, "IBV_QP_MIN_RNR_TIMER"},
+    {attr::kSqPsn, "IBV_QP_SQ_PSN"},
+    {attr::kMaxDestRdAtomic, "IBV_QP_MAX_DEST_RD_ATOMIC"},
+    {attr::kPathMigState, "IBV_QP_PATH_MIG_STATE"},
+    {attr::kCap, "IBV_QP_CAP"},
+    {attr::kDestQpn, "IBV_QP_DEST_QPN"},
+    {attr::kRateLimit, "IBV_QP_RATE_LIMIT"},
+};
+
+std::string Hex(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%x", v);
+  return buf;
+}
+
+std::string Num(uint32_t v) { return std::to_string(v); }
+
+// Known bits as a sorted, comma separated list: the form refusals print.
+std::string NameList(uint32_t mask) {
+  std::vector<std::string> names;
+  for (const NamedBit& nb : kNames) {
+    if (mask & nb.bit) names.emplace_back(nb.name);
+  }
+  std::sort(names.begin(), names.end());
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+std::string TypeStr(QpType t) {
+  return Column(t) >= 0 || t == QpType::kDriver ? QpTypeName(t)
+                                                 : "qp_type " + Num(static_cast<uint32_t>(t));
+}
+
+std::string StateStr(QpState s) {
+  return s <= QpState::kUnknown ? QpStateName(s) : Num(static_cast<uint32_t>(s));
+}
+
+const char* MigStateName(MigState m) {
+  switch (m) {
+    case MigState::kMigrated: return "MIGRATED";
+    case MigState::kRearm: return "REARM";
+    case MigState::kArmed: return "ARMED";
+  }
+  return "?";
+}
+
+constexpr const char* kNoApm =
+    "alternate path (APM) is not supported: softverbs0 does not set IBV_DEVICE_AUTO_PATH_MIG";
+
+// ibv_ah_attr of IBV_QP_AV (the RoCE rules live with address handles). Returns the broken rule,
+// or "" when the AV is usable. Port 0 stands for the QP's own port.
+std::string CheckAv(const ModifyContext& ctx, const AddressVector& av) {
+  Status s = CheckRoceAddressVector(av, ctx.valid_gids, /*allow_port0=*/true);
+  return s.ok() ? "" : s.rule();
+}
+
+// Step g: the range of every value whose bit is in `mask`. Returns the broken rule or "".
+std::string CheckValues(const ModifyContext& ctx, const QpAttributes& a, uint32_t mask) {
+  using L = DeviceLimits;
+  auto has = [mask](uint32_t bit) { return (mask & bit) != 0; };
+  constexpr uint32_t kPsnMax = (1u << 24) - 1;  // PSNs and QPNs are 24-bit (IBA 9.2 BTH)
+
+  if (has(kPort) && (a.port_num < 1 || a.port_num > L::kPortCount)) {
+    return "port_num " + Num(a.port_num) + " does not exist: softverbs0 has " +
+           Num(L::kPortCount) + " port";
+  }
+  if (has(kPkey) && a.pkey_index >= L::kPkeyTableLen) {
+    return "pkey_index " + Num(a.pkey_index) + " is outside the P_Key table of " +
+           Num(L::kPkeyTableLen) + " entry";
+  }
+  if (has(kAcc)) {
+    // The QP access bits of IBA 11.2.4.2. MW_BIND enables binding windows on the QP; a device
+    // without windows has nothing to bind, so the bit is harmless. REMOTE_READ/ATOMIC on UC are
+    // accepted and never used, as hardware does (UC has no such operations to serve).
+    constexpr uint32_t kQpAccess = access::kLocalWrite | access::kRemoteWrite |
+                                   access::kRemoteRead | access::kRemoteAtomic | access::kMwBind;
+    if (a.qp_access_flags & ~kQpAccess) {
+      return "qp_access_flags " + Hex(a.qp_access_flags) + " has bits " +
+             Hex(a.qp_access_flags & ~kQpAccess) +
+             " beyond IBV_ACCESS_LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC | MW_BIND";
+    }
+  }
+  if (has(kAv)) {
+    std::string rule = CheckAv(ctx, a.ah_attr);
+    if (!rule.empty()) return rule;
+  }
+  if (has(kMtu)) {
+    const uint32_t mtu = static_cast<uint32_t>(a.path_mtu);
+    if (mtu < static_cast<uint32_t>(Mtu::k256) || mtu > static_cast<uint32_t>(L::kMaxMtu)) {
+      return "path_mtu " + Num(mtu) + " is not an ibv_mtu from IBV_MTU_256 (1) to the port's " +
+             "max_mtu IBV_MTU_4096 (5)";
+    }
+  }
+  if (has(kQpn)) {
+    if (a.dest_qp_num > kPsnMax) return "dest_qp_num " + Hex(a.dest_qp_num) + " exceeds 24 bits";
+    // QP0 and QP1 are the SMI/GSI management QPs: never a connected peer.
+    if (Connected(ctx.type) && a.dest_qp_num <= 1) {
+      return "dest_qp_num " + Num(a.dest_qp_num) +
+             " is a management QP (QP0/QP1), never a connected peer";
+    }
+  }
+  if (has(kRqPsn) && a.rq_psn > kPsnMax) return "rq_psn " + Hex(a.rq_psn) + " exceeds 24 bits";
+  if (has(kSqPsn) && a.sq_psn > kPsnMax) return "sq_psn " + Hex(a.sq_psn) + " exceeds 24 bits";
+  // The wire encodings: 5-bit Local ACK Timeout and RNR timer, 3-bit retry counters (IBA 9.7).
+  if (has(kTmo) && a.timeout > L::kMaxTimeout) {
+    return "timeout " + Num(a.timeout) + " exceeds " + Num(L::kMaxTimeout);
+  }
+  if (has(kRetry) && a.retry_cnt > L::kMaxRetryCnt) {
+    return "retry_cnt " + Num(a.retry_cnt) + " exceeds " + Num(L::kMaxRetryCnt);
+  }
+  if (has(kRnrRetry) && a.rnr_retry > L::kMaxRnrRetry) {
+    return "rnr_retry " + Num(a.rnr_retry) + " exceeds " + Num(L::kMaxRnrRetry);
+  }
+  if (has(kRnrTmr) && a.min_rnr_timer > L::kMaxMinRnrTimer) {
+    return "min_rnr_timer " + Num(a.min_rnr_timer) + " exceeds " + Num(L::kMaxMinRnrTimer);
+  }
+  // The device limits of ibv_query_device(3).
+  if (has(kInitRd) && a.max_rd_atomic > L::kMaxQpInitRdAtom) {
+    return "max_rd_atomic " + Num(a.max_rd_atomic) + " exceeds the device limit " +
+           "max_qp_init_rd_atom " + Num(L::kMaxQpInitRdAtom);
+  }
+  if (has(kDestRd) && a.max_dest_rd_atomic > L::kMaxQpRdAtom) {
+    return "max_dest_rd_atomic " + Num(a.max_dest_rd_atomic) + " exceeds the device limit " +
+           "max_qp_rd_atom " + Num(L::kMaxQpRdAtom);
+  }
+  return "";
+}
+
+}  // namespace
+
+bool IsValidTransition(QpType type, QpState from, QpState to) {
+  return Find(type, from, to) != nullptr;
+}
+
+uint32_t RequiredAttrs(QpType type, QpState from, QpState to) {
+  const Masks* m = Find(type, from, to);
+  return m ? (m->req | attr::kState) : 0;
+}
+
+uint32_t OptionalAttrs(QpType type, QpState from, QpState to) {
+  const Masks* m = Find(type, from, to);
+  return m ? m->opt : 0;
+}
+
+Result<QpState> CheckModify(const ModifyContext& ctx, const QpAttributes& attr, uint32_t mask) {
+  const QpState from = ctx.current;
+  // ibv_modify_qp(3): without IBV_QP_STATE the QP stays where it is and only the attributes
+  // change, i.e. the request is the transition current->current.
+  const bool has_state = (mask & attr::kState) != 0;
+  const QpState to = has_state ? attr.qp_state : from;
+  const std::string where = TypeStr(ctx.type) + " " + StateStr(from) + "->" + StateStr(to) + " ";
+
+  // a. Bits 21..24 are kernel-internal and anything above RATE_LIMIT does not exist.
+  if (const uint32_t unknown = mask & ~attr::kAllValid) {
+    return Invalid(where + "attr_mask has unknown bits " + Hex(unknown));
+  }
+  if (ctx.type == QpType::kDriver) {
+    return NotSupported("DRIVER QPs are modified through their provider");
+  }
+  if (Column(ctx.type) < 0) return Invalid(where + "is not a QP type softverbs0 implements");
+
+  // b. IBV_QP_CUR_STATE asserts the state the consumer believes the QP is in (IBA 11.2.4.2).
+  if ((mask & attr::kCurState) && attr.cur_qp_state != from) {
+    return Invalid(where + "cur_qp_state says " + StateStr(attr.cur_qp_state) +
+                   " but the QP is in " + StateStr(from));
+  }
+
+  // c. The transition itself. UNKNOWN is a state ibv_query_qp may report, never a target.
+  if (has_state && !Settable(attr.qp_state)) {
+    return Invalid(where + "qp_state " + StateStr(attr.qp_state) +
+                   " is not a state a QP can be moved to");
+  }
+  const Masks* m = Find(ctx.type, from, to);
+  if (m == nullptr) return Invalid(where + "is not a valid transition");
+
+  // d. Required attributes (IBV_QP_STATE is implied when absent, see above).
+  const uint32_t required = m->req | attr::kState;
+  if (const uint32_t missing = required & ~(mask | attr::kState)) {
+    return Invalid(where + "is missing " + NameList(missing));
+  }
+
+  // e. Everything else must be optional for this transition. ibv_modify_qp(3): QP resizing
+  // needs IBV_DEVICE_RESIZE_MAX_WR, which softverbs0 does not set, so CAP is accepted nowhere.
+  if (const uint32_t extra = mask & ~(required | m->opt)) {
+    if (extra & attr::kCap) {
+      return Invalid(where +
+                     "resizing a QP (IBV_QP_CAP) is not supported: IBV_DEVICE_RESIZE_MAX_WR is "
+                     "not set");
+    }
+    return Invalid(where + "does not accept " + NameList(extra));
+  }
+
+  // f. Features of the table softverbs0 does not offer (ibv_modify_qp(3) NOTES).
+  if (mask & attr::kAltPath) return NotSupported(where + kNoApm);
+  if (mask & attr::kPathMigState) {
+    // Without APM (IBA 17.2.8) the only path migration state is MIGRATED.
+    if (attr.path_mig_state > MigState::kArmed) {
+      return Invalid(where + "path_mig_state " + Num(static_cast<uint32_t>(attr.path_mig_state)) +
+                     " is not an enum ibv_mig_state");
+    }
+    if (attr.path_mig_state != MigState::kMigrated) {
+      return NotSupported(where + "path_mig_state " + MigStateName(attr.path_mig_state) +
+                          " arms path migration, but " + kNoApm);
+    }
+  }
+  // rate_limit 0 means "unlimited" and is what every QP has anyway.
+  if ((mask & attr::kRateLimit) && attr.rate_limit != 0) {
+    return NotSupported(where + "rate_limit " + Num(attr.rate_limit) +
+                        " kbps: packet pacing is not supported: "
+                        "packet_pacing_caps.qp_rate_limit_max is 0");
+  }
+
+  // g. Values.
+  const std::string rule = CheckValues(ctx, attr, mask);
+  if (!rule.empty()) return Invalid(where + rule);
+  return to;
+}
+
+std::string AttrMaskNames(uint32_t mask) {
+  if (mask == 0) return "0";
+  std::string out;
+  uint32_t known = 0;
+  for (const NamedBit& nb : kNames) {
+    if (mask & nb.bit) {
+      out += (out.empty() ? "" : " | ") + std::string(nb.name);
+      known |= nb.bit;
+    }
+  }
+  if (const uint32_t rest = mask & ~known) out += (out.empty() ? "" : " | ") + Hex(rest);
+  return out;
+}
+
+}  // namespace softverbs::core

@@ -1,0 +1,138 @@
+#include "fabric/host/host_registry.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+
+namespace softverbs::fabric {
+namespace {
+
+constexpr uint64_t kMagic = 0x31474552'56534f53ull;  // "SOSVREG1": layout version 1
+
+struct RegionHeader {
+  std::atomic<uint64_t> magic;
+  std::atomic<uint64_t> qp_cursor;
+  std::atomic<uint64_t> key_cursor;
+  std::atomic<uint64_t> srq_cursor;
+  uint8_t reserved[4096 - 4 * sizeof(uint64_t)];
+};
+static_assert(sizeof(RegionHeader) == 4096);
+
+constexpr size_t kQpOffset = sizeof(RegionHeader);
+constexpr size_t kKeyOffset = kQpOffset + HostRegistry::kQpSlots * sizeof(HostSlot);
+constexpr size_t kSrqOffset = kKeyOffset + HostRegistry::kKeySlots * sizeof(HostSlot);
+constexpr size_t kRegionSize = kSrqOffset + HostRegistry::kSrqSlots * sizeof(HostSlot);
+
+Status Errno(const char* what, const std::string& name) {
+  int e = errno;
+  return Status(e, std::string(what) + " " + name + ": " + strerror(e));
+}
+
+}  // namespace
+
+Result<uint32_t> SlotTable::Allocate(ProcessToken owner) {
+  for (int pass = 0; pass < 2; ++pass) {
+    for (uint32_t tries = 0; tries < count_; ++tries) {
+      uint32_t i = static_cast<uint32_t>(cursor_->fetch_add(1, std::memory_order_relaxed) % count_);
+      HostSlot& s = slots_[i];
+      uint64_t expected = 0;
+      if (s.owner.load(std::memory_order_relaxed) == 0 &&
+          s.owner.compare_exchange_strong(expected, owner.raw(), std::memory_order_acq_rel)) {
+        s.generation.fetch_add(1, std::memory_order_relaxed);
+        return i;
+      }
+    }
+    if (ReclaimDead() == 0) break;
+  }
+  return NoMemory("the host table is full (" + std::to_string(count_) + " entries)");
+}
+
+bool SlotTable::Free(uint32_t index, ProcessToken owner) {
+  if (index >= count_) return false;
+  uint64_t expected = owner.raw();
+  return slots_[index].owner.compare_exchange_strong(expected, 0, std::memory_order_acq_rel);
+}
+
+uint32_t SlotTable::ReclaimDead() {
+  uint32_t reclaimed = 0;
+  for (uint32_t i = 0; i < count_; ++i) {
+    uint64_t owner = slots_[i].owner.load(std::memory_order_acquire);
+    if (owner == 0 || ProcessToken(owner).IsAlive()) continue;
+    if (slots_[i].owner.compare_exchange_strong(owner, 0, std::memory_order_acq_rel)) ++reclaimed;
+  }
+  return reclaimed;
+}
+
+std::string HostRegistry::HostName() {
+  struct stat ns {};
+  unsigned long long netns = stat("/proc/self/ns/net", &ns) == 0 ? ns.st_ino : 0;
+  std::string name = "/softverbs-" + std::to_string(getuid()) + "-" + std::to_string(netns);
+  if (const char* host = getenv("SOFTVERBS_HOST"); host != nullptr && *host != '\0') {
+    name += "-";
+    for (const char* p = host; *p; ++p) name += (*p == '/') ? '_' : *p;
+  }
+  return name;
+}
+
+Status HostRegistry::Open(const std::string& shm_name) {
+  name_ = shm_name;
+  // 0600: the host's state is the user's own (DESIGN.md section 5.4).
+  fd_.reset(shm_open(shm_name.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!fd_.valid()) return Errno("cannot open host registry", shm_name);
+  struct stat st {};
+  if (fstat(fd_.get(), &st) != 0) return Errno("cannot stat host registry", shm_name);
+  if (st.st_uid != getuid() || (st.st_mode & 077) != 0)
+    return Status(EACCES, "host registry " + shm_name + " is not private to this user");
+  // Every process extends the region to the full size; extending twice is harmless and the new
+  // bytes are zero, which is the empty state.
+  if (static_cast<size_t>(st.st_size) < kRegionSize && ftruncate(fd_.get(), kRegionSize) != 0)
+    return Errno("cannot size host registry", shm_name);
+  void* p = mmap(nullptr, kRegionSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd_.get(), 0);
+  if (p == MAP_FAILED) return Errno("cannot map host registry", shm_name);
+  map_ = Mapping(p, kRegionSize);
+
+  auto* header = static_cast<RegionHeader*>(p);
+  uint64_t magic = 0;
+  if (!header->magic.compare_exchange_strong(magic, kMagic) && magic != kMagic)
+    return Invalid("host registry " + shm_name + " has an incompatible layout (another softverbs version?)");
+
+  auto* base = static_cast<uint8_t*>(p);
+  qps_ = SlotTable(&header->qp_cursor, reinterpret_cast<HostSlot*>(base + kQpOffset), HostRegistry::kQpSlots);
+  keys_ = SlotTable(&header->key_cursor, reinterpret_cast<HostSlot*>(base + kKeyOffset), HostRegistry::kKeySlots);
+  srqs_ = SlotTable(&header->srq_cursor, reinterpret_cast<HostSlot*>(base + kSrqOffset), HostRegistry::kSrqSlots);
+  return Status::Ok();
+}
+
+Result<HostRegistry*> HostRegistry::OpenForTesting(const std::string& shm_name) {
+  auto* r = new HostRegistry();
+  Status s = r->Open(shm_name);
+  if (!s.ok()) {
+    delete r;
+    return s;
+  }
+  return r;
+}
+
+Result<HostRegistry*> HostRegistry::Get() {
+  // Opened once per process and kept: objects of every context reference it until exit.
+  static std::once_flag once;
+  static HostRegistry* registry = nullptr;
+  static Status failure;
+  std::call_once(once, [] {
+    auto r = OpenForTesting(HostName());
+    if (r.ok())
+      registry = r.value();
+    else
+      failure = r.status();
+  });
+  if (registry == nullptr) return failure;
+  return registry;
+}
+
+}  // namespace softverbs::fabric
