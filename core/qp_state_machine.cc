@@ -344,71 +344,74 @@ Result<QpState> CheckModify(const ModifyContext& ctx, const QpAttributes& attr, 
   // change, i.e. the request is the transition current->current.
   const bool has_state = (mask & attr::kState) != 0;
   const QpState to = has_state ? attr.qp_state : from;
-  const std::string where = TypeStr(ctx.type) + " " + StateStr(from) + "->" + StateStr(to) + " ";
+  // "RC INIT->RTR ", built only when a rule is broken (modify is on the QP-lifecycle hot path).
+  auto where = [&] { return TypeStr(ctx.type) + " " + StateStr(from) + "->" + StateStr(to) + " "; };
+  // Value rules read "RC INIT->RTR: <rule>".
+  auto where_value = [&] { return TypeStr(ctx.type) + " " + StateStr(from) + "->" + StateStr(to) + ": "; };
 
   // a. Bits 21..24 are kernel-internal and anything above RATE_LIMIT does not exist.
   if (const uint32_t unknown = mask & ~attr::kAllValid) {
-    return Invalid(where + "attr_mask has unknown bits " + Hex(unknown));
+    return Invalid(where() + "attr_mask has unknown bits " + Hex(unknown));
   }
   if (ctx.type == QpType::kDriver) {
     return NotSupported("DRIVER QPs are modified through their provider");
   }
-  if (Column(ctx.type) < 0) return Invalid(where + "is not a QP type softverbs0 implements");
+  if (Column(ctx.type) < 0) return Invalid(where() + "is not a QP type softverbs0 implements");
 
   // b. IBV_QP_CUR_STATE asserts the state the consumer believes the QP is in (IBA 11.2.4.2).
   if ((mask & attr::kCurState) && attr.cur_qp_state != from) {
-    return Invalid(where + "cur_qp_state says " + StateStr(attr.cur_qp_state) +
+    return Invalid(where() + "cur_qp_state says " + StateStr(attr.cur_qp_state) +
                    " but the QP is in " + StateStr(from));
   }
 
   // c. The transition itself. UNKNOWN is a state ibv_query_qp may report, never a target.
   if (has_state && !Settable(attr.qp_state)) {
-    return Invalid(where + "qp_state " + StateStr(attr.qp_state) +
+    return Invalid(where() + "qp_state " + StateStr(attr.qp_state) +
                    " is not a state a QP can be moved to");
   }
   const Masks* m = Find(ctx.type, from, to);
-  if (m == nullptr) return Invalid(where + "is not a valid transition");
+  if (m == nullptr) return Invalid(where() + "is not a valid transition");
 
   // d. Required attributes (IBV_QP_STATE is implied when absent, see above).
   const uint32_t required = m->req | attr::kState;
   if (const uint32_t missing = required & ~(mask | attr::kState)) {
-    return Invalid(where + "is missing " + NameList(missing));
+    return Invalid(where() + "is missing " + NameList(missing));
   }
 
   // e. Everything else must be optional for this transition. ibv_modify_qp(3): QP resizing
   // needs IBV_DEVICE_RESIZE_MAX_WR, which softverbs0 does not set, so CAP is accepted nowhere.
   if (const uint32_t extra = mask & ~(required | m->opt)) {
     if (extra & attr::kCap) {
-      return Invalid(where +
+      return Invalid(where() +
                      "resizing a QP (IBV_QP_CAP) is not supported: IBV_DEVICE_RESIZE_MAX_WR is "
                      "not set");
     }
-    return Invalid(where + "does not accept " + NameList(extra));
+    return Invalid(where() + "does not accept " + NameList(extra));
   }
 
   // f. Features of the table softverbs0 does not offer (ibv_modify_qp(3) NOTES).
-  if (mask & attr::kAltPath) return NotSupported(where + kNoApm);
+  if (mask & attr::kAltPath) return NotSupported(where_value() + kNoApm);
   if (mask & attr::kPathMigState) {
     // Without APM (IBA 17.2.8) the only path migration state is MIGRATED.
     if (attr.path_mig_state > MigState::kArmed) {
-      return Invalid(where + "path_mig_state " + Num(static_cast<uint32_t>(attr.path_mig_state)) +
+      return Invalid(where_value() + "path_mig_state " + Num(static_cast<uint32_t>(attr.path_mig_state)) +
                      " is not an enum ibv_mig_state");
     }
     if (attr.path_mig_state != MigState::kMigrated) {
-      return NotSupported(where + "path_mig_state " + MigStateName(attr.path_mig_state) +
+      return NotSupported(where_value() + "path_mig_state " + MigStateName(attr.path_mig_state) +
                           " arms path migration, but " + kNoApm);
     }
   }
   // rate_limit 0 means "unlimited" and is what every QP has anyway.
   if ((mask & attr::kRateLimit) && attr.rate_limit != 0) {
-    return NotSupported(where + "rate_limit " + Num(attr.rate_limit) +
+    return NotSupported(where_value() + "rate_limit " + Num(attr.rate_limit) +
                         " kbps: packet pacing is not supported: "
                         "packet_pacing_caps.qp_rate_limit_max is 0");
   }
 
   // g. Values.
   const std::string rule = CheckValues(ctx, attr, mask);
-  if (!rule.empty()) return Invalid(where + rule);
+  if (!rule.empty()) return Invalid(where_value() + rule);
   return to;
 }
 

@@ -14,8 +14,8 @@
 #include "core/qp.h"
 #include "core/srq.h"
 
-// Entry points exported with the version the map file gives them.
-#define SV_EXPORT extern "C" __attribute__((visibility("default")))
+#include "abi/common/export.h"
+
 // The 33 verbs that also exist in the legacy IBVERBS_1.0 ABI (compat_1_0.cc) name their default
 // version explicitly, as rdma-core does, so both versions coexist.
 #define SV_DEFAULT_VERSION(name) __asm__(".symver " #name "," #name "@@IBVERBS_1.1, remove")

@@ -1,0 +1,49 @@
+// mlx5dv queue entry points: QP (including DC: DCI/DCT), CQ, WQ and per-QP controls.
+// All refuse with EOPNOTSUPP for now; mlx5dv_create_qp with DC and the mlx5dv_qp_ex ops are a
+// later issue (DESIGN.md section 1).
+#include "abi/mlx5dv/refuse.h"
+
+// --- constructors: "on error NULL will be returned and errno will be set" ----------------------
+
+// mlx5dv_create_qp(3).
+SV_MLX5_NULL(mlx5dv_create_qp, struct ibv_qp, struct ibv_context*, struct ibv_qp_init_attr_ex*,
+             struct mlx5dv_qp_init_attr*)
+
+// mlx5dv_create_cq(3): "NULL if the request fails and errno will be set".
+SV_MLX5_NULL(mlx5dv_create_cq, struct ibv_cq_ex, struct ibv_context*, struct ibv_cq_init_attr_ex*,
+             struct mlx5dv_cq_init_attr*)
+
+// No man page; a constructor, so NULL + errno like ibv_create_wq(3).
+SV_MLX5_NULL(mlx5dv_create_wq, struct ibv_wq, struct ibv_context*, struct ibv_wq_init_attr*,
+             struct mlx5dv_wq_init_attr*)
+
+// mlx5dv_wr_post(3) documents no failure: rdma-core only casts a QP that mlx5dv_create_qp made.
+// No QP of softverbs0 has mlx5dv_qp_ex ops yet, so NULL + errno rather than a table of NULL
+// function pointers the caller would jump through.
+SV_MLX5_NULL(mlx5dv_qp_ex_from_ibv_qp_ex, struct mlx5dv_qp_ex, struct ibv_qp_ex*)
+
+// --- per-QP controls: "0 on success, or the value of errno on failure" --------------------------
+
+// mlx5dv_dci_stream_id_reset(3).
+SV_MLX5_ERRNO(mlx5dv_dci_stream_id_reset, struct ibv_qp*, uint16_t)
+
+// mlx5dv_map_ah_to_qp(3): "Upon failure, the value of errno is returned".
+SV_MLX5_ERRNO(mlx5dv_map_ah_to_qp, struct ibv_ah*, uint32_t)
+
+// mlx5dv_modify_qp_lag_port(3) / mlx5dv_query_qp_lag_port(3): "EOPNOTSUPP if not in LAG mode".
+SV_MLX5_ERRNO(mlx5dv_modify_qp_lag_port, struct ibv_qp*, uint8_t)
+SV_MLX5_ERRNO(mlx5dv_query_qp_lag_port, struct ibv_qp*, uint8_t*, uint8_t*)
+
+// mlx5dv_modify_qp_udp_sport(3).
+SV_MLX5_ERRNO(mlx5dv_modify_qp_udp_sport, struct ibv_qp*, uint16_t)
+
+// mlx5dv_modify_qp_sched_elem(3): "0 is returned or the value of errno on a failure".
+SV_MLX5_ERRNO(mlx5dv_modify_qp_sched_elem, struct ibv_qp*, const struct mlx5dv_sched_leaf*,
+              const struct mlx5dv_sched_leaf*)
+
+// mlx5dv_reserved_qpn_alloc(3): "EOPNOTSUPP if not supported".
+SV_MLX5_ERRNO(mlx5dv_reserved_qpn_alloc, struct ibv_context*, uint32_t*)
+SV_MLX5_ERRNO(mlx5dv_reserved_qpn_dealloc, struct ibv_context*, uint32_t)
+
+// mlx5dv_qp_cancel_posted_send_wrs(3): "Number of work requests that were canceled, or -errno".
+SV_MLX5_NEG_ERRNO(mlx5dv_qp_cancel_posted_send_wrs, struct mlx5dv_qp_ex*, uint64_t)

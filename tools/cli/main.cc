@@ -1,0 +1,142 @@
+// softverbs: the command-line tool.
+//
+//   softverbs run -- <program> [args]   run a program against the softverbs libraries
+//   softverbs devices                   list the device and its GID table
+//   softverbs status                    what the host registry holds (QPs, keys, SRQs by process)
+//   softverbs version
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <arpa/inet.h>
+
+#include "core/device.h"
+#include "fabric/host/host_registry.h"
+
+namespace softverbs::cli {
+namespace {
+
+bool Exists(const std::string& path) { return access(path.c_str(), R_OK) == 0; }
+
+// Where the drop-in libraries are: $SOFTVERBS_LIBDIR, else next to this binary in the build tree
+// (bin/../lib) or in an install (bin/../<libdir>/softverbs).
+std::string LibDir() {
+  if (const char* env = getenv("SOFTVERBS_LIBDIR"); env && *env) return env;
+  char self[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return "";
+  self[n] = '\0';
+  std::string bindir(self);
+  bindir.resize(bindir.rfind('/'));
+  for (const std::string& candidate : {bindir + "/../lib", bindir + "/../" SOFTVERBS_INSTALL_LIBDIR}) {
+    if (Exists(candidate + "/libibverbs.so.1")) {
+      char real[PATH_MAX];
+      return realpath(candidate.c_str(), real) ? std::string(real) : candidate;
+    }
+  }
+  return "";
+}
+
+int Usage(FILE* out) {
+  fprintf(out,
+          "usage: softverbs <command>\n"
+          "  run -- <program> [args]  run an unmodified RDMA program over softverbs0\n"
+          "  devices                  show softverbs0 and its GID table\n"
+          "  status                   show what this host's registry holds\n"
+          "  version                  print the version\n"
+          "environment: SOFTVERBS_LOG=error|warn|info|debug|trace explains every refused verb;\n"
+          "             SOFTVERBS_HOST=<name> makes a separate host; see README.md.\n");
+  return out == stderr ? 2 : 0;
+}
+
+int Run(int argc, char** argv) {
+  int first = 0;
+  if (argc > 0 && strcmp(argv[0], "--") == 0) first = 1;
+  if (first >= argc) {
+    fprintf(stderr, "softverbs run: name a program: softverbs run -- <program> [args]\n");
+    return 2;
+  }
+  std::string libdir = LibDir();
+  if (libdir.empty()) {
+    fprintf(stderr, "softverbs run: cannot find libibverbs.so.1 next to this binary; set SOFTVERBS_LIBDIR\n");
+    return 2;
+  }
+  std::string path = libdir;
+  if (const char* old = getenv("LD_LIBRARY_PATH"); old && *old) path += std::string(":") + old;
+  setenv("LD_LIBRARY_PATH", path.c_str(), 1);
+  execvp(argv[first], argv + first);
+  fprintf(stderr, "softverbs run: cannot run %s: %s\n", argv[first], strerror(errno));
+  return 127;
+}
+
+std::string GidString(const core::Gid& gid) {
+  char buf[INET6_ADDRSTRLEN];
+  inet_ntop(AF_INET6, gid.data(), buf, sizeof(buf));
+  return buf;
+}
+
+int Devices() {
+  const core::DeviceIdentity& id = core::Identity();
+  const auto& g = id.node_guid;
+  printf("%s  node GUID %02x%02x:%02x%02x:%02x%02x:%02x%02x  vendor 0x%x part %u%s\n", id.name.c_str(),
+         g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], id.vendor_id, id.vendor_part_id,
+         id.mlx5_identity ? "  (mlx5 identity)" : "");
+  printf("  port 1: ACTIVE, Ethernet (RoCE v2), MTU 4096\n");
+  core::GidTable gids = core::GidTable::Read();
+  for (uint32_t i = 0; i < core::DeviceLimits::kGidTableLen; ++i) {
+    const core::GidEntry& e = gids.at(i);
+    if (e.valid) printf("  GID[%2u] %s\n", i, GidString(e.gid).c_str());
+  }
+  printf("  libraries: %s\n", LibDir().empty() ? "(not found)" : LibDir().c_str());
+  return 0;
+}
+
+int Status() {
+  auto reg = fabric::HostRegistry::Get();
+  if (!reg.ok()) {
+    fprintf(stderr, "softverbs status: %s\n", reg.status().rule().c_str());
+    return 1;
+  }
+  printf("host registry /dev/shm%s\n", reg.value()->name().c_str());
+  struct Row {
+    const char* what;
+    fabric::SlotTable* table;
+  } rows[] = {{"QPs", &reg.value()->qps()}, {"memory keys", &reg.value()->keys()}, {"SRQs", &reg.value()->srqs()}};
+  for (const Row& r : rows) {
+    std::map<pid_t, int> live, dead;
+    for (uint32_t i = 0; i < r.table->count(); ++i) {
+      uint64_t owner = r.table->slot(i).owner.load(std::memory_order_acquire);
+      if (owner == 0) continue;
+      fabric::ProcessToken t(owner);
+      (t.IsAlive() ? live : dead)[t.pid()]++;
+    }
+    printf("  %-12s", r.what);
+    if (live.empty() && dead.empty()) printf(" none");
+    for (auto [pid, n] : live) printf(" pid %d: %d", pid, n);
+    for (auto [pid, n] : dead) printf(" pid %d (dead, reclaimable): %d", pid, n);
+    printf("\n");
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace softverbs::cli
+
+int main(int argc, char** argv) {
+  using namespace softverbs::cli;
+  if (argc < 2) return Usage(stderr);
+  std::string cmd = argv[1];
+  if (cmd == "run") return Run(argc - 2, argv + 2);
+  if (cmd == "devices") return Devices();
+  if (cmd == "status") return Status();
+  if (cmd == "version" || cmd == "--version") return printf("softverbs %s\n", SOFTVERBS_VERSION) < 0;
+  if (cmd == "help" || cmd == "--help" || cmd == "-h") return Usage(stdout);
+  fprintf(stderr, "softverbs: unknown command '%s'\n", cmd.c_str());
+  return Usage(stderr);
+}
