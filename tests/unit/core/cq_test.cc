@@ -1,0 +1,102 @@
+#include "core/cq.h"
+
+#include <poll.h>
+
+#include "core/device_limits.h"
+#include "tests/unit/core/test_context.h"
+
+namespace softverbs::core {
+namespace {
+
+class CqTest : public CoreTest {};
+
+bool Readable(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return poll(&p, 1, 0) == 1;
+}
+
+TEST_F(CqTest, SizeAndVectorAreChecked) {
+  EXPECT_EQ(Cq::Create(*context_, 0, nullptr, 0).status().code(), EINVAL);
+  EXPECT_EQ(Cq::Create(*context_, -1, nullptr, 0).status().code(), EINVAL);
+  EXPECT_EQ(Cq::Create(*context_, DeviceLimits::kMaxCqe + 1, nullptr, 0).status().code(), EINVAL);
+  EXPECT_EQ(Cq::Create(*context_, 4, nullptr, 1).status().code(), EINVAL);
+  auto cq = Cq::Create(*context_, DeviceLimits::kMaxCqe, nullptr, 0);
+  ASSERT_TRUE(cq.ok());
+  EXPECT_GE((*cq)->capacity(), DeviceLimits::kMaxCqe);
+}
+
+TEST_F(CqTest, HoldsCompletionsInOrderUpToItsCapacity) {
+  auto cq = std::move(Cq::Create(*context_, 3, nullptr, 0).value());
+  for (uint64_t i = 0; i < 3; ++i) {
+    Completion c;
+    c.wr_id = i;
+    EXPECT_TRUE(cq->Push(c));
+  }
+  EXPECT_FALSE(cq->Push(Completion{}));  // overrun is reported to the producer
+  Completion out[8];
+  ASSERT_EQ(cq->Poll(out, 2), 2);
+  EXPECT_EQ(out[0].wr_id, 0u);
+  EXPECT_EQ(out[1].wr_id, 1u);
+  ASSERT_EQ(cq->Poll(out, 8), 1);
+  EXPECT_EQ(out[0].wr_id, 2u);
+  EXPECT_EQ(cq->Poll(out, 8), 0);
+}
+
+TEST_F(CqTest, ResizeNeverDropsWhatTheCqHolds) {
+  auto cq = std::move(Cq::Create(*context_, 8, nullptr, 0).value());
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(cq->Push(Completion{}));
+  EXPECT_EQ(cq->Resize(4).code(), EINVAL);
+  EXPECT_EQ(cq->capacity(), 8u);
+  EXPECT_TRUE(cq->Resize(5).ok());
+  EXPECT_EQ(cq->capacity(), 5u);
+  EXPECT_EQ(cq->Resize(0).code(), EINVAL);
+}
+
+TEST_F(CqTest, ArmingRaisesOneEventOnTheChannel) {
+  auto channel = std::move(CompChannel::Create(*context_).value());
+  auto cq = std::move(Cq::Create(*context_, 8, channel.get(), 0).value());
+  EXPECT_EQ(channel->users().count(), 1);
+  EXPECT_FALSE(Readable(channel->fd()));
+  ASSERT_TRUE(cq->Push(Completion{}));
+  EXPECT_FALSE(Readable(channel->fd()));  // not armed: no event
+  ASSERT_TRUE(cq->RequestNotify(false).ok());
+  ASSERT_TRUE(cq->Push(Completion{}));
+  EXPECT_TRUE(Readable(channel->fd()));
+  ASSERT_TRUE(cq->Push(Completion{}));  // one event per arming
+  auto got = channel->Wait();
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got.value(), cq.get());
+  EXPECT_FALSE(Readable(channel->fd()));
+}
+
+TEST_F(CqTest, SolicitedOnlyWakesForSolicitedOrErrorCompletions) {
+  auto channel = std::move(CompChannel::Create(*context_).value());
+  auto cq = std::move(Cq::Create(*context_, 8, channel.get(), 0).value());
+  ASSERT_TRUE(cq->RequestNotify(true).ok());
+  ASSERT_TRUE(cq->Push(Completion{}));
+  EXPECT_FALSE(Readable(channel->fd()));
+  Completion solicited;
+  solicited.solicited = true;
+  ASSERT_TRUE(cq->Push(solicited));
+  EXPECT_TRUE(Readable(channel->fd()));
+  ASSERT_TRUE(channel->Wait().ok());
+  ASSERT_TRUE(cq->RequestNotify(true).ok());
+  Completion error;
+  error.status = 5;  // IBV_WC_WR_FLUSH_ERR
+  ASSERT_TRUE(cq->Push(error));
+  EXPECT_TRUE(Readable(channel->fd()));
+}
+
+TEST_F(CqTest, EventsMustBeAcknowledgedBeforeDestroy) {
+  auto channel = std::move(CompChannel::Create(*context_).value());
+  auto cq = std::move(Cq::Create(*context_, 8, channel.get(), 0).value());
+  cq->CountEvent();
+  cq->CountEvent();
+  cq->AckEvents(2);
+  cq->WaitForAcks();  // returns at once: everything is acknowledged
+  cq.reset();
+  EXPECT_EQ(channel->users().count(), 0);
+}
+
+}  // namespace
+}  // namespace softverbs::core

@@ -1,0 +1,103 @@
+#include "core/mr.h"
+
+#include <sys/mman.h>
+
+#include <set>
+#include <vector>
+
+#include "core/device_limits.h"
+#include "tests/unit/core/test_context.h"
+
+namespace softverbs::core {
+namespace {
+
+class MrTest : public CoreTest {
+ protected:
+  MrLayout Layout(uint32_t access) {
+    return {reinterpret_cast<uint64_t>(buf_.data()), buf_.size(), reinterpret_cast<uint64_t>(buf_.data()), access};
+  }
+  static int Errno(const Result<std::unique_ptr<Mr>>& r) { return r.ok() ? 0 : r.status().code(); }
+  std::vector<uint8_t> buf_ = std::vector<uint8_t>(10000);
+};
+
+TEST_F(MrTest, AccessFlagsFollowIbvRegMr) {
+  using namespace access;
+  EXPECT_EQ(Errno(Mr::Register(*pd_, Layout(0))), 0);
+  EXPECT_EQ(Errno(Mr::Register(*pd_, Layout(kLocalWrite | kRemoteWrite | kRemoteRead | kRemoteAtomic))), 0);
+  // ibv_reg_mr(3): remote write or atomic need local write.
+  EXPECT_EQ(Errno(Mr::Register(*pd_, Layout(kRemoteWrite))), EINVAL);
+  EXPECT_EQ(Errno(Mr::Register(*pd_, Layout(kRemoteAtomic | kRemoteRead))), EINVAL);
+  EXPECT_EQ(Errno(Mr::Register(*pd_, Layout(kRemoteRead))), 0);
+  EXPECT_EQ(Errno(Mr::Register(*pd_, Layout(kMwBind))), EOPNOTSUPP);
+  EXPECT_EQ(Errno(Mr::Register(*pd_, Layout(kOnDemand))), EOPNOTSUPP);
+  // Optional-range bits are hints a device may ignore; bits beyond it are invalid.
+  EXPECT_EQ(Errno(Mr::Register(*pd_, Layout(kRelaxedOrdering | (1u << 25)))), 0);
+  EXPECT_EQ(Errno(Mr::Register(*pd_, Layout(1u << 12))), EINVAL);
+  EXPECT_EQ(Errno(Mr::Register(*pd_, Layout(1u << 31))), EINVAL);
+}
+
+TEST_F(MrTest, LayoutMustBeMappedAndNonEmpty) {
+  MrLayout zero = Layout(0);
+  zero.length = 0;
+  EXPECT_EQ(Errno(Mr::Register(*pd_, zero)), EINVAL);
+  MrLayout huge = Layout(0);
+  huge.length = DeviceLimits::kMaxMrSize + 1;
+  EXPECT_EQ(Errno(Mr::Register(*pd_, huge)), EINVAL);
+  // A range with a hole: map 3 pages, unmap the middle one.
+  long page = sysconf(_SC_PAGESIZE);
+  auto* p = static_cast<uint8_t*>(mmap(nullptr, 3 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(p, MAP_FAILED);
+  ASSERT_EQ(munmap(p + page, page), 0);
+  MrLayout hole{reinterpret_cast<uint64_t>(p + 10), static_cast<uint64_t>(3 * page - 20), 0, 0};
+  EXPECT_EQ(Errno(Mr::Register(*pd_, hole)), EFAULT);
+  MrLayout first{reinterpret_cast<uint64_t>(p + 10), static_cast<uint64_t>(page - 10), 0, 0};
+  EXPECT_EQ(Errno(Mr::Register(*pd_, first)), 0);
+  munmap(p, page);
+  munmap(p + 2 * page, page);
+}
+
+TEST_F(MrTest, KeysAreUniqueAndLkeyEqualsRkey) {
+  std::set<uint32_t> keys;
+  std::vector<std::unique_ptr<Mr>> mrs;
+  for (int i = 0; i < 500; ++i) {
+    auto mr = Mr::Register(*pd_, Layout(access::kLocalWrite));
+    ASSERT_TRUE(mr.ok());
+    EXPECT_EQ((*mr)->lkey(), (*mr)->rkey());
+    EXPECT_NE((*mr)->lkey(), 0u);
+    EXPECT_TRUE(keys.insert((*mr)->lkey()).second);
+    mrs.push_back(std::move(mr.value()));
+  }
+  EXPECT_EQ(pd_->users().count(), 500);
+  mrs.clear();
+  EXPECT_EQ(pd_->users().count(), 0);
+}
+
+TEST_F(MrTest, ReregisterKeepsKeysAndChecksEverything) {
+  auto mr = std::move(Mr::Register(*pd_, Layout(access::kLocalWrite)).value());
+  uint32_t key = mr->lkey();
+  std::vector<uint8_t> other(64);
+  MrLayout moved{reinterpret_cast<uint64_t>(other.data()), other.size(), 0,
+                 access::kLocalWrite | access::kRemoteWrite};
+  ASSERT_TRUE(mr->Reregister(rereg::kChangeTranslation | rereg::kChangeAccess, nullptr, moved).ok());
+  EXPECT_EQ(mr->lkey(), key);
+  EXPECT_EQ(mr->layout().addr, moved.addr);
+  EXPECT_EQ(mr->layout().access, moved.access);
+  Pd other_pd(*context_, context_->NewHandle());
+  ASSERT_TRUE(mr->Reregister(rereg::kChangePd, &other_pd, moved).ok());
+  EXPECT_EQ(&mr->pd(), &other_pd);
+  EXPECT_EQ(pd_->users().count(), 0);
+  EXPECT_EQ(other_pd.users().count(), 1);
+  // Invalid requests change nothing.
+  MrLayout bad = moved;
+  bad.access = access::kRemoteWrite;  // without LOCAL_WRITE
+  EXPECT_EQ(mr->Reregister(rereg::kChangeAccess, nullptr, bad).code(), EINVAL);
+  EXPECT_EQ(mr->layout().access, moved.access);
+  EXPECT_EQ(mr->Reregister(0, nullptr, moved).code(), EINVAL);
+  EXPECT_EQ(mr->Reregister(1u << 5, nullptr, moved).code(), EINVAL);
+  EXPECT_EQ(mr->Reregister(rereg::kChangePd, nullptr, moved).code(), EINVAL);
+  mr.reset();
+  EXPECT_EQ(other_pd.users().count(), 0);
+}
+
+}  // namespace
+}  // namespace softverbs::core
