@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs what softverbs builds and tests with, from Debian's packages (Debian 12).
+# rdma-core's headers are the ABI definition; the clients are the real programs the tests drive.
+set -euo pipefail
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends \
+  build-essential cmake pkg-config binutils \
+  libgtest-dev libgmock-dev libbenchmark-dev \
+  libibverbs-dev librdmacm-dev rdma-core \
+  ibverbs-utils perftest qperf rdmacm-utils python3 python3-pyverbs \
+  iproute2 procps

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The full test run (README; .ci/run calls it): a release build and an ASan+UBSan build, each
+# running the unit tests, the ABI checks, the pyverbs tests and the real clients through ctest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+
+build() {  # build <dir> [cmake args...]
+  local dir=$1; shift
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+  cmake --build "$dir" -j "$jobs"
+}
+
+echo "== release build =="
+build build
+(cd build && ctest --output-on-failure -j "$jobs" --timeout 300)
+
+echo "== ASan + UBSan build =="
+build build-asan -DSOFTVERBS_SANITIZE=ON
+# Python is not instrumented: the sanitizer runtimes are preloaded for processes that load our
+# libraries (pyverbs, the clients). Leak checking stays on for our own test binary only.
+asan_rt=$(gcc -print-file-name=libasan.so)
+ubsan_rt=$(gcc -print-file-name=libubsan.so)
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+(cd build-asan && ctest --output-on-failure -j "$jobs" --timeout 300 -L unit)
+(cd build-asan && LD_PRELOAD="$asan_rt:$ubsan_rt" ASAN_OPTIONS=detect_leaks=0 \
+   ctest --output-on-failure -j "$jobs" --timeout 300 -L 'pyverbs|clients')
+echo "== all test runs passed =="
