@@ -16,24 +16,27 @@ namespace softverbs::abi {
 
 std::string Name(const ibv_qp* qp) { return ObjectName("qp", qp->qp_num); }
 
-// One path for both create calls: ibv_qp_init_attr_ex in, the QP (or NULL + errno) out.
-ibv_qp* CreateQpEx(ibv_context* context, ibv_qp_init_attr_ex* attr) {
-  const char* verb = "ibv_create_qp_ex";
+namespace {
+
+// One path for both create calls: ibv_qp_init_attr_ex in, the QP (or NULL + errno) out. Refusals
+// name the verb the application called and the PD (or the context when there is none).
+ibv_qp* CreateQp(const char* verb, ibv_context* context, ibv_qp_init_attr_ex* attr) {
+  ibv_pd* pd = (attr->comp_mask & IBV_QP_INIT_ATTR_PD) ? attr->pd : nullptr;
+  const std::string object = pd ? Name(pd) : std::string(context->device->name);
   constexpr uint32_t kKnownMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_CREATE_FLAGS |
                                   IBV_QP_INIT_ATTR_MAX_TSO_HEADER | IBV_QP_INIT_ATTR_IND_TABLE |
                                   IBV_QP_INIT_ATTR_RX_HASH | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
   if (attr->comp_mask & ~kKnownMask)
-    return ReturnNull<ibv_qp>(verb, "", Invalid("comp_mask has unknown bits " + std::to_string(attr->comp_mask & ~kKnownMask)));
+    return ReturnNull<ibv_qp>(verb, object, Invalid("comp_mask has unknown bits " + std::to_string(attr->comp_mask & ~kKnownMask)));
 
   core::QpInitAttributes init;
   init.type = static_cast<core::QpType>(attr->qp_type);
-  ibv_pd* pd = (attr->comp_mask & IBV_QP_INIT_ATTR_PD) ? attr->pd : nullptr;
   // Every object the QP uses must belong to the context it is created on.
   for (ibv_context* owner : {pd ? pd->context : context, attr->send_cq ? attr->send_cq->context : context,
                              attr->recv_cq ? attr->recv_cq->context : context,
                              attr->srq ? attr->srq->context : context}) {
     if (owner != context)
-      return ReturnNull<ibv_qp>(verb, "", Invalid("pd, send_cq, recv_cq and srq must belong to this context"));
+      return ReturnNull<ibv_qp>(verb, object, Invalid("pd, send_cq, recv_cq and srq must belong to this context"));
   }
   init.pd = pd ? ToSv(pd)->core.get() : nullptr;
   init.send_cq = attr->send_cq ? ToSv(attr->send_cq)->core.get() : nullptr;
@@ -52,9 +55,9 @@ ibv_qp* CreateQpEx(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   init.source_qpn = attr->source_qpn;
 
   auto core = core::Qp::Create(*ToSv(context)->core, init);
-  if (!core.ok()) return ReturnNull<ibv_qp>(verb, "", core.status());
+  if (!core.ok()) return ReturnNull<ibv_qp>(verb, object, core.status());
   auto* qp = new (std::nothrow) SvQp{};
-  if (qp == nullptr) return ReturnNull<ibv_qp>(verb, "", NoMemory("out of memory"));
+  if (qp == nullptr) return ReturnNull<ibv_qp>(verb, object, NoMemory("out of memory"));
   qp->core = std::move(core.value());
   qp->core->set_user_handle(&qp->qpx.qp_base);
   ibv_qp& q = qp->qpx.qp_base;
@@ -80,6 +83,12 @@ ibv_qp* CreateQpEx(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   return &q;
 }
 
+}  // namespace
+
+ibv_qp* CreateQpEx(ibv_context* context, ibv_qp_init_attr_ex* attr) {
+  return CreateQp("ibv_create_qp_ex", context, attr);
+}
+
 }  // namespace softverbs::abi
 
 SV_EXPORT ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
@@ -93,7 +102,7 @@ SV_EXPORT ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
   ex.sq_sig_all = attr->sq_sig_all;
   ex.comp_mask = IBV_QP_INIT_ATTR_PD;
   ex.pd = pd;
-  ibv_qp* qp = CreateQpEx(pd->context, &ex);
+  ibv_qp* qp = CreateQp("ibv_create_qp", pd->context, &ex);
   if (qp != nullptr) attr->cap = ex.cap;
   return qp;
 }

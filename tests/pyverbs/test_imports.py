@@ -1,5 +1,6 @@
 """pyverbs loads on softverbs' libraries: every module imports, and they are really ours."""
 import importlib
+import importlib.machinery
 import os
 import pkgutil
 import unittest
@@ -21,10 +22,30 @@ def mapped_files():
     return files
 
 
+def pyverbs_modules():
+    """Every module of the pyverbs package: pkgutil.walk_packages, plus the modules of the
+    directories without __init__.py (pyverbs/providers/* are namespace packages, which
+    walk_packages does not descend into)."""
+    names = {m.name for m in pkgutil.walk_packages(pyverbs.__path__, 'pyverbs.')}
+    suffixes = sorted(importlib.machinery.all_suffixes(), key=len, reverse=True)
+    for top in pyverbs.__path__:
+        for root, dirs, files in os.walk(top):
+            dirs[:] = [d for d in dirs if d != '__pycache__']
+            package = os.path.relpath(root, os.path.dirname(top)).replace(os.sep, '.')
+            for f in files:
+                for suffix in suffixes:
+                    if f.endswith(suffix):
+                        stem = f[:-len(suffix)]
+                        if stem != '__init__':
+                            names.add(f'{package}.{stem}')
+                        break
+    return sorted(names)
+
+
 class ImportTest(unittest.TestCase):
 
     def test_every_pyverbs_module_imports(self):
-        names = [m.name for m in pkgutil.walk_packages(pyverbs.__path__, 'pyverbs.')]
+        names = pyverbs_modules()
         # The provider modules are the ones linking libmlx5/libefa: they must be among them.
         for must in ('pyverbs.providers.mlx5.mlx5dv', 'pyverbs.providers.efa.efadv',
                      'pyverbs.device', 'pyverbs.qp', 'pyverbs.cmid'):
