@@ -1,0 +1,58 @@
+// A process of this host reached the way a NIC reaches host memory: by its pid, without its CPU.
+// Memory moves with process_vm_readv/writev (one copy, no help from the peer), descriptors are
+// borrowed with pidfd_getfd (to wake a peer's completion channel), and liveness comes from a
+// pidfd, which a recycled pid can never fool. The calling process is a peer too, reached by
+// memcpy. DESIGN.md section 5, principle 1: the initiator is the NIC.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "base/status.h"
+#include "base/unique_fd.h"
+#include "fabric/host/process_token.h"
+
+namespace softverbs::fabric {
+
+class PeerProcess {
+ public:
+  // A handle on the process `token` names; ESRCH if that incarnation is gone.
+  static Result<std::shared_ptr<PeerProcess>> Open(ProcessToken token);
+
+  ProcessToken token() const { return token_; }
+  bool is_self() const { return self_; }
+  // False once the process has exited (even if its pid was reused since).
+  bool IsAlive() const;
+
+  // Copies the bytes of `local` to [remote, remote + total) in the peer / from it into `local`.
+  // EFAULT if any remote byte is not mapped in the peer; ESRCH if the peer is gone; EPERM if
+  // the kernel forbids access (see AllowPeerAccess).
+  Status Write(uint64_t remote, const iovec* local, size_t count);
+  Status Read(uint64_t remote, const iovec* local, size_t count);
+
+  // A descriptor of this process that refers to the peer's `remote_fd`, kept for the life of this
+  // handle (the peer's eventfds are borrowed once and then signalled directly).
+  Result<int> BorrowFd(int remote_fd);
+
+ private:
+  PeerProcess(ProcessToken token, bool self, UniqueFd pidfd)
+      : token_(token), self_(self), pidfd_(std::move(pidfd)) {}
+  Status Transfer(bool write, uint64_t remote, const iovec* local, size_t count);
+
+  ProcessToken token_;
+  bool self_;
+  UniqueFd pidfd_;
+  std::mutex fds_mu_;
+  std::unordered_map<int, UniqueFd> borrowed_;
+};
+
+// Lets other processes of this user access this one's memory with process_vm_writev and
+// pidfd_getfd even under Yama's ptrace_scope=1 (the default of several distributions), as an RDMA
+// device must be able to. Called once when a context opens; a no-op where Yama is absent.
+void AllowPeerAccess();
+
+}  // namespace softverbs::fabric
