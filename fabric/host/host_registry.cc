@@ -13,21 +13,25 @@
 namespace softverbs::fabric {
 namespace {
 
-constexpr uint64_t kMagic = 0x31474552'56534f53ull;  // "SOSVREG1": layout version 1
+constexpr uint64_t kMagic = 0x47455256'534f5353ull;  // "SSOSVREG"
+constexpr int kLayoutVersion = 2;
 
 struct RegionHeader {
   std::atomic<uint64_t> magic;
   std::atomic<uint64_t> qp_cursor;
   std::atomic<uint64_t> key_cursor;
   std::atomic<uint64_t> srq_cursor;
-  uint8_t reserved[4096 - 4 * sizeof(uint64_t)];
+  std::atomic<uint64_t> process_cursor;
+  uint8_t reserved[4096 - 5 * sizeof(uint64_t)];
 };
 static_assert(sizeof(RegionHeader) == 4096);
 
 constexpr size_t kQpOffset = sizeof(RegionHeader);
 constexpr size_t kKeyOffset = kQpOffset + HostRegistry::kQpSlots * sizeof(HostSlot);
 constexpr size_t kSrqOffset = kKeyOffset + HostRegistry::kKeySlots * sizeof(HostSlot);
-constexpr size_t kRegionSize = kSrqOffset + HostRegistry::kSrqSlots * sizeof(HostSlot);
+constexpr size_t kProcessOffset = kSrqOffset + HostRegistry::kSrqSlots * sizeof(HostSlot);
+constexpr size_t kStripeOffset = kProcessOffset + HostRegistry::kProcessSlots * sizeof(HostSlot);
+constexpr size_t kRegionSize = kStripeOffset + HostRegistry::kAtomicStripes * sizeof(uint64_t);
 
 Status Errno(const char* what, const std::string& name) {
   int e = errno;
@@ -72,7 +76,9 @@ uint32_t SlotTable::ReclaimDead() {
 std::string HostRegistry::HostName() {
   struct stat ns {};
   unsigned long long netns = stat("/proc/self/ns/net", &ns) == 0 ? ns.st_ino : 0;
-  std::string name = "/softverbs-" + std::to_string(getuid()) + "-" + std::to_string(netns);
+  // The layout version is part of the name: two softverbs versions never share a region.
+  std::string name = "/softverbs-" + std::to_string(getuid()) + "-" + std::to_string(netns) + "-v" +
+                     std::to_string(kLayoutVersion);
   if (const char* host = getenv("SOFTVERBS_HOST"); host != nullptr && *host != '\0') {
     name += "-";
     for (const char* p = host; *p; ++p) name += (*p == '/') ? '_' : *p;
@@ -100,12 +106,15 @@ Status HostRegistry::Open(const std::string& shm_name) {
   auto* header = static_cast<RegionHeader*>(p);
   uint64_t magic = 0;
   if (!header->magic.compare_exchange_strong(magic, kMagic) && magic != kMagic)
-    return Invalid("host registry " + shm_name + " has an incompatible layout (another softverbs version?)");
+    return Invalid("host registry " + shm_name + " is not a softverbs registry (corrupt?)");
 
   auto* base = static_cast<uint8_t*>(p);
   qps_ = SlotTable(&header->qp_cursor, reinterpret_cast<HostSlot*>(base + kQpOffset), HostRegistry::kQpSlots);
   keys_ = SlotTable(&header->key_cursor, reinterpret_cast<HostSlot*>(base + kKeyOffset), HostRegistry::kKeySlots);
   srqs_ = SlotTable(&header->srq_cursor, reinterpret_cast<HostSlot*>(base + kSrqOffset), HostRegistry::kSrqSlots);
+  processes_ = SlotTable(&header->process_cursor, reinterpret_cast<HostSlot*>(base + kProcessOffset),
+                         HostRegistry::kProcessSlots);
+  stripes_ = reinterpret_cast<std::atomic<uint64_t>*>(base + kStripeOffset);
   return Status::Ok();
 }
 

@@ -3,7 +3,7 @@
 // unique host-wide -- QP numbers, SRQ numbers, memory keys -- and survives a process dying at
 // any instruction: an entry belongs to a ProcessToken, and entries of dead processes are reclaimed.
 //
-// The region is /dev/shm/softverbs-<uid>-<netns inode>[-<SOFTVERBS_HOST>], mode 0600. All-zero is
+// The region is /dev/shm/softverbs-<uid>-<netns inode>-v<layout>[-<SOFTVERBS_HOST>], mode 0600. All-zero is
 // its valid empty state, so creating it needs no initialisation step that a crash could cut short.
 #pragma once
 
@@ -58,6 +58,8 @@ class HostRegistry {
   static constexpr uint32_t kQpSlots = 65536;
   static constexpr uint32_t kKeySlots = 131072;
   static constexpr uint32_t kSrqSlots = 65536;
+  static constexpr uint32_t kProcessSlots = 4096;  // processes using softverbs at once
+  static constexpr uint32_t kAtomicStripes = 4096;
 
   // The registry of this process's host, opened on first use. Fails (with the reason) if the
   // region cannot be created or belongs to another user.
@@ -69,9 +71,13 @@ class HostRegistry {
   SlotTable& qps() { return qps_; }
   SlotTable& keys() { return keys_; }
   SlotTable& srqs() { return srqs_; }
+  SlotTable& processes() { return processes_; }
+  // The lock word serialising atomic operations on target addresses that hash to `stripe`
+  // (TokenLock: zero is unlocked, so the zeroed region needs no initialisation).
+  std::atomic<uint64_t>& atomic_stripe(uint32_t stripe) { return stripes_[stripe % kAtomicStripes]; }
   const std::string& name() const { return name_; }
 
-  // The shm name of this host: "/softverbs-<uid>-<netns inode>" plus "-<SOFTVERBS_HOST>" if set.
+  // The shm name of this host: "/softverbs-<uid>-<netns inode>-v<layout>" plus "-<SOFTVERBS_HOST>".
   static std::string HostName();
 
  private:
@@ -81,7 +87,8 @@ class HostRegistry {
   std::string name_;
   UniqueFd fd_;
   Mapping map_;
-  SlotTable qps_, keys_, srqs_;
+  SlotTable qps_, keys_, srqs_, processes_;
+  std::atomic<uint64_t>* stripes_ = nullptr;
 };
 
 }  // namespace softverbs::fabric

@@ -6,10 +6,13 @@ that only a raw call can reach (ibv_dealloc_pd of a PD in use -> EBUSY, ...) are
 with the exported C entry points and the public structure layouts of <infiniband/verbs.h>.
 """
 import ctypes
+import importlib
 import os
 
-import base  # noqa: F401  (environment first)
-import pyverbs.device  # noqa: F401  (makes sure the process has loaded libibverbs.so.1)
+import base  # environment first
+
+# Makes sure the process has loaded libibverbs.so.1 (from LD_LIBRARY_PATH) before we look it up.
+importlib.import_module('pyverbs.device')
 
 
 def loaded_library_path(soname):
@@ -82,6 +85,8 @@ def _load():
                                  ctypes.POINTER(vp)]),
         'ibv_create_qp': (ctypes.POINTER(IbvQp), [vp, ctypes.POINTER(IbvQpInitAttr)]),
         'ibv_destroy_qp': (i, [ctypes.POINTER(IbvQp)]),
+        'ibv_attach_mcast': (i, [ctypes.POINTER(IbvQp), ctypes.c_char_p, ctypes.c_uint16]),
+        'ibv_detach_mcast': (i, [ctypes.POINTER(IbvQp), ctypes.c_char_p, ctypes.c_uint16]),
         'ibv_get_async_event': (i, [ctypes.POINTER(IbvContext), ctypes.POINTER(IbvAsyncEvent)]),
     }
     for name, (res, args) in sigs.items():

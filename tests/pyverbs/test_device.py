@@ -62,6 +62,19 @@ class DeviceTest(unittest.TestCase):
                 self.assertEqual(getattr(o, name), getattr(a, name))
         self.assertEqual(x.phys_port_cnt_ex, 1)
 
+    def test_capabilities_match_the_refusals(self):
+        # What the verbs refuse, the device must not advertise (and the reverse for SRQ resize).
+        a = self.ctx.query_device()
+        x = self.ctx.query_device_ex()
+        self.assertFalse(a.device_cap_flags & e.IBV_DEVICE_MEM_WINDOW)  # MW_BIND refused
+        self.assertEqual(a.max_mw, 0)
+        self.assertFalse(a.device_cap_flags & e.IBV_DEVICE_XRC)  # ibv_open_xrcd refused
+        self.assertTrue(a.device_cap_flags & e.IBV_DEVICE_SRQ_RESIZE)  # IBV_SRQ_MAX_WR works
+        self.assertEqual(x.odp_caps.general_caps, 0)  # IBV_ACCESS_ON_DEMAND refused
+        self.assertEqual(x.completion_timestamp_mask, 0)  # WC timestamps refused
+        self.assertEqual(x.packet_pacing_caps.qp_rate_limit_max, 0)  # rate_limit refused
+        self.assertEqual(x.tso_caps.max_tso, 0)  # IBV_QP_EX_WITH_TSO refused
+
     def test_query_port_1(self):
         p = self.ctx.query_port(base.PORT)
         self.assertEqual(p.state, e.IBV_PORT_ACTIVE)
@@ -117,6 +130,25 @@ class DeviceTest(unittest.TestCase):
                    if base.gid_address(self.ctx.query_gid(base.PORT, i)) != ZERO_GID]
         self.assertEqual(indices, nonzero)
 
+    def test_gid_table_holds_the_addresses_of_the_namespace(self):
+        # DESIGN.md section 3: after the link-local GID at index 0, one RoCEv2 GID per IP address
+        # of the network namespace (IPv4 mapped, IPv6 as is).
+        addrs = set()
+        with open('/proc/net/if_inet6') as f:
+            for line in f:
+                addrs.add(ipaddress.IPv6Address(bytes.fromhex(line.split()[0])))
+        with open('/proc/net/fib_trie') as f:
+            lines = f.read().splitlines()
+        for prev, line in zip(lines, lines[1:]):
+            if line.strip() == '/32 host LOCAL':
+                v4 = prev.split('-- ')[1].strip()
+                addrs.add(ipaddress.IPv6Address('::ffff:' + v4))
+        table = [base.gid_address(g.gid_str()) for g in self.ctx.query_gid_table(64)]
+        self.assertEqual(len(table[1:]), len(set(table[1:])), 'a GID appears twice')
+        self.assertLessEqual(set(table[1:]), addrs)
+        if len(addrs) <= 63:
+            self.assertEqual(set(table[1:]), addrs)
+
     def test_gid_table_too_small_fails(self):
         n = len(self.ctx.query_gid_table(64))
         with self.assertRaises(PyverbsRDMAError) as cm:
@@ -149,7 +181,8 @@ class DeviceTest(unittest.TestCase):
         ctx2 = base.open_context()
         try:
             self.assertEqual(ctx2.query_device().node_guid, self.ctx.query_device().node_guid)
-            pd1, pd2 = PD(self.ctx), PD(ctx2)
+            PD(self.ctx)
+            PD(ctx2)
             CQ(ctx2, 8, None, None, 0)
             self.ctx.close()  # the other context is independent
             self.assertEqual(ctx2.query_port(base.PORT).state, e.IBV_PORT_ACTIVE)

@@ -4,9 +4,12 @@ import errno
 import unittest
 
 import base
+import raw
 import pyverbs.enums as e
 from base import CREATE_CALLS, CREATE_QP, CREATE_QP_EX, EX_MASK
-from pyverbs.qp import QP, QPCap, QPEx, QPInitAttrEx
+from pyverbs.cq import CQ
+from pyverbs.pd import PD
+from pyverbs.qp import QP, QPAttr, QPCap, QPEx, QPInitAttr, QPInitAttrEx
 from pyverbs.srq import SRQ, SrqAttr, SrqInitAttr
 
 tearDownModule = base.tear_down_module
@@ -73,6 +76,18 @@ class QpCreateTest(base.SoftverbsTestCase):
             self.assertGreaterEqual(n, 0x100)
             self.assertLess(n, 1 << 24)
 
+    def test_qp_numbers_unique_across_two_contexts(self):
+        ctx2 = base.open_context()
+        try:
+            pd2, cq2 = PD(ctx2), CQ(ctx2, 16, None, None, 0)
+            qps = [self.create(CREATE_QP, e.IBV_QPT_RC)[0] for _ in range(20)]
+            qps += [base.create_qp(CREATE_QP_EX, ctx2, pd2, cq2, e.IBV_QPT_UD)[0]
+                    for _ in range(20)]
+            nums = [qp.qp_num for qp in qps]
+            self.assertEqual(len(set(nums)), len(nums))
+        finally:
+            ctx2.close()
+
     def test_sq_sig_all_round_trips(self):
         for call in CREATE_CALLS:
             for sig in (0, 1):
@@ -137,10 +152,60 @@ class QpCreateTest(base.SoftverbsTestCase):
                 self.assertRDMAError(errno.EINVAL, self.create, CREATE_QP_EX, e.IBV_QPT_RC,
                                      comp_mask=e.IBV_QP_INIT_ATTR_PD | bit)
 
+    def test_missing_cq_or_bad_type_is_einval(self):
+        for call in CREATE_CALLS:
+            with self.subTest(call=call, case='qp_type 100'):
+                self.assertRDMAError(errno.EINVAL, self.create, call, 100)
+        for scq, rcq, why in ((None, self.cq, 'no send_cq'), (self.cq, None, 'no recv_cq')):
+            with self.subTest(why):
+                attr = QPInitAttr(qp_type=e.IBV_QPT_RC, scq=scq, rcq=rcq, cap=base.default_cap())
+                self.assertRDMAError(errno.EINVAL, QP, self.pd, attr)
+
+    def test_driver_type_is_eopnotsupp(self):
+        # IBV_QPT_DRIVER QPs are created through their provider (mlx5dv_create_qp).
+        for call in CREATE_CALLS:
+            with self.subTest(call=call):
+                self.assertRDMAError(errno.EOPNOTSUPP, self.create, call, e.IBV_QPT_DRIVER)
+
+    def test_pyverbs_state_hint(self):
+        # QP(creator, init_attr, QPAttr) moves the QP "as far as possible towards RTS" with
+        # pyverbs' own masks: connected QPs stop in INIT, UD reaches RTS.
+        expected = {e.IBV_QPT_RC: e.IBV_QPS_INIT, e.IBV_QPT_UC: e.IBV_QPS_INIT,
+                    e.IBV_QPT_UD: e.IBV_QPS_RTS}
+        for call in CREATE_CALLS:
+            for qpt, state in expected.items():
+                with self.subTest(call=call, qp_type=base.QPT_NAMES[qpt]):
+                    if call == CREATE_QP:
+                        qp = QP(self.pd, base.init_attr(qpt, self.cq), QPAttr(port_num=base.PORT))
+                    else:
+                        qp = QP(self.ctx, base.init_attr_ex(qpt, self.cq, self.pd),
+                                QPAttr(port_num=base.PORT))
+                    self.assertEqual(qp.qp_state, state)
+                    self.assertEqual(qp.query(e.IBV_QP_STATE)[0].qp_state, state)
+
     def test_missing_pd_is_einval(self):
         attr = QPInitAttrEx(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq,
                             cap=base.default_cap(), comp_mask=e.IBV_QP_INIT_ATTR_CREATE_FLAGS)
         self.assertRDMAError(errno.EINVAL, QP, self.ctx, attr)
+
+
+class DestroyQpTest(unittest.TestCase):
+
+    def test_destroy_qp_attached_to_multicast_is_ebusy(self):
+        # Seeds 003/000: "ibv_destroy_qp() fails if the QP is attached to a multicast group".
+        mgid = bytes.fromhex('ff0e0000000000000000000000001234')
+        with raw.RawContext() as rc:
+            pd = rc.alloc_pd()
+            cq = rc.create_cq()
+            qp = rc.create_qp(pd, cq, e.IBV_QPT_UD)
+            self.assertGreaterEqual(qp.contents.qp_num, 0x100)
+            ret = raw.lib.ibv_attach_mcast(qp, mgid, 0)
+            if ret == errno.EOPNOTSUPP:
+                self.skipTest('ibv_attach_mcast is not offered yet (EOPNOTSUPP)')
+            self.assertEqual(ret, 0)
+            self.assertEqual(rc.destroy(raw.lib.ibv_destroy_qp, qp), errno.EBUSY)
+            self.assertEqual(raw.lib.ibv_detach_mcast(qp, mgid, 0), 0)
+            self.assertEqual(rc.destroy(raw.lib.ibv_destroy_qp, qp), 0)
 
 
 class SendOpsTest(base.SoftverbsTestCase):

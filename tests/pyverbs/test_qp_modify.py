@@ -6,6 +6,7 @@ import unittest
 import base
 import pyverbs.enums as e
 from base import CREATE_CALLS
+from pyverbs.addr import AHAttr, GlobalRoute
 from pyverbs.qp import QPAttr
 
 tearDownModule = base.tear_down_module
@@ -255,6 +256,86 @@ class WalkTest(ModifyTestCase):
         self.assertEqual(ud.query(e.IBV_QP_QKEY)[0].qkey, 0x2222)
 
 
+class NoStateBitTest(ModifyTestCase):
+    """ibv_modify_qp(3): attr_mask "is either 0 or the bitwise OR" of the flags; without
+    IBV_QP_STATE the QP keeps its state and only the attributes change."""
+
+    def test_optional_attribute_without_state_bit(self):
+        qp = self.qp_in(RC, RTS)
+        a = QPAttr()
+        a.min_rnr_timer = 5
+        qp.modify(a, e.IBV_QP_MIN_RNR_TIMER)
+        self.assertEqual(qp.query(base.QUERY_ALL)[0].min_rnr_timer, 5)
+        self.assertEqual(qp.qp_state, RTS)
+
+    def test_mask_0_changes_nothing(self):
+        for state in (RESET, INIT, RTS):
+            with self.subTest(state=base.STATE_NAMES[state]):
+                qp = self.qp_in(RC, state)
+                before = base.qp_snapshot(qp)
+                a = self.attrs(RC, RTS)
+                a.qp_state = ERR
+                qp.modify(a, 0)
+                self.assertEqual(base.qp_snapshot(qp), before)
+
+
+class PyverbsHelpersTest(ModifyTestCase):
+    """pyverbs' own QP.to_rts (its masks are rdma-core's test masks) reaches RTS."""
+
+    def test_to_rts(self):
+        for qpt in (RC, UC):
+            with self.subTest(qp_type=base.QPT_NAMES[qpt]):
+                qp = self.new_qp(qpt)
+                a = QPAttr(port_num=base.PORT)
+                a.path_mtu, a.max_dest_rd_atomic, a.min_rnr_timer = e.IBV_MTU_1024, 1, 12
+                a.max_rd_atomic, a.timeout, a.retry_cnt, a.rnr_retry = 1, 14, 7, 7
+                a.ah_attr = base.global_ah_attr(self.ctx)
+                a.dest_qp_num = self.peer.qp_num
+                qp.to_rts(a)
+                self.assertEqual(qp.qp_state, RTS)
+                self.assertEqual(qp.query(e.IBV_QP_DEST_QPN)[0].dest_qp_num, self.peer.qp_num)
+
+
+# The SQD.drained affiliated event: a child moves an idle UD QP to SQD with
+# en_sqd_async_notify=1 and waits (at most 2 s, SIGALRM ends it) in ibv_get_async_event.
+SQD_NOTIFY = '''
+import signal
+import pyverbs.enums as e
+from pyverbs.cq import CQ
+from pyverbs.device import Context
+from pyverbs.pd import PD
+from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+ctx = Context(name='softverbs0')
+pd = PD(ctx)
+cq = CQ(ctx, 16, None, None, 0)
+qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_UD, scq=cq, rcq=cq, cap=QPCap(max_send_wr=4, max_recv_wr=4)),
+        QPAttr(port_num=1))
+assert qp.qp_state == e.IBV_QPS_RTS
+a = QPAttr(qp_state=e.IBV_QPS_SQD)
+a.en_sqd_async_notify = 1
+qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_EN_SQD_ASYNC_NOTIFY)
+print('in SQD', flush=True)
+signal.alarm(2)  # default action: the process ends if no event comes
+ev = ctx.get_async_event()
+print('event', ev.event_type, flush=True)
+ev.ack()
+'''
+
+
+class SqdNotifyTest(unittest.TestCase):
+
+    # BUG: ibv_modify_qp(3) en_sqd_async_notify "Enable SQD.drained async notification" and
+    # ibv_get_async_event(3) IBV_EVENT_SQ_DRAINED ("QP is in SQD state and there are no
+    # outstanding send WRs"): softverbs accepts the attribute but never posts the event (nothing
+    # calls core::Context::PostAsyncEvent), so ibv_get_async_event blocks forever.
+    @unittest.expectedFailure
+    def test_sq_drained_event_is_delivered(self):
+        r = base.run_python(SQD_NOTIFY, timeout=20)
+        self.assertIn('in SQD', r.stdout, r.stderr)
+        self.assertEqual(r.returncode, 0, 'no async event within 2 s')
+        self.assertIn(f'event {e.IBV_EVENT_SQ_DRAINED}', r.stdout)
+
+
 class RefusalTest(ModifyTestCase):
 
     def test_missing_required_attribute_is_einval_and_changes_nothing(self):
@@ -339,7 +420,6 @@ class RefusalTest(ModifyTestCase):
 
     def test_address_vector_refusals(self):
         gid1 = self.ctx.query_gid(base.PORT, 1)
-        from pyverbs.addr import AHAttr, GlobalRoute
         cases = {
             'no GRH': AHAttr(port_num=base.PORT, is_global=0, dlid=1),
             'empty sgid_index': AHAttr(port_num=base.PORT, is_global=1,
