@@ -3,11 +3,11 @@
 namespace softverbs::core {
 
 Result<std::unique_ptr<Context>> Context::Open() {
-  auto registry = fabric::HostRegistry::Get();
-  if (!registry.ok()) return registry.status();
+  auto local = fabric::LocalProcess::Get();
+  if (!local.ok()) return local.status();
   auto fd = EventFd::Create();
   if (!fd.ok()) return fd.status();
-  std::unique_ptr<Context> ctx(new Context(registry.value(), std::move(fd.value())));
+  std::unique_ptr<Context> ctx(new Context(local.value(), std::move(fd.value())));
   ctx->gids();
   return ctx;
 }

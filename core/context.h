@@ -12,9 +12,19 @@
 #include "base/event_fd.h"
 #include "base/status.h"
 #include "core/device.h"
+#include "fabric/host/host_directory.h"
 #include "fabric/host/host_registry.h"
 
 namespace softverbs::core {
+
+// enum ibv_event_type values the core raises.
+inline constexpr uint32_t kEventCqErr = 0;
+inline constexpr uint32_t kEventQpFatal = 1;
+inline constexpr uint32_t kEventQpAccessErr = 3;
+inline constexpr uint32_t kEventSqDrained = 5;
+inline constexpr uint32_t kEventPortActive = 9;
+inline constexpr uint32_t kEventSrqLimitReached = 15;
+inline constexpr uint32_t kEventQpLastWqeReached = 16;
 
 // What ibv_get_async_event returns, in the core's terms. `handle` is the ABI object the event is
 // about (its ibv_qp / ibv_cq / ibv_srq), set by abi/ when it created the object.
@@ -30,7 +40,9 @@ class Context {
  public:
   static Result<std::unique_ptr<Context>> Open();
 
-  fabric::HostRegistry& registry() { return *registry_; }
+  fabric::HostRegistry& registry() { return local_->registry(); }
+  // This process's membership of the host: its process slot, shared arena and peers.
+  fabric::LocalProcess& local() { return *local_; }
   // The GID table, re-read when the snapshot is older than a second (addresses may change).
   GidTable gids();
 
@@ -45,10 +57,9 @@ class Context {
   uint32_t NewHandle() { return next_handle_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
-  Context(fabric::HostRegistry* registry, EventFd async_fd)
-      : registry_(registry), async_fd_(std::move(async_fd)) {}
+  Context(fabric::LocalProcess* local, EventFd async_fd) : local_(local), async_fd_(std::move(async_fd)) {}
 
-  fabric::HostRegistry* registry_;
+  fabric::LocalProcess* local_;
   std::mutex gid_mu_;
   GidTable gids_;
   std::chrono::steady_clock::time_point gids_read_{};

@@ -1,10 +1,24 @@
 #include "core/cq.h"
 
+#include <algorithm>
+
 #include "base/log.h"
 #include "core/context.h"
 #include "core/device_limits.h"
 
 namespace softverbs::core {
+namespace {
+
+Status CheckCqe(int cqe) {
+  if (cqe < 1 || static_cast<uint32_t>(cqe) > DeviceLimits::kMaxCqe)
+    return Invalid("cqe " + std::to_string(cqe) + " is outside 1.." + std::to_string(DeviceLimits::kMaxCqe));
+  return Status::Ok();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// CompChannel
 
 Result<std::unique_ptr<CompChannel>> CompChannel::Create(Context&) {
   auto fd = EventFd::Create();
@@ -12,106 +26,161 @@ Result<std::unique_ptr<CompChannel>> CompChannel::Create(Context&) {
   return std::unique_ptr<CompChannel>(new CompChannel(std::move(fd.value())));
 }
 
-void CompChannel::Notify(Cq* cq) {
-  {
-    std::lock_guard lock(mu_);
-    events_.push_back(cq);
-  }
-  fd_.Signal();
+void CompChannel::Attach(Cq* cq) {
+  std::lock_guard lock(mu_);
+  cqs_.push_back(cq);
+  users_.Acquire();
+}
+
+void CompChannel::Detach(Cq* cq) {
+  std::lock_guard lock(mu_);
+  std::erase(cqs_, cq);
+  users_.Release();
 }
 
 Result<Cq*> CompChannel::Wait() {
-  if (int err = fd_.Consume(); err != 0)
-    return Status(err, err == EAGAIN ? "no completion event is pending (the channel fd is non-blocking)"
-                                     : "reading the channel fd failed");
-  std::lock_guard lock(mu_);
-  Cq* cq = events_.front();
-  events_.pop_front();
+  for (;;) {
+    if (int err = fd_.Consume(); err != 0)
+      return Status(err, err == EAGAIN ? "no completion event is pending (the channel fd is non-blocking)"
+                                       : "reading the channel fd failed");
+    // One count per raised event; the CQ that raised it carries the "fired" mark.
+    std::lock_guard lock(mu_);
+    for (Cq* cq : cqs_)
+      if (cq->TakeFired()) return cq;
+    // The CQ was destroyed or reset after raising the event: the event has no CQ to report.
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cq
+
+Result<std::unique_ptr<Cq>> Cq::Create(Context& context, int cqe, CompChannel* channel, int comp_vector) {
+  SV_RETURN_IF_ERROR(CheckCqe(cqe));
+  if (comp_vector != 0)
+    return Invalid("comp_vector " + std::to_string(comp_vector) + " is not below num_comp_vectors 1");
+  fabric::LocalProcess* local = &context.local();
+  auto ring_ref = local->Allocate(sizeof(CqRing));
+  if (!ring_ref.ok()) return ring_ref.status();
+  auto entries = local->Allocate(sizeof(Completion) * static_cast<size_t>(cqe));
+  if (!entries.ok()) {
+    local->Free(*ring_ref, sizeof(CqRing));
+    return entries.status();
+  }
+  auto* ring = static_cast<CqRing*>(local->At(*ring_ref));
+  ring->lock.Init();
+  ring->capacity = static_cast<uint32_t>(cqe);
+  ring->channel_fd = channel ? channel->fd() : -1;
+  ring->entries = *entries;
+  std::unique_ptr<Cq> cq(new Cq(context, context.NewHandle(), channel, local, *ring_ref));
+  if (channel != nullptr) channel->Attach(cq.get());
   return cq;
 }
 
-Result<std::unique_ptr<Cq>> Cq::Create(Context& context, int cqe, CompChannel* channel, int comp_vector) {
-  if (cqe < 1 || static_cast<uint32_t>(cqe) > DeviceLimits::kMaxCqe)
-    return Invalid("cqe " + std::to_string(cqe) + " is outside 1.." + std::to_string(DeviceLimits::kMaxCqe));
-  if (comp_vector != 0)
-    return Invalid("comp_vector " + std::to_string(comp_vector) + " is not below num_comp_vectors 1");
-  if (channel != nullptr) channel->users().Acquire();
-  return std::unique_ptr<Cq>(new Cq(context, context.NewHandle(), static_cast<uint32_t>(cqe), channel));
-}
+Cq::Cq(Context& context, uint32_t handle, CompChannel* channel, fabric::LocalProcess* local,
+       fabric::SharedRef ring_ref)
+    : context_(context), handle_(handle), channel_(channel), local_(local), ring_ref_(ring_ref) {}
 
 Cq::~Cq() {
-  if (channel_ != nullptr) channel_->users().Release();
+  if (channel_ != nullptr) channel_->Detach(this);
+  CqRing& r = ring();
+  {
+    fabric::RobustLock lock(r.lock);
+    r.channel_fd = -1;
+    local_->Free(r.entries, sizeof(Completion) * r.capacity);
+    r.capacity = r.count = 0;
+  }
+  local_->Free(ring_ref_, sizeof(CqRing));
 }
 
 uint32_t Cq::capacity() const {
-  std::lock_guard lock(mu_);
-  return capacity_;
+  fabric::RobustLock lock(ring().lock);
+  return ring().capacity;
 }
 
 Status Cq::Resize(int cqe) {
-  if (cqe < 1 || static_cast<uint32_t>(cqe) > DeviceLimits::kMaxCqe)
-    return Invalid("cqe " + std::to_string(cqe) + " is outside 1.." + std::to_string(DeviceLimits::kMaxCqe));
-  std::lock_guard lock(mu_);
-  if (static_cast<size_t>(cqe) < entries_.size())
-    return Invalid("cqe " + std::to_string(cqe) + " is below the " + std::to_string(entries_.size()) +
+  SV_RETURN_IF_ERROR(CheckCqe(cqe));
+  CqRing& r = ring();
+  fabric::RobustLock lock(r.lock);
+  if (static_cast<uint32_t>(cqe) < r.count)
+    return Invalid("cqe " + std::to_string(cqe) + " is below the " + std::to_string(r.count) +
                    " completions the CQ holds");
-  capacity_ = static_cast<uint32_t>(cqe);
+  auto fresh = local_->Allocate(sizeof(Completion) * static_cast<size_t>(cqe));
+  if (!fresh.ok()) return fresh.status();
+  auto* from = static_cast<Completion*>(local_->At(r.entries));
+  auto* to = static_cast<Completion*>(local_->At(*fresh));
+  for (uint32_t i = 0; i < r.count; ++i) to[i] = from[(r.head + i) % r.capacity];
+  local_->Free(r.entries, sizeof(Completion) * r.capacity);
+  r.entries = *fresh;
+  r.capacity = static_cast<uint32_t>(cqe);
+  r.head = 0;
   return Status::Ok();
 }
 
 bool Cq::Push(const Completion& c) {
-  bool notify = false;
-  {
-    std::lock_guard lock(mu_);
-    if (entries_.size() >= capacity_) return false;
-    entries_.push_back(c);
-    // ibv_req_notify_cq(3): solicited_only arms for solicited completions and for every
-    // completion with an error status.
-    if (arm_ == Arm::kNext || (arm_ == Arm::kSolicited && (c.solicited || c.status != 0))) {
-      arm_ = Arm::kNone;
-      notify = channel_ != nullptr;
-    }
+  PushOutcome out = CqRingPush(ring(), c, [this](fabric::SharedRef ref) { return local_->At(ref); });
+  if (out.notify_fd >= 0) {
+    uint64_t one = 1;
+    ssize_t ignored = write(out.notify_fd, &one, sizeof(one));
+    (void)ignored;
   }
-  if (notify) channel_->Notify(this);
-  return true;
+  return out.stored;
 }
 
 int Cq::Poll(Completion* out, int max) {
-  std::lock_guard lock(mu_);
+  CqRing& r = ring();
+  fabric::RobustLock lock(r.lock);
+  Completion* e = static_cast<Completion*>(local_->At(r.entries));
   int n = 0;
-  while (n < max && !entries_.empty()) {
-    out[n++] = entries_.front();
-    entries_.pop_front();
+  while (n < max && r.count > 0) {
+    out[n++] = e[r.head];
+    r.head = (r.head + 1) % r.capacity;
+    --r.count;
   }
   return n;
 }
 
 void Cq::RemoveEntriesOf(uint32_t qp_num) {
-  std::lock_guard lock(mu_);
-  std::erase_if(entries_, [qp_num](const Completion& c) { return c.qp_num == qp_num; });
+  CqRing& r = ring();
+  fabric::RobustLock lock(r.lock);
+  Completion* e = static_cast<Completion*>(local_->At(r.entries));
+  uint32_t kept = 0;
+  for (uint32_t i = 0; i < r.count; ++i) {
+    const Completion c = e[(r.head + i) % r.capacity];
+    if (c.qp_num != qp_num) e[(r.head + kept++) % r.capacity] = c;
+  }
+  r.count = kept;
 }
+
+bool Cq::TakeOverrun() {
+  CqRing& r = ring();
+  fabric::RobustLock lock(r.lock);
+  return std::exchange(r.overrun, 0u) != 0;
+}
+
+bool Cq::TakeFired() { return ring().fired.exchange(0, std::memory_order_acq_rel) != 0; }
 
 Status Cq::RequestNotify(bool solicited_only) {
   // A CQ without a channel may be armed (hardware accepts it); the event then goes nowhere.
-  std::lock_guard lock(mu_);
+  CqRing& r = ring();
+  fabric::RobustLock lock(r.lock);
   // Arming for "next" is stronger than "solicited" and stays so until an event fires.
-  if (arm_ != Arm::kNext) arm_ = solicited_only ? Arm::kSolicited : Arm::kNext;
+  if (r.arm != kCqArmNext) r.arm = solicited_only ? kCqArmSolicited : kCqArmNext;
   return Status::Ok();
 }
 
 void Cq::CountEvent() {
-  std::lock_guard lock(mu_);
+  std::lock_guard lock(events_mu_);
   ++events_;
 }
 
 void Cq::AckEvents(unsigned int n) {
-  std::lock_guard lock(mu_);
+  std::lock_guard lock(events_mu_);
   acked_ += n;
   acked_cv_.notify_all();
 }
 
 void Cq::WaitForAcks() {
-  std::unique_lock lock(mu_);
+  std::unique_lock lock(events_mu_);
   if (acked_ < events_) {
     // ibv_destroy_cq(3) blocks until every event is acknowledged; say why we are waiting.
     SV_LOG(kWarn, "ibv_destroy_cq(cq 0x%x): waiting for %llu unacknowledged events (ibv_ack_cq_events)",

@@ -1,44 +1,28 @@
 // Completion queues and completion channels.
 //
-// A CQ is a bounded ring of Completions. Producers (the transport roles, next in the data path)
-// Push(); the application polls. Arming (ibv_req_notify_cq) makes the next matching completion
-// raise one event on the CQ's channel, whose fd becomes readable (ibv_get_cq_event(3)).
+// A CQ's completions live in a CqRing in this process's shared arena (core/cq_ring.h): the owner
+// and senders in other processes push into it, the application polls it. Arming
+// (ibv_req_notify_cq) makes the next matching completion raise one event on the CQ's channel,
+// whose eventfd becomes readable (ibv_get_cq_event(3)), whichever process produced it.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <vector>
 
 #include "base/event_fd.h"
 #include "base/status.h"
+#include "core/completion.h"
+#include "core/cq_ring.h"
 #include "core/pd.h"
+#include "fabric/host/host_directory.h"
 
 namespace softverbs::core {
 
 class Context;
 class Cq;
-
-// One work completion, the core's ibv_wc. Field meanings and values are those of ibv_poll_cq(3).
-struct Completion {
-  uint64_t wr_id = 0;
-  uint32_t status = 0;    // enum ibv_wc_status
-  uint32_t opcode = 0;    // enum ibv_wc_opcode
-  uint32_t vendor_err = 0;
-  uint32_t byte_len = 0;
-  uint32_t imm_data = 0;  // network order, or the invalidated rkey
-  uint32_t qp_num = 0;
-  uint32_t src_qp = 0;
-  uint32_t wc_flags = 0;  // enum ibv_wc_flags
-  uint16_t pkey_index = 0;
-  uint16_t slid = 0;
-  uint8_t sl = 0;
-  uint8_t dlid_path_bits = 0;
-  bool solicited = false;   // raises an event on a CQ armed solicited-only
-  uint64_t timestamp_ns = 0;
-};
 
 class CompChannel {
  public:
@@ -47,16 +31,18 @@ class CompChannel {
   int fd() const { return fd_.fd(); }
   UseCount& users() { return users_; }  // CQs bound to it
 
-  // Queues an event for `cq` and makes fd() readable.
-  void Notify(Cq* cq);
   // ibv_get_cq_event: the CQ of the oldest event; blocks unless fd() is O_NONBLOCK.
   Result<Cq*> Wait();
 
  private:
+  friend class Cq;
   explicit CompChannel(EventFd fd) : fd_(std::move(fd)) {}
+  void Attach(Cq* cq);
+  void Detach(Cq* cq);
+
   EventFd fd_;
   std::mutex mu_;
-  std::deque<Cq*> events_;
+  std::vector<Cq*> cqs_;  // the CQs whose events arrive here
   UseCount users_;
 };
 
@@ -76,16 +62,20 @@ class Cq {
   uint32_t capacity() const;
   CompChannel* channel() const { return channel_; }
   UseCount& users() { return users_; }  // QPs and SRQs that complete here
+  // Where producers find the ring: this process's slot and the ring's SharedRef.
+  fabric::SharedRef ring_ref() const { return ring_ref_; }
 
   // ibv_resize_cq(3): fails (EINVAL) if `cqe` is smaller than the completions held now.
   Status Resize(int cqe);
 
-  // Adds a completion; false if the CQ is full (an overrun: the caller raises IBV_EVENT_CQ_ERR).
+  // Adds a completion produced by this process; false if the CQ is full (an overrun).
   bool Push(const Completion& c);
   // Moves up to `max` completions into `out`; returns how many.
   int Poll(Completion* out, int max);
   // Drops the completions of QP `qp_num` (the QP moved to RESET: ibv_modify_qp, IBA 10.3.1).
   void RemoveEntriesOf(uint32_t qp_num);
+  // True once since the last call if a completion was lost because the CQ was full.
+  bool TakeOverrun();
 
   // ibv_req_notify_cq(3).
   Status RequestNotify(bool solicited_only);
@@ -96,19 +86,21 @@ class Cq {
   void WaitForAcks();
 
  private:
-  Cq(Context& context, uint32_t handle, uint32_t capacity, CompChannel* channel)
-      : context_(context), handle_(handle), capacity_(capacity), channel_(channel) {}
-
-  enum class Arm : uint8_t { kNone, kSolicited, kNext };
+  friend class CompChannel;
+  Cq(Context& context, uint32_t handle, CompChannel* channel, fabric::LocalProcess* local,
+     fabric::SharedRef ring_ref);
+  CqRing& ring() const { return *static_cast<CqRing*>(local_->At(ring_ref_)); }
+  Completion* entries() const { return static_cast<Completion*>(local_->At(ring().entries)); }
+  // Collects the event a producer raised on this CQ (channel side).
+  bool TakeFired();
 
   Context& context_;
   const uint32_t handle_;
-  mutable std::mutex mu_;
-  uint32_t capacity_;
-  std::deque<Completion> entries_;
-  Arm arm_ = Arm::kNone;
   CompChannel* channel_;
+  fabric::LocalProcess* local_;
+  fabric::SharedRef ring_ref_;
   UseCount users_;
+  std::mutex events_mu_;
   std::condition_variable acked_cv_;
   uint64_t events_ = 0;
   uint64_t acked_ = 0;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 
+#include "base/memory_map.h"
 #include "base/strings.h"
 #include "core/context.h"
 #include "core/device_limits.h"
@@ -33,13 +34,22 @@ Status Mr::CheckLayout(const MrLayout& layout) {
   if (layout.length > DeviceLimits::kMaxMrSize)
     return Invalid("length " + std::to_string(layout.length) + " exceeds max_mr_size");
   if (layout.addr + layout.length < layout.addr) return Invalid("addr + length wraps around");
-  // The whole range must be mapped, as pinning it would require on hardware (EFAULT otherwise).
-  // msync(MS_ASYNC) has no effect on Linux but fails with ENOMEM on an unmapped range.
-  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  uint64_t start = layout.addr & ~(page - 1);
-  if (msync(reinterpret_cast<void*>(start), layout.addr + layout.length - start, MS_ASYNC) != 0)
-    return Status(EFAULT, "[" + Hex(layout.addr) + ", +" + std::to_string(layout.length) +
-                              ") is not mapped memory of this process");
+  // The whole range must be mapped -- and writable if anyone may write through the MR -- as
+  // pinning it for the device requires on hardware (EFAULT otherwise).
+  const bool needs_write = layout.access & (access::kLocalWrite | access::kRemoteWrite | access::kRemoteAtomic);
+  const std::string range = "[" + Hex(layout.addr) + ", +" + std::to_string(layout.length) + ")";
+  if (needs_write) {
+    MappedAs m = InspectRange(layout.addr, layout.length);
+    if (m == MappedAs::kUnmapped) return Status(EFAULT, range + " is not mapped memory of this process");
+    if (m == MappedAs::kReadOnly)
+      return Status(EFAULT, range + " is not writable, but the access flags let the device write it");
+  } else {
+    // msync(MS_ASYNC) has no effect on Linux but fails with ENOMEM on an unmapped range.
+    const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    uint64_t start = layout.addr & ~(page - 1);
+    if (msync(reinterpret_cast<void*>(start), layout.addr + layout.length - start, MS_ASYNC) != 0)
+      return Status(EFAULT, range + " is not mapped memory of this process");
+  }
   return Status::Ok();
 }
 

@@ -92,6 +92,10 @@ Status CheckInit(QpInitAttributes& a) {
   SV_RETURN_IF_ERROR(CheckCap("max_inline_data", a.cap.max_inline_data, DeviceLimits::kMaxInlineData,
                               "max_inline_data"));
   if (a.srq != nullptr) {
+    // ibv_create_qp(3) NOTES: "will fail if it is asked to create QP of a type other than
+    // IBV_QPT_RC or IBV_QPT_UD associated with an SRQ".
+    if (a.type != QpType::kRc && a.type != QpType::kUd)
+      return Invalid(std::string("only RC and UD QPs can receive through an SRQ, not ") + QpTypeName(a.type));
     // "max_recv_wr and max_recv_sge are ignored ... if the QP is to be associated with an SRQ."
     a.cap.max_recv_wr = 0;
     a.cap.max_recv_sge = 0;
@@ -179,7 +183,12 @@ Status Qp::Modify(const QpAttributes& a, uint32_t mask) {
   if (mask & attr::kPathMigState) s.path_mig_state = a.path_mig_state;
   if (mask & attr::kDestQpn) s.dest_qp_num = a.dest_qp_num;
   if (mask & attr::kRateLimit) s.rate_limit = a.rate_limit;
+  const QpState previous = s.qp_state;
   s.qp_state = *next;
+  // IBA 11.6.3: with en_sqd_async_notify, the SQ-drained event follows once the send queue has
+  // no outstanding work. There is none to wait for here: it is posted at once.
+  if (*next == QpState::kSqd && previous == QpState::kRts && s.en_sqd_async_notify)
+    context_.PostAsyncEvent({kEventSqDrained, AsyncEvent::Subject::kQp, user_handle_, 0});
   return Status::Ok();
 }
 

@@ -27,8 +27,9 @@ Srq::~Srq() {
 }
 
 Status Srq::Modify(const SrqAttributes& attr, uint32_t mask) {
-  if (mask == 0 || (mask & ~(srq_attr::kMaxWr | srq_attr::kLimit)))
-    return Invalid("srq_attr_mask must be a non-empty set of IBV_SRQ_MAX_WR, IBV_SRQ_LIMIT");
+  // ibv_modify_srq(3): the mask "is either 0 or the bitwise OR of" IBV_SRQ_MAX_WR, IBV_SRQ_LIMIT.
+  if (mask & ~(srq_attr::kMaxWr | srq_attr::kLimit))
+    return Invalid("srq_attr_mask has bits beyond IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT");
   SrqAttributes next = attr_;
   if (mask & srq_attr::kMaxWr) {
     // Resizing is offered (IBV_DEVICE_SRQ_RESIZE); a queue never shrinks below what is posted.

@@ -2,6 +2,7 @@
 // conversions in convert.cc are casts.
 #include <infiniband/verbs.h>
 
+#include "core/context.h"
 #include "core/cq.h"
 #include "core/device.h"
 #include "core/mr.h"
@@ -100,6 +101,14 @@ SV_SAME(send_op::kAtomicWrite, IBV_QP_EX_WITH_ATOMIC_WRITE);
 SV_SAME(GidType::kIb, IBV_GID_TYPE_IB);
 SV_SAME(GidType::kRoceV1, IBV_GID_TYPE_ROCE_V1);
 SV_SAME(GidType::kRoceV2, IBV_GID_TYPE_ROCE_V2);
+
+SV_SAME(kEventCqErr, IBV_EVENT_CQ_ERR);
+SV_SAME(kEventQpFatal, IBV_EVENT_QP_FATAL);
+SV_SAME(kEventQpAccessErr, IBV_EVENT_QP_ACCESS_ERR);
+SV_SAME(kEventSqDrained, IBV_EVENT_SQ_DRAINED);
+SV_SAME(kEventPortActive, IBV_EVENT_PORT_ACTIVE);
+SV_SAME(kEventSrqLimitReached, IBV_EVENT_SRQ_LIMIT_REACHED);
+SV_SAME(kEventQpLastWqeReached, IBV_EVENT_QP_LAST_WQE_REACHED);
 
 #undef SV_SAME
 

@@ -1,6 +1,7 @@
 #include "fabric/host/shared_arena.h"
 
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,26 +9,28 @@
 
 namespace softverbs::fabric {
 
-Status SharedArena::AddSegment() {
+Status SharedArena::AddSegment(size_t min_size) {
   if (segments_.size() >= kMaxSegments)
     return NoMemory("the shared arena is full (" + std::to_string(kMaxSegments) + " segments of " +
                     std::to_string(kSegmentSize >> 20) + " MiB)");
   UniqueFd fd(memfd_create("softverbs-arena", MFD_CLOEXEC));
   if (!fd.valid()) return Status(errno, std::string("memfd_create: ") + strerror(errno));
-  if (ftruncate(fd.get(), kSegmentSize) != 0) return Status(errno, std::string("ftruncate: ") + strerror(errno));
-  void* p = mmap(nullptr, kSegmentSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  const size_t size = std::max(kSegmentSize, (min_size + kAlign + 0xfffff) & ~size_t{0xfffff});
+  if (ftruncate(fd.get(), static_cast<off_t>(size)) != 0) return Status(errno, std::string("ftruncate: ") + strerror(errno));
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (p == MAP_FAILED) return Status(errno, std::string("mmap: ") + strerror(errno));
   auto seg = std::make_unique<Segment>();
   seg->fd = std::move(fd);
-  seg->map = Mapping(p, kSegmentSize);
+  seg->map = Mapping(p, size);
+  seg->size = size;
   // Offset 0 stays unused so that a zero SharedRef means "none".
-  seg->free.emplace_back(static_cast<uint32_t>(kAlign), static_cast<uint32_t>(kSegmentSize - kAlign));
+  seg->free.emplace_back(static_cast<uint32_t>(kAlign), static_cast<uint32_t>(size - kAlign));
   segments_.push_back(std::move(seg));
   return Status::Ok();
 }
 
 Result<SharedRef> SharedArena::Allocate(size_t size) {
-  if (size == 0 || size > kSegmentSize - kAlign) return Invalid("shared block of " + std::to_string(size) + " bytes");
+  if (size == 0 || size > kMaxBlock) return Invalid("shared block of " + std::to_string(size) + " bytes");
   const uint32_t want = static_cast<uint32_t>((size + kAlign - 1) & ~(kAlign - 1));
   std::lock_guard lock(mu_);
   for (int pass = 0; pass < 2; ++pass) {
@@ -43,7 +46,7 @@ Result<SharedRef> SharedArena::Allocate(size_t size) {
         return SharedRef{s, offset};
       }
     }
-    if (pass == 0) SV_RETURN_IF_ERROR(AddSegment());
+    if (pass == 0) SV_RETURN_IF_ERROR(AddSegment(want));
   }
   return NoMemory("no shared block of " + std::to_string(want) + " bytes");
 }
@@ -79,9 +82,12 @@ int SharedArena::SegmentFd(uint32_t index) const {
 }
 
 Result<std::shared_ptr<RemoteSegment>> RemoteSegment::Map(int fd) {
-  void* p = mmap(nullptr, SharedArena::kSegmentSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  struct stat st {};
+  if (fstat(fd, &st) != 0) return Status(errno, std::string("fstat of a peer's segment: ") + strerror(errno));
+  const size_t size = static_cast<size_t>(st.st_size);
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) return Status(errno, std::string("mmap of a peer's segment: ") + strerror(errno));
-  return std::shared_ptr<RemoteSegment>(new RemoteSegment(Mapping(p, SharedArena::kSegmentSize)));
+  return std::shared_ptr<RemoteSegment>(new RemoteSegment(Mapping(p, size)));
 }
 
 }  // namespace softverbs::fabric

@@ -27,7 +27,10 @@ struct SharedRef {
 // The owner's side: allocates blocks in its segments.
 class SharedArena {
  public:
-  static constexpr size_t kSegmentSize = 64u << 20;  // sparse: only touched pages use memory
+  // Segments are this large, or as large as one block that needs more (up to kMaxBlock). They
+  // are sparse: only touched pages use memory.
+  static constexpr size_t kSegmentSize = 64u << 20;
+  static constexpr size_t kMaxBlock = 2048u << 20;
   static constexpr uint32_t kMaxSegments = 8;
   static constexpr size_t kAlign = 64;
 
@@ -49,10 +52,11 @@ class SharedArena {
   struct Segment {
     UniqueFd fd;
     Mapping map;
+    size_t size = 0;
     // Free blocks (offset, size), kept sorted by offset and coalesced.
     std::vector<std::pair<uint32_t, uint32_t>> free;
   };
-  Status AddSegment();
+  Status AddSegment(size_t min_size);
 
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Segment>> segments_;
@@ -61,9 +65,12 @@ class SharedArena {
 // A peer's side: the segments of other processes this process has mapped.
 class RemoteSegment {
  public:
-  // Maps the memfd `fd` (borrowed from the owner), kSegmentSize bytes.
+  // Maps the memfd `fd` (borrowed from the owner), all of it.
   static Result<std::shared_ptr<RemoteSegment>> Map(int fd);
-  void* At(uint32_t offset) const { return static_cast<uint8_t*>(map_.get()) + offset; }
+  // This process's address of `offset`, or nullptr if it lies outside the segment.
+  void* At(uint32_t offset) const {
+    return offset < map_.size() ? static_cast<uint8_t*>(map_.get()) + offset : nullptr;
+  }
 
  private:
   explicit RemoteSegment(Mapping map) : map_(std::move(map)) {}

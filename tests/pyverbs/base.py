@@ -243,7 +243,8 @@ def stop_child(proc, timeout=10):
 
 # --- clean-up of host registries --------------------------------------------------------------
 
-_SHM_RE = re.compile(r'^softverbs-\d+-\d+-' + re.escape(HOST_PREFIX) + r'(\d+)')
+# /dev/shm/softverbs-<uid>-<netns>[-v<layout>]-<SOFTVERBS_HOST>: only the host part is ours to rely on.
+_SHM_RE = re.compile(r'^softverbs-.*-' + re.escape(HOST_PREFIX) + r'(\d+)$')
 
 
 def cleanup_shm():

@@ -111,10 +111,6 @@ class QpCreateTest(base.SoftverbsTestCase):
                         self.assertGreaterEqual(qinit.max_send_wr, 16)
                         qp.close()
 
-    # BUG: ibv_create_qp(3) NOTES: "ibv_create_qp() will fail if it is asked to create QP of a
-    # type other than IBV_QPT_RC or IBV_QPT_UD associated with an SRQ"; softverbs creates a UC QP
-    # with an SRQ.
-    @unittest.expectedFailure
     def test_uc_with_srq_fails(self):
         srq = SRQ(self.pd, SrqInitAttr(SrqAttr(max_wr=64, max_sge=2)))
         for call in CREATE_CALLS:

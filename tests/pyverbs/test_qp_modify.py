@@ -324,11 +324,6 @@ ev.ack()
 
 class SqdNotifyTest(unittest.TestCase):
 
-    # BUG: ibv_modify_qp(3) en_sqd_async_notify "Enable SQD.drained async notification" and
-    # ibv_get_async_event(3) IBV_EVENT_SQ_DRAINED ("QP is in SQD state and there are no
-    # outstanding send WRs"): softverbs accepts the attribute but never posts the event (nothing
-    # calls core::Context::PostAsyncEvent), so ibv_get_async_event blocks forever.
-    @unittest.expectedFailure
     def test_sq_drained_event_is_delivered(self):
         r = base.run_python(SQD_NOTIFY, timeout=20)
         self.assertIn('in SQD', r.stdout, r.stderr)

@@ -101,3 +101,24 @@ TEST_F(MrTest, ReregisterKeepsKeysAndChecksEverything) {
 
 }  // namespace
 }  // namespace softverbs::core
+
+namespace softverbs::core {
+namespace {
+
+TEST_F(MrTest, WritableAccessNeedsWritableMemory) {
+  long page = sysconf(_SC_PAGESIZE);
+  void* ro = mmap(nullptr, page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(ro, MAP_FAILED);
+  MrLayout l{reinterpret_cast<uint64_t>(ro), static_cast<uint64_t>(page), reinterpret_cast<uint64_t>(ro), 0};
+  EXPECT_EQ(Errno(Mr::Register(*pd_, l)), 0);  // read-only access: fine
+  l.access = access::kRemoteRead;
+  EXPECT_EQ(Errno(Mr::Register(*pd_, l)), 0);
+  l.access = access::kLocalWrite;
+  auto r = Mr::Register(*pd_, l);
+  EXPECT_EQ(Errno(r), EFAULT);
+  EXPECT_NE(r.status().rule().find("not writable"), std::string::npos);
+  munmap(ro, page);
+}
+
+}  // namespace
+}  // namespace softverbs::core

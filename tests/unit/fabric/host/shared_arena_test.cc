@@ -41,7 +41,7 @@ TEST(SharedArenaTest, FreedBlocksCoalesceAndAreReused) {
   EXPECT_EQ(static_cast<uint8_t*>(arena.At(d))[64], 0);  // reused blocks are zeroed again
   EXPECT_NE(c.offset, d.offset);
   EXPECT_FALSE(arena.Allocate(0).ok());
-  EXPECT_FALSE(arena.Allocate(SharedArena::kSegmentSize).ok());
+  EXPECT_FALSE(arena.Allocate(SharedArena::kMaxBlock + 1).ok());
 }
 
 TEST(SharedArenaTest, LargeRequestsOpenNewSegments) {

@@ -1,0 +1,29 @@
+#include "base/memory_map.h"
+
+#include <cinttypes>
+#include <cstdio>
+
+namespace softverbs {
+
+MappedAs InspectRange(uint64_t addr, uint64_t length) {
+  FILE* maps = fopen("/proc/self/maps", "re");
+  if (maps == nullptr) return MappedAs::kUnmapped;
+  const uint64_t end = addr + length;
+  uint64_t covered = addr;  // everything below has been seen mapped
+  bool writable = true;
+  char line[512];
+  while (covered < end && fgets(line, sizeof(line), maps) != nullptr) {
+    uint64_t lo, hi;
+    char perms[5] = {};
+    if (sscanf(line, "%" SCNx64 "-%" SCNx64 " %4s", &lo, &hi, perms) != 3) continue;
+    if (hi <= covered) continue;
+    if (lo > covered) break;  // a hole: the lines are sorted by address
+    writable = writable && perms[1] == 'w';
+    covered = hi;
+  }
+  fclose(maps);
+  if (covered < end) return MappedAs::kUnmapped;
+  return writable ? MappedAs::kWritable : MappedAs::kReadOnly;
+}
+
+}  // namespace softverbs

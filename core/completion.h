@@ -1,0 +1,27 @@
+// A work completion: plain data, stored in shared completion rings.
+#pragma once
+
+#include <cstdint>
+
+namespace softverbs::core {
+
+// One work completion, the core's ibv_wc. Field meanings and values are those of ibv_poll_cq(3).
+struct Completion {
+  uint64_t wr_id = 0;
+  uint32_t status = 0;    // enum ibv_wc_status
+  uint32_t opcode = 0;    // enum ibv_wc_opcode
+  uint32_t vendor_err = 0;
+  uint32_t byte_len = 0;
+  uint32_t imm_data = 0;  // network order, or the invalidated rkey
+  uint32_t qp_num = 0;
+  uint32_t src_qp = 0;
+  uint32_t wc_flags = 0;  // enum ibv_wc_flags
+  uint16_t pkey_index = 0;
+  uint16_t slid = 0;
+  uint8_t sl = 0;
+  uint8_t dlid_path_bits = 0;
+  bool solicited = false;   // raises an event on a CQ armed solicited-only
+  uint64_t timestamp_ns = 0;
+};
+
+}  // namespace softverbs::core

@@ -1,0 +1,66 @@
+#include "fabric/host/host_directory.h"
+
+#include <unistd.h>
+
+namespace softverbs::fabric {
+
+Result<void*> Peer::At(SharedRef ref, HostRegistry& registry) {
+  if (ref.segment >= SharedArena::kMaxSegments || ref.offset == 0)
+    return Invalid("a shared reference outside the peer's arena");
+  std::lock_guard lock(mu_);
+  auto& seg = segments_[ref.segment];
+  if (!seg) {
+    auto& entry = EntryOf<ProcessEntry>(registry.processes().slot(process_slot_));
+    int remote_fd = entry.segment_fds[ref.segment].load(std::memory_order_acquire);
+    if (remote_fd < 0) return Invalid("the peer has not published that arena segment");
+    auto fd = process_->BorrowFd(remote_fd);
+    if (!fd.ok()) return fd.status();
+    auto mapped = RemoteSegment::Map(fd.value());
+    if (!mapped.ok()) return mapped.status();
+    seg = std::move(mapped.value());
+  }
+  void* p = seg->At(ref.offset);
+  if (p == nullptr) return Invalid("a shared reference outside the peer's arena");
+  return p;
+}
+
+Result<LocalProcess*> LocalProcess::Get() {
+  static std::mutex mu;
+  static LocalProcess* current = nullptr;
+  std::lock_guard lock(mu);
+  ProcessToken self = ProcessToken::Self();
+  // After fork() the child is a new member of the host; the parent's record stays the parent's.
+  if (current != nullptr && current->token_ == self) return current;
+  auto registry = HostRegistry::Get();
+  if (!registry.ok()) return registry.status();
+  auto slot = registry.value()->processes().Allocate(self);
+  if (!slot.ok()) return Status(ENOMEM, "no process slot left on this host: " + slot.status().rule());
+  auto& entry = EntryOf<ProcessEntry>(registry.value()->processes().slot(*slot));
+  for (auto& fd : entry.segment_fds) fd.store(-1, std::memory_order_relaxed);
+  AllowPeerAccess();
+  current = new LocalProcess(registry.value(), *slot, self);  // lives until exit, like the process
+  return current;
+}
+
+Result<SharedRef> LocalProcess::Allocate(size_t size) {
+  auto ref = arena_.Allocate(size);
+  if (!ref.ok()) return ref;
+  auto& entry = EntryOf<ProcessEntry>(registry_->processes().slot(slot_));
+  entry.segment_fds[ref->segment].store(arena_.SegmentFd(ref->segment), std::memory_order_release);
+  return ref;
+}
+
+Result<std::shared_ptr<Peer>> LocalProcess::PeerAt(uint32_t slot) {
+  if (slot >= registry_->processes().count()) return Invalid("no such process slot");
+  ProcessToken token(registry_->processes().slot(slot).owner.load(std::memory_order_acquire));
+  if (token.empty()) return Status(ESRCH, "the process slot is free: its process is gone");
+  std::lock_guard lock(mu_);
+  if (auto it = peers_.find(token.raw()); it != peers_.end()) return it->second;
+  auto process = PeerProcess::Open(token);
+  if (!process.ok()) return process.status();
+  auto peer = std::make_shared<Peer>(slot, std::move(process.value()));
+  peers_.emplace(token.raw(), peer);
+  return peer;
+}
+
+}  // namespace softverbs::fabric

@@ -1,0 +1,101 @@
+// Who is where on this host: the typed entries of the host registry tables, this process's own
+// membership (its process slot and shared arena), and the peers it has reached.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "base/status.h"
+#include "fabric/host/host_registry.h"
+#include "fabric/host/peer_process.h"
+#include "fabric/host/shared_arena.h"
+
+namespace softverbs::fabric {
+
+// Payload of a process-table slot: where the process's arena segments are (fd numbers in the
+// owner; peers borrow them). A segment fd is published before any SharedRef into it is.
+struct ProcessEntry {
+  std::array<std::atomic<int32_t>, SharedArena::kMaxSegments> segment_fds;
+};
+static_assert(sizeof(ProcessEntry) <= sizeof(HostSlot::payload));
+
+// Payload of a QP-table slot: the endpoint a sender looks up by QP number.
+struct QpEntry {
+  std::atomic<uint32_t> process_slot;  // the owner's process-table slot
+  std::atomic<uint32_t> qp_num;        // written last: non-zero means the entry is complete
+  SharedRef block;                     // the QP's shared endpoint in the owner's arena
+};
+static_assert(sizeof(QpEntry) <= sizeof(HostSlot::payload));
+
+// Payload of a key-table slot: what an initiator checks before touching registered memory. A
+// seqlock guards the fields (odd `seq` = being written); `users` counts accesses in flight so
+// deregistration can wait for them, as hardware invalidation does.
+struct KeyEntry {
+  std::atomic<uint32_t> seq;
+  std::atomic<uint32_t> users;
+  uint32_t key;     // the full lkey/rkey; 0 = invalid
+  uint32_t access;  // ibv_access_flags
+  uint64_t pd;      // host-unique PD handle
+  uint64_t addr;    // owner's virtual address of the first byte
+  uint64_t length;
+  uint64_t iova;    // address remote peers use for the first byte
+};
+static_assert(sizeof(KeyEntry) <= sizeof(HostSlot::payload));
+
+template <typename Entry>
+Entry& EntryOf(HostSlot& slot) {
+  return *reinterpret_cast<Entry*>(slot.payload);
+}
+
+// A peer process as this process sees it: its handle and the segments of its arena mapped here.
+class Peer {
+ public:
+  Peer(uint32_t process_slot, std::shared_ptr<PeerProcess> process)
+      : process_slot_(process_slot), process_(std::move(process)) {}
+  PeerProcess& process() { return *process_; }
+  // This process's address of `ref` in the peer's arena (mapping the segment on first use), or
+  // an error if the segment cannot be reached.
+  Result<void*> At(SharedRef ref, HostRegistry& registry);
+
+ private:
+  uint32_t process_slot_;
+  std::shared_ptr<PeerProcess> process_;
+  std::mutex mu_;
+  std::array<std::shared_ptr<RemoteSegment>, SharedArena::kMaxSegments> segments_;
+};
+
+// This process's membership of the host: its process slot, its arena, and its cache of peers.
+// One per process (a child after fork() gets its own on first use).
+class LocalProcess {
+ public:
+  static Result<LocalProcess*> Get();
+
+  HostRegistry& registry() { return *registry_; }
+  uint32_t slot() const { return slot_; }
+  ProcessToken token() const { return token_; }
+
+  // Shared blocks peers can reach; their segments are published in the process entry.
+  Result<SharedRef> Allocate(size_t size);
+  void Free(SharedRef ref, size_t size) { arena_.Free(ref, size); }
+  void* At(SharedRef ref) const { return arena_.At(ref); }
+
+  // The peer owning process-table slot `slot` (this process included), cached.
+  Result<std::shared_ptr<Peer>> PeerAt(uint32_t slot);
+
+ private:
+  LocalProcess(HostRegistry* registry, uint32_t slot, ProcessToken token)
+      : registry_(registry), slot_(slot), token_(token) {}
+
+  HostRegistry* registry_;
+  uint32_t slot_;
+  ProcessToken token_;
+  SharedArena arena_;
+  std::mutex mu_;
+  std::unordered_map<uint64_t, std::shared_ptr<Peer>> peers_;  // by the peer's token
+};
+
+}  // namespace softverbs::fabric
