@@ -22,14 +22,18 @@ class UseCount {
 
 class Pd {
  public:
-  Pd(Context& context, uint32_t handle) : context_(context), handle_(handle) {}
+  Pd(Context& context, uint32_t handle);
   Context& context() const { return context_; }
   uint32_t handle() const { return handle_; }
+  // Unique across the host (process slot and a process-wide number): an initiator in another
+  // process compares it with the PD of the memory key it uses (IBA 10.6.3: PD check).
+  uint64_t host_id() const { return host_id_; }
   UseCount& users() { return users_; }
 
  private:
   Context& context_;
   uint32_t handle_;
+  uint64_t host_id_;
   UseCount users_;
 };
 

@@ -14,11 +14,13 @@ Result<std::unique_ptr<Srq>> Srq::Create(Pd& pd, SrqAttributes& attr) {
     return Invalid("max_sge " + std::to_string(attr.max_sge) + " is outside 1.." +
                    std::to_string(DeviceLimits::kMaxSrqSge) + " (max_srq_sge)");
   // ibv_create_srq(3): srq_limit is ignored at creation; the SRQ starts unarmed.
+  auto queue = RecvQueue::Create(pd.context().local(), attr.max_wr, attr.max_sge);
+  if (!queue.ok()) return queue.status();
   auto slot = pd.context().registry().srqs().Allocate(fabric::ProcessToken::Self());
   if (!slot.ok()) return Status(ENOMEM, "no SRQ number left: " + slot.status().rule());
   attr.srq_limit = 0;
   pd.users().Acquire();
-  return std::unique_ptr<Srq>(new Srq(pd, attr, *slot));
+  return std::unique_ptr<Srq>(new Srq(pd, attr, *slot, std::move(queue.value())));
 }
 
 Srq::~Srq() {
@@ -30,23 +32,27 @@ Status Srq::Modify(const SrqAttributes& attr, uint32_t mask) {
   // ibv_modify_srq(3): the mask "is either 0 or the bitwise OR of" IBV_SRQ_MAX_WR, IBV_SRQ_LIMIT.
   if (mask & ~(srq_attr::kMaxWr | srq_attr::kLimit))
     return Invalid("srq_attr_mask has bits beyond IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT");
-  SrqAttributes next = attr_;
+  // Check everything before changing anything.
+  const uint32_t max_wr = (mask & srq_attr::kMaxWr) ? attr.max_wr : attr_.max_wr;
+  if ((mask & srq_attr::kMaxWr) && (attr.max_wr == 0 || attr.max_wr > DeviceLimits::kMaxSrqWr))
+    return Invalid("max_wr " + std::to_string(attr.max_wr) + " is outside 1.." + std::to_string(DeviceLimits::kMaxSrqWr));
+  // ibv_modify_srq(3): the limit must not exceed the SRQ's size.
+  if ((mask & srq_attr::kLimit) && attr.srq_limit > max_wr)
+    return Invalid("srq_limit " + std::to_string(attr.srq_limit) + " exceeds max_wr " + std::to_string(max_wr));
   if (mask & srq_attr::kMaxWr) {
     // Resizing is offered (IBV_DEVICE_SRQ_RESIZE); a queue never shrinks below what is posted.
-    if (attr.max_wr == 0 || attr.max_wr > DeviceLimits::kMaxSrqWr)
-      return Invalid("max_wr " + std::to_string(attr.max_wr) + " is outside 1.." +
-                     std::to_string(DeviceLimits::kMaxSrqWr));
-    next.max_wr = attr.max_wr;
+    SV_RETURN_IF_ERROR(queue_->Resize(max_wr));
+    attr_.max_wr = max_wr;
   }
-  if (mask & srq_attr::kLimit) {
-    // ibv_modify_srq(3): the limit must not exceed the SRQ's size.
-    if (attr.srq_limit > next.max_wr)
-      return Invalid("srq_limit " + std::to_string(attr.srq_limit) + " exceeds max_wr " +
-                     std::to_string(next.max_wr));
-    next.srq_limit = attr.srq_limit;
-  }
-  attr_ = next;
+  if (mask & srq_attr::kLimit) queue_->SetLimit(attr.srq_limit);
   return Status::Ok();
+}
+
+SrqAttributes Srq::Query() const {
+  SrqAttributes a = attr_;
+  fabric::RobustLock lock(queue_->ring().lock);
+  a.srq_limit = queue_->ring().srq_limit;
+  return a;
 }
 
 }  // namespace softverbs::core

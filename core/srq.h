@@ -7,6 +7,7 @@
 
 #include "base/status.h"
 #include "core/pd.h"
+#include "core/recv_queue.h"
 
 namespace softverbs::core {
 
@@ -33,19 +34,22 @@ class Srq {
   ~Srq();
 
   Status Modify(const SrqAttributes& attr, uint32_t mask);
-  SrqAttributes Query() const { return attr_; }
+  SrqAttributes Query() const;
   uint32_t srq_num() const { return srqn_; }
   Pd& pd() const { return pd_; }
   UseCount& users() { return users_; }  // QPs receiving through it
+  // The shared receive ring senders take WQEs from.
+  RecvQueue& queue() { return *queue_; }
 
  private:
-  Srq(Pd& pd, const SrqAttributes& attr, uint32_t slot)
-      : pd_(pd), attr_(attr), slot_(slot), srqn_(slot + 1) {}
+  Srq(Pd& pd, const SrqAttributes& attr, uint32_t slot, std::unique_ptr<RecvQueue> queue)
+      : pd_(pd), attr_(attr), slot_(slot), srqn_(slot + 1), queue_(std::move(queue)) {}
 
   Pd& pd_;
-  SrqAttributes attr_;
+  SrqAttributes attr_;  // max_wr and max_sge; the armed limit lives in the ring
   uint32_t slot_;
   uint32_t srqn_;
+  std::unique_ptr<RecvQueue> queue_;
   UseCount users_;
   void* user_handle_ = nullptr;
 };

@@ -1,0 +1,35 @@
+// A QP as its peers see it: the shared block a sender reads to deliver to this QP (state, type,
+// Q_Key, PD, access, where its receive queue and receive CQ are). It lives in the owner's arena;
+// the host registry's QP table maps the QP number to it (fabric::QpEntry). The owner writes it
+// on create and modify; a sender that finds a responder-side error marks it (remote_error) and
+// the owner moves the QP to ERR on its next call.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "core/types.h"
+#include "fabric/host/shared_arena.h"
+
+namespace softverbs::core {
+
+struct QpEndpoint {
+  std::atomic<uint32_t> state;  // QpState
+  uint32_t qp_num;
+  uint32_t type;                // QpType
+  uint32_t qkey;
+  uint32_t access;              // qp_access_flags (remote access it grants)
+  uint32_t dest_qp_num;         // RC/UC: the connected peer
+  uint32_t mtu;                 // path MTU in bytes (RC/UC)
+  uint32_t max_dest_rd_atomic;
+  uint64_t pd;                  // host-unique PD handle
+  fabric::SharedRef recv_cq;    // CqRing in the owner's arena
+  fabric::SharedRef recv_queue; // RecvRing of the QP's RQ or of its SRQ
+  uint32_t has_srq;
+  uint32_t block_self_mcast_lb;
+  Gid sgid;                     // the GID the QP's address vector sends from (RoCE source)
+  std::atomic<uint32_t> remote_error;  // an initiator hit a responder error that moves this QP to ERR
+  std::atomic<uint32_t> pending_event; // enum ibv_event_type + 1 for the owner to raise, or 0
+};
+
+}  // namespace softverbs::core

@@ -1,0 +1,88 @@
+#include "core/recv_queue.h"
+
+#include <cstring>
+
+namespace softverbs::core {
+
+Result<std::unique_ptr<RecvQueue>> RecvQueue::Create(fabric::LocalProcess& local, uint32_t max_wr, uint32_t max_sge) {
+  auto ref = local.Allocate(sizeof(RecvRing));
+  if (!ref.ok()) return ref.status();
+  const uint32_t wqe_size = static_cast<uint32_t>(RecvWqeSize(max_sge));
+  const uint32_t slots = max_wr == 0 ? 1 : max_wr;
+  auto entries = local.Allocate(static_cast<size_t>(wqe_size) * slots);
+  if (!entries.ok()) {
+    local.Free(*ref, sizeof(RecvRing));
+    return entries.status();
+  }
+  auto* ring = static_cast<RecvRing*>(local.At(*ref));
+  ring->lock.Init();
+  ring->max_wr = max_wr;
+  ring->max_sge = max_sge;
+  ring->wqe_size = wqe_size;
+  ring->entries = *entries;
+  return std::unique_ptr<RecvQueue>(new RecvQueue(local, *ref));
+}
+
+RecvQueue::~RecvQueue() {
+  RecvRing& r = ring();
+  {
+    fabric::RobustLock lock(r.lock);
+    local_.Free(r.entries, static_cast<size_t>(r.wqe_size) * (r.max_wr == 0 ? 1 : r.max_wr));
+    r.count = 0;
+    r.max_wr = 0;
+  }
+  local_.Free(ref_, sizeof(RecvRing));
+}
+
+Status RecvQueue::Post(uint64_t wr_id, const RecvSge* sge, uint32_t num_sge) {
+  RecvRing& r = ring();
+  fabric::RobustLock lock(r.lock);
+  if (num_sge > r.max_sge)
+    return Invalid("num_sge " + std::to_string(num_sge) + " exceeds max_recv_sge " + std::to_string(r.max_sge));
+  if (r.count >= r.max_wr)
+    return Status(ENOMEM, "the receive queue is full (" + std::to_string(r.max_wr) + " WRs outstanding)");
+  auto* base = static_cast<uint8_t*>(local_.At(r.entries));
+  auto* w = reinterpret_cast<RecvWqe*>(base + static_cast<size_t>((r.head + r.count) % r.max_wr) * r.wqe_size);
+  w->wr_id = wr_id;
+  w->num_sge = num_sge;
+  if (num_sge) memcpy(w->sge, sge, sizeof(RecvSge) * num_sge);
+  ++r.count;
+  return Status::Ok();
+}
+
+TakenWqe RecvQueue::Take() {
+  return RecvRingTake(ring(), [this](fabric::SharedRef ref) { return local_.At(ref); });
+}
+
+Status RecvQueue::Resize(uint32_t max_wr) {
+  RecvRing& r = ring();
+  fabric::RobustLock lock(r.lock);
+  if (max_wr < r.count)
+    return Invalid("max_wr " + std::to_string(max_wr) + " is below the " + std::to_string(r.count) + " WRs posted");
+  auto fresh = local_.Allocate(static_cast<size_t>(r.wqe_size) * max_wr);
+  if (!fresh.ok()) return fresh.status();
+  auto* from = static_cast<uint8_t*>(local_.At(r.entries));
+  auto* to = static_cast<uint8_t*>(local_.At(*fresh));
+  for (uint32_t i = 0; i < r.count; ++i)
+    memcpy(to + static_cast<size_t>(i) * r.wqe_size, from + static_cast<size_t>((r.head + i) % r.max_wr) * r.wqe_size,
+           r.wqe_size);
+  local_.Free(r.entries, static_cast<size_t>(r.wqe_size) * (r.max_wr == 0 ? 1 : r.max_wr));
+  r.entries = *fresh;
+  r.max_wr = max_wr;
+  r.head = 0;
+  return Status::Ok();
+}
+
+void RecvQueue::SetLimit(uint32_t limit) {
+  RecvRing& r = ring();
+  fabric::RobustLock lock(r.lock);
+  r.srq_limit = limit;
+}
+
+uint32_t RecvQueue::count() const {
+  RecvRing& r = ring();
+  fabric::RobustLock lock(r.lock);
+  return r.count;
+}
+
+}  // namespace softverbs::core

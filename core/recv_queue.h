@@ -1,0 +1,105 @@
+// Receive queues (a QP's RQ or an SRQ) as rings in the owner's shared arena: the owner posts
+// receive WQEs, a sender in any process takes one to place an incoming SEND (DESIGN.md section 5:
+// the initiator is the NIC, so the sender does the responder's receive-side work).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "base/status.h"
+#include "fabric/host/host_directory.h"
+#include "fabric/host/robust_mutex.h"
+#include "fabric/host/shared_arena.h"
+
+namespace softverbs::core {
+
+struct RecvSge {
+  uint64_t addr;
+  uint32_t length;
+  uint32_t lkey;
+};
+
+// One posted receive: wr_id and up to max_sge scatter entries.
+struct RecvWqe {
+  uint64_t wr_id;
+  uint32_t num_sge;
+  uint32_t reserved;
+  RecvSge sge[1];  // max_sge entries follow in the ring
+};
+
+inline size_t RecvWqeSize(uint32_t max_sge) {
+  return offsetof(RecvWqe, sge) + sizeof(RecvSge) * (max_sge == 0 ? 1 : max_sge);
+}
+
+struct RecvRing {
+  fabric::RobustMutex lock;
+  uint32_t max_wr;
+  uint32_t max_sge;
+  uint32_t count;
+  uint32_t head;
+  uint32_t srq_limit;    // armed SRQ limit; 0 = not armed (ibv_modify_srq(3))
+  uint32_t limit_fired;  // the limit was crossed; the owner raises IBV_EVENT_SRQ_LIMIT_REACHED
+  uint32_t wqe_size;
+  uint32_t reserved;
+  fabric::SharedRef entries;
+};
+
+// What a taker got: the WQE (copied out) or nothing.
+struct TakenWqe {
+  bool found = false;
+  bool limit_crossed = false;  // this take armed-fired the SRQ limit
+  uint64_t wr_id = 0;
+  uint32_t num_sge = 0;
+  RecvSge sge[32];
+};
+
+// Takes the oldest WQE from `ring` in any process; `resolve` maps the entry array.
+template <typename Resolve>
+TakenWqe RecvRingTake(RecvRing& ring, Resolve&& resolve) {
+  TakenWqe out;
+  fabric::RobustLock lock(ring.lock);
+  if (ring.count == 0) return out;
+  auto* base = static_cast<uint8_t*>(resolve(ring.entries));
+  if (base == nullptr) return out;
+  const auto* w = reinterpret_cast<const RecvWqe*>(base + static_cast<size_t>(ring.head) * ring.wqe_size);
+  out.found = true;
+  out.wr_id = w->wr_id;
+  out.num_sge = w->num_sge <= 32 ? w->num_sge : 32;
+  for (uint32_t i = 0; i < out.num_sge; ++i) out.sge[i] = w->sge[i];
+  ring.head = (ring.head + 1) % ring.max_wr;
+  --ring.count;
+  // ibv_modify_srq(3): the event fires when the number of WQEs drops below the limit; then
+  // the limit is disarmed.
+  if (ring.srq_limit != 0 && ring.count < ring.srq_limit) {
+    ring.srq_limit = 0;
+    ring.limit_fired = 1;
+    out.limit_crossed = true;
+  }
+  return out;
+}
+
+// The owner's side of a receive ring.
+class RecvQueue {
+ public:
+  static Result<std::unique_ptr<RecvQueue>> Create(fabric::LocalProcess& local, uint32_t max_wr, uint32_t max_sge);
+  ~RecvQueue();
+
+  fabric::SharedRef ref() const { return ref_; }
+  RecvRing& ring() const { return *static_cast<RecvRing*>(local_.At(ref_)); }
+
+  // ibv_post_recv: ENOMEM when the queue is full, EINVAL when num_sge exceeds max_sge.
+  Status Post(uint64_t wr_id, const RecvSge* sge, uint32_t num_sge);
+  // Takes the oldest WQE (the owner consuming locally, e.g. flushing).
+  TakenWqe Take();
+  // Resizes (SRQ max_wr); EINVAL if smaller than what is posted.
+  Status Resize(uint32_t max_wr);
+  void SetLimit(uint32_t limit);
+  uint32_t count() const;
+
+ private:
+  RecvQueue(fabric::LocalProcess& local, fabric::SharedRef ref) : local_(local), ref_(ref) {}
+  fabric::LocalProcess& local_;
+  fabric::SharedRef ref_;
+};
+
+}  // namespace softverbs::core
