@@ -1,9 +1,12 @@
-// A counting eventfd: the pollable descriptor behind completion channels and async events.
-// One Signal() makes the fd readable once more; each Consume() takes one count. Whether Consume()
-// blocks follows the fd's own O_NONBLOCK flag, which applications set with fcntl() as the verbs
-// man pages describe (ibv_get_cq_event(3), ibv_get_async_event(3)).
+// An eventfd used as a level-triggered "something is pending" signal: the pollable descriptor
+// behind completion channels and async events. The state it signals (a queue, fired flags) is
+// the truth; the fd only mirrors "non-empty". Whether waiting blocks follows the fd's own
+// O_NONBLOCK flag, which applications set with fcntl() as ibv_get_cq_event(3) and
+// ibv_get_async_event(3) describe.
 #pragma once
 
+#include <fcntl.h>
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -18,27 +21,43 @@ namespace softverbs {
 class EventFd {
  public:
   static Result<EventFd> Create() {
-    int fd = eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
+    int fd = eventfd(0, EFD_CLOEXEC);
     if (fd < 0) return Status(errno, "eventfd failed");
     return EventFd(fd);
   }
 
   int fd() const { return fd_.get(); }
 
-  void Signal() {
+  // Makes the fd readable (any process holding a copy of it may do this).
+  void Signal() { SignalFd(fd_.get()); }
+  static void SignalFd(int fd) {
     uint64_t one = 1;
     ssize_t n;
-    do n = write(fd_.get(), &one, sizeof(one));
+    do n = write(fd, &one, sizeof(one));
     while (n < 0 && errno == EINTR);
   }
 
-  // Takes one count: 0 on success, else the errno of read(2) (EAGAIN on a non-blocking fd).
-  int Consume() {
-    uint64_t v;
-    ssize_t n;
-    do n = read(fd_.get(), &v, sizeof(v));
-    while (n < 0 && errno == EINTR);
-    return n == sizeof(v) ? 0 : errno;
+  // Makes the fd unreadable again; call with the signalled state's lock held, so a concurrent
+  // Signal() for new state is never lost (it happens after, and re-arms the fd).
+  void Clear() {
+    pollfd p{fd_.get(), POLLIN, 0};
+    if (poll(&p, 1, 0) == 1) {
+      uint64_t v;
+      ssize_t ignored = read(fd_.get(), &v, sizeof(v));
+      (void)ignored;
+    }
+  }
+
+  // Waits until the fd is readable: 0, or EAGAIN at once if the application made it O_NONBLOCK.
+  int Wait() const {
+    if (fcntl(fd_.get(), F_GETFL) & O_NONBLOCK) {
+      pollfd p{fd_.get(), POLLIN, 0};
+      return poll(&p, 1, 0) == 1 ? 0 : EAGAIN;
+    }
+    pollfd p{fd_.get(), POLLIN, 0};
+    while (poll(&p, 1, -1) < 0)
+      if (errno != EINTR) return errno;
+    return 0;
   }
 
  private:

@@ -23,28 +23,33 @@ GidTable Context::gids() {
 }
 
 void Context::PostAsyncEvent(const AsyncEvent& event) {
-  {
-    std::lock_guard lock(async_mu_);
-    async_events_.push_back(event);
-  }
+  std::lock_guard lock(async_mu_);
+  async_events_.push_back(event);
   async_fd_.Signal();
 }
 
 void Context::DropAsyncEventsFor(const void* handle) {
   std::lock_guard lock(async_mu_);
-  size_t dropped = std::erase_if(async_events_, [handle](const AsyncEvent& e) { return e.handle == handle; });
-  // Keep the fd's count equal to the queue length.
-  for (size_t i = 0; i < dropped; ++i) async_fd_.Consume();
+  std::erase_if(async_events_, [handle](const AsyncEvent& e) { return e.handle == handle; });
+  if (async_events_.empty()) async_fd_.Clear();
 }
 
 Result<AsyncEvent> Context::GetAsyncEvent() {
-  if (int err = async_fd_.Consume(); err != 0)
-    return Status(err, err == EAGAIN ? "no async event is pending (async_fd is non-blocking)"
-                                     : "reading async_fd failed");
-  std::lock_guard lock(async_mu_);
-  AsyncEvent e = async_events_.front();
-  async_events_.pop_front();
-  return e;
+  // The queue is the truth; the fd is readable while it is non-empty.
+  for (;;) {
+    {
+      std::lock_guard lock(async_mu_);
+      if (!async_events_.empty()) {
+        AsyncEvent e = async_events_.front();
+        async_events_.pop_front();
+        if (async_events_.empty()) async_fd_.Clear();
+        return e;
+      }
+    }
+    if (int err = async_fd_.Wait(); err != 0)
+      return Status(err, err == EAGAIN ? "no async event is pending (async_fd is non-blocking)"
+                                       : "waiting on async_fd failed");
+  }
 }
 
 }  // namespace softverbs::core

@@ -39,15 +39,32 @@ void CompChannel::Detach(Cq* cq) {
 }
 
 Result<Cq*> CompChannel::Wait() {
+  // A producer (this process or a sender elsewhere) marks the CQ fired, then signals the fd.
   for (;;) {
-    if (int err = fd_.Consume(); err != 0)
+    {
+      std::lock_guard lock(mu_);
+      Cq* found = nullptr;
+      bool more = false;
+      for (Cq* cq : cqs_) {
+        if (found == nullptr ? cq->TakeFired() : cq->fired()) {
+          if (found == nullptr)
+            found = cq;
+          else
+            more = true;
+        }
+      }
+      if (found != nullptr) {
+        // Counted before the channel lock drops: ibv_destroy_cq detaches first, then waits for
+        // the acknowledgements of every event it counted.
+        found->CountEvent();
+        if (!more) fd_.Clear();
+        return found;
+      }
+      fd_.Clear();
+    }
+    if (int err = fd_.Wait(); err != 0)
       return Status(err, err == EAGAIN ? "no completion event is pending (the channel fd is non-blocking)"
-                                       : "reading the channel fd failed");
-    // One count per raised event; the CQ that raised it carries the "fired" mark.
-    std::lock_guard lock(mu_);
-    for (Cq* cq : cqs_)
-      if (cq->TakeFired()) return cq;
-    // The CQ was destroyed or reset after raising the event: the event has no CQ to report.
+                                       : "waiting on the channel fd failed");
   }
 }
 
@@ -81,7 +98,7 @@ Cq::Cq(Context& context, uint32_t handle, CompChannel* channel, fabric::LocalPro
     : context_(context), handle_(handle), channel_(channel), local_(local), ring_ref_(ring_ref) {}
 
 Cq::~Cq() {
-  if (channel_ != nullptr) channel_->Detach(this);
+  DetachFromChannel();
   CqRing& r = ring();
   {
     fabric::RobustLock lock(r.lock);
@@ -118,11 +135,7 @@ Status Cq::Resize(int cqe) {
 
 bool Cq::Push(const Completion& c) {
   PushOutcome out = CqRingPush(ring(), c, [this](fabric::SharedRef ref) { return local_->At(ref); });
-  if (out.notify_fd >= 0) {
-    uint64_t one = 1;
-    ssize_t ignored = write(out.notify_fd, &one, sizeof(one));
-    (void)ignored;
-  }
+  if (out.notify_fd >= 0) EventFd::SignalFd(out.notify_fd);
   return out.stored;
 }
 
@@ -158,6 +171,15 @@ bool Cq::TakeOverrun() {
 }
 
 bool Cq::TakeFired() { return ring().fired.exchange(0, std::memory_order_acq_rel) != 0; }
+bool Cq::fired() const { return ring().fired.load(std::memory_order_acquire) != 0; }
+
+void Cq::DetachFromChannel() {
+  if (channel_ != nullptr) channel_->Detach(this);
+  channel_ = nullptr;
+  CqRing& r = ring();
+  fabric::RobustLock lock(r.lock);
+  r.channel_fd = -1;
+}
 
 Status Cq::RequestNotify(bool solicited_only) {
   // A CQ without a channel may be armed (hardware accepts it); the event then goes nowhere.

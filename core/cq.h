@@ -80,6 +80,9 @@ class Cq {
   // ibv_req_notify_cq(3).
   Status RequestNotify(bool solicited_only);
 
+  // ibv_destroy_cq: no event for this CQ is returned by the channel after this.
+  void DetachFromChannel();
+
   // ibv_get_cq_event / ibv_ack_cq_events bookkeeping: ibv_destroy_cq waits for all acks.
   void CountEvent();
   void AckEvents(unsigned int n);
@@ -93,6 +96,7 @@ class Cq {
   Completion* entries() const { return static_cast<Completion*>(local_->At(ring().entries)); }
   // Collects the event a producer raised on this CQ (channel side).
   bool TakeFired();
+  bool fired() const;
 
   Context& context_;
   const uint32_t handle_;

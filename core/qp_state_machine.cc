@@ -69,9 +69,16 @@ constexpr QpState kAnyState = QpState::kUnknown;  // `from` of the rows valid fr
 // RATE_LIMIT (packet pacing) is part of RTR->RTS and RTS->RTS for RC/UC/UD/RAW_PACKET; its value
 // is then checked against the device's pacing caps (CheckModify, step f).
 constexpr Row kTable[] = {
-    // IBA 10.3: every state may be reset or put in error, with the state alone.
+    // IBA 10.3: every state may be reset, with the state alone. Every state but RESET may be put
+    // in error: a QP in RESET has no resources to fail, and HCAs refuse RESET->ERR (Linux's
+    // ib_modify_qp_is_ok() does too), so it is refused here as well.
     {kAnyState, QpState::kReset, {}},
-    {kAnyState, QpState::kErr, {}},
+    {QpState::kInit, QpState::kErr, {}},
+    {QpState::kRtr, QpState::kErr, {}},
+    {QpState::kRts, QpState::kErr, {}},
+    {QpState::kSqd, QpState::kErr, {}},
+    {QpState::kSqe, QpState::kErr, {}},
+    {QpState::kErr, QpState::kErr, {}},
     {QpState::kReset, QpState::kInit, {{
         /*RC*/       {kPkey | kPort | kAcc, 0},
         /*UC*/       {kPkey | kPort | kAcc, 0},
@@ -129,7 +136,7 @@ constexpr Row kTable[] = {
     {QpState::kSqd, QpState::kSqd, {{
         {0, kPort | kAv | kPkey | kAcc | kTmo | kRetry | kRnrRetry | kInitRd | kDestRd | kRnrTmr |
                 kAlt | kMig},
-        {0, kPort | kAv | kPkey | kAcc | kAlt | kMig},
+        {0, kAv | kPkey | kAcc | kAlt | kMig},  // UC: no PORT change in SQD (as HCAs enforce)
         {0, kPkey | kQkey},
         {0, kPort | kAv | kPkey | kAcc | kTmo | kRetry | kRnrRetry | kInitRd | kAlt | kMig},
         {0, kPort | kAv | kPkey | kAcc | kTmo | kDestRd | kRnrTmr | kAlt | kMig},

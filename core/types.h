@@ -1,6 +1,8 @@
 // The core's own vocabulary for verbs objects. abi/ is the only layer that sees rdma-core's
 // structs; it converts them to these types. Enumerators carry the numeric values of the matching
 // rdma-core enums so the conversion is a cast; abi/verbs/type_checks.cc static_asserts every one.
+// They are as wide as a C enum, so an out-of-range value from a caller survives the cast and is
+// refused by the checks instead of being truncated into a valid one.
 #pragma once
 
 #include <array>
@@ -10,10 +12,10 @@
 namespace softverbs::core {
 
 // ibv_qp_state
-enum class QpState : uint8_t { kReset = 0, kInit, kRtr, kRts, kSqd, kSqe, kErr, kUnknown };
+enum class QpState : uint32_t { kReset = 0, kInit, kRtr, kRts, kSqd, kSqe, kErr, kUnknown };
 
 // ibv_qp_type (IBV_QPT_DRIVER is 0xff)
-enum class QpType : uint8_t {
+enum class QpType : uint32_t {
   kRc = 2,
   kUc = 3,
   kUd = 4,
@@ -24,11 +26,11 @@ enum class QpType : uint8_t {
 };
 
 // ibv_mtu
-enum class Mtu : uint8_t { k256 = 1, k512, k1024, k2048, k4096 };
+enum class Mtu : uint32_t { k256 = 1, k512, k1024, k2048, k4096 };
 inline uint32_t MtuBytes(Mtu m) { return 128u << static_cast<int>(m); }
 
 // ibv_mig_state
-enum class MigState : uint8_t { kMigrated = 0, kRearm, kArmed };
+enum class MigState : uint32_t { kMigrated = 0, kRearm, kArmed };
 
 // ibv_qp_attr_mask bits.
 namespace attr {

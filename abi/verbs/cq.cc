@@ -183,6 +183,7 @@ SV_EXPORT int ibv_destroy_cq(ibv_cq* cq) {
   SvCq* c = ToSv(cq);
   if (int n = c->core->users().count(); n > 0)
     return ReturnErrno("ibv_destroy_cq", Name(cq), Busy(std::to_string(n) + " QP(s)/SRQ(s) still complete here"));
+  c->core->DetachFromChannel();
   c->core->WaitForAcks();
   ToSv(cq->context)->core->DropAsyncEventsFor(cq);
   pthread_cond_destroy(&cq->cond);
@@ -199,8 +200,7 @@ SV_EXPORT int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq
     return -1;
   }
   // The core CQ is owned by exactly one SvCq; find it by its handle back-pointer.
-  core::Cq* core = got.value();
-  core->CountEvent();
+  core::Cq* core = got.value();  // already counted by the channel
   SvCq* sv = static_cast<SvCq*>(core->user_handle());
   *cq = ibv_cq_ex_to_cq(&sv->cqx);
   *cq_context = sv->cqx.cq_context;

@@ -291,3 +291,39 @@ TEST_F(QpModifyTest, DestroyIsRefusedWhileAttachedToMulticast) {
 
 }  // namespace
 }  // namespace softverbs::core
+
+namespace softverbs::core {
+namespace {
+
+// Values beyond the C enums' ranges reach the core intact and are refused, never truncated into
+// a valid value.
+TEST_F(QpModifyTest, OutOfRangeEnumsAreRefusedNotTruncated) {
+  auto qp = MakeRc();
+  QpAttributes a = ToInit();
+  a.qp_state = static_cast<QpState>(256 + static_cast<uint32_t>(QpState::kInit));
+  EXPECT_EQ(qp->Modify(a, kInitMask).code(), EINVAL);
+  EXPECT_EQ(qp->state(), QpState::kReset);
+  ASSERT_TRUE(qp->Modify(ToInit(), kInitMask).ok());
+  QpAttributes rtr = ToRtr(0x4321);
+  rtr.path_mtu = static_cast<Mtu>(0x101);
+  EXPECT_EQ(qp->Modify(rtr, kRtrMask).code(), EINVAL);
+  QpAttributes to_err;
+  to_err.qp_state = QpState::kErr;
+  QpAttributes reset;
+  reset.qp_state = QpState::kReset;
+  ASSERT_TRUE(qp->Modify(reset, attr::kState).ok());
+  EXPECT_EQ(qp->Modify(to_err, attr::kState).code(), EINVAL);  // RESET->ERR: refused as HCAs do
+  QpInitAttributes bad = Init(static_cast<QpType>(0x100 + static_cast<uint32_t>(QpType::kRc)));
+  EXPECT_EQ(Errno(Qp::Create(*context_, bad)), EINVAL);
+}
+
+TEST_F(QpTest, UcCannotUseAnSrq) {
+  SrqAttributes sa{16, 1, 0};
+  auto srq = std::move(Srq::Create(*pd_, sa).value());
+  QpInitAttributes a = Init(QpType::kUc);
+  a.srq = srq.get();
+  EXPECT_EQ(Errno(Qp::Create(*context_, a)), EINVAL);
+}
+
+}  // namespace
+}  // namespace softverbs::core
