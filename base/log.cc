@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <mutex>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -65,13 +66,18 @@ const char* Name(Level level) {
 Level CurrentLevel() {
   int l = g_level.load(std::memory_order_acquire);
   if (l < 0) {
-    Init();
+    static std::once_flag once;
+    std::call_once(once, Init);
     l = g_level.load(std::memory_order_acquire);
   }
   return static_cast<Level>(l);
 }
 
-void ReloadForTesting() { Init(); }
+void ReloadForTesting() {
+  int old = g_fd.load(std::memory_order_relaxed);
+  Init();
+  if (old != STDERR_FILENO && old != g_fd.load(std::memory_order_relaxed)) close(old);
+}
 
 void Write(Level level, const char* fmt, ...) {
   char line[1024];

@@ -18,8 +18,8 @@ Status CheckRoceAddressVector(const AddressVector& av, uint64_t valid_gids, bool
                    num(L::kGidTableLen) + " entries");
   if (!(valid_gids >> av.sgid_index & 1))
     return Invalid("ah_attr.grh.sgid_index " + num(av.sgid_index) + " is an empty GID table entry");
-  // enum ibv_rate: 0 (IBV_RATE_MAX) and 2..22; 1 is not a rate.
-  if (av.static_rate == 1 || av.static_rate > 22)
+  // enum ibv_rate: 0 (IBV_RATE_MAX) and 2..24 (IBV_RATE_1200_GBPS); 1 is not a rate.
+  if (av.static_rate == 1 || av.static_rate > 24)
     return Invalid("ah_attr.static_rate " + num(av.static_rate) + " is not a valid enum ibv_rate");
   if (av.dgid == Gid{}) return Invalid("ah_attr.grh.dgid is zero");
   return Status::Ok();

@@ -28,8 +28,6 @@ struct DeviceLimits {
   static constexpr uint32_t kMaxQpInitRdAtom = 16;  // max_qp_init_rd_atom (initiator depth)
   static constexpr uint32_t kMaxSrqWr = 32768;
   static constexpr uint32_t kMaxSrqSge = 32;
-  static constexpr uint32_t kMaxMcastGrp = 8192;
-  static constexpr uint32_t kMaxMcastQpAttach = 56;
   static constexpr uint32_t kMaxXrcd = 1024;
   static constexpr uint64_t kMaxMrSize = 1ull << 47;  // the x86-64 user address space
   static constexpr uint64_t kPageSizeCap = 0xfffff000;  // 4 KiB and larger pages

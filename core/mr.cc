@@ -72,6 +72,10 @@ Mr::~Mr() {
 Status Mr::Reregister(uint32_t flags, Pd* new_pd, const MrLayout& layout) {
   if (flags == 0 || (flags & ~rereg::kAll)) return Invalid("flags must be a non-empty set of IBV_REREG_MR_*");
   if ((flags & rereg::kChangePd) && new_pd == nullptr) return Invalid("IBV_REREG_MR_CHANGE_PD with a NULL pd");
+  if ((flags & rereg::kChangePd) && &new_pd->context() != &pd_->context())
+    return Invalid("IBV_REREG_MR_CHANGE_PD with a PD of another context");
+  if (!(flags & rereg::kChangeAccess) && layout.access != 0)
+    return Invalid("access is set but IBV_REREG_MR_CHANGE_ACCESS is not");
   MrLayout next = layout_;
   if (flags & rereg::kChangeTranslation) {
     next.addr = layout.addr;

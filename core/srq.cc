@@ -32,6 +32,7 @@ Status Srq::Modify(const SrqAttributes& attr, uint32_t mask) {
   // ibv_modify_srq(3): the mask "is either 0 or the bitwise OR of" IBV_SRQ_MAX_WR, IBV_SRQ_LIMIT.
   if (mask & ~(srq_attr::kMaxWr | srq_attr::kLimit))
     return Invalid("srq_attr_mask has bits beyond IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT");
+  std::lock_guard lock(mu_);
   // Check everything before changing anything.
   const uint32_t max_wr = (mask & srq_attr::kMaxWr) ? attr.max_wr : attr_.max_wr;
   if ((mask & srq_attr::kMaxWr) && (attr.max_wr == 0 || attr.max_wr > DeviceLimits::kMaxSrqWr))
@@ -49,8 +50,9 @@ Status Srq::Modify(const SrqAttributes& attr, uint32_t mask) {
 }
 
 SrqAttributes Srq::Query() const {
+  std::lock_guard lock(mu_);
   SrqAttributes a = attr_;
-  fabric::RobustLock lock(queue_->ring().lock);
+  fabric::RobustLock ring_lock(queue_->ring().lock);
   a.srq_limit = queue_->ring().srq_limit;
   return a;
 }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 
 #include "base/status.h"
 #include "core/pd.h"
@@ -46,7 +47,8 @@ class Srq {
       : pd_(pd), attr_(attr), slot_(slot), srqn_(slot + 1), queue_(std::move(queue)) {}
 
   Pd& pd_;
-  SrqAttributes attr_;  // max_wr and max_sge; the armed limit lives in the ring
+  mutable std::mutex mu_;  // modify and query from several threads
+  SrqAttributes attr_;     // max_wr and max_sge; the armed limit lives in the ring
   uint32_t slot_;
   uint32_t srqn_;
   std::unique_ptr<RecvQueue> queue_;

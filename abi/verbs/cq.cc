@@ -35,10 +35,18 @@ int Advance(ibv_cq_ex* cqx) {
 int StartPoll(ibv_cq_ex* cq, ibv_poll_cq_attr* attr) {
   if (attr != nullptr && attr->comp_mask != 0)
     return ReturnErrno("ibv_start_poll", Name(ibv_cq_ex_to_cq(cq)), Invalid("attr->comp_mask must be 0"));
-  return Advance(cq);
+  SvCq* c = Cur(cq);
+  if (!c->single_threaded) c->poll_mu.lock();
+  int r = Advance(cq);
+  // ibv_create_cq_ex(3): after ENOENT from start_poll, end_poll is not called.
+  if (r != 0 && !c->single_threaded) c->poll_mu.unlock();
+  return r;
 }
 int NextPoll(ibv_cq_ex* cq) { return Advance(cq); }
-void EndPoll(ibv_cq_ex*) {}
+void EndPoll(ibv_cq_ex* cq) {
+  SvCq* c = Cur(cq);
+  if (!c->single_threaded) c->poll_mu.unlock();
+}
 ibv_wc_opcode ReadOpcode(ibv_cq_ex* cq) { return static_cast<ibv_wc_opcode>(Cur(cq)->current.opcode); }
 uint32_t ReadVendorErr(ibv_cq_ex* cq) { return Cur(cq)->current.vendor_err; }
 uint32_t ReadByteLen(ibv_cq_ex* cq) { return Cur(cq)->current.byte_len; }
@@ -82,15 +90,16 @@ void InitCqEx(SvCq* cq) {
 
 // Shared by ibv_create_cq and the create_cq_ex context op.
 ibv_cq_ex* CreateCq(const char* verb, ibv_context* context, int cqe, void* cq_context,
-                    ibv_comp_channel* channel, int comp_vector, uint64_t wc_flags) {
+                    ibv_comp_channel* channel, int comp_vector, uint64_t wc_flags, bool single_threaded) {
   auto core = core::Cq::Create(*ToSv(context)->core, cqe, channel ? ToSv(channel)->core.get() : nullptr,
                                comp_vector);
-  if (!core.ok()) return ReturnNull<ibv_cq_ex>(verb, "", core.status());
+  if (!core.ok()) return ReturnNull<ibv_cq_ex>(verb, context->device->name, core.status());
   auto* cq = new (std::nothrow) SvCq{};
-  if (cq == nullptr) return ReturnNull<ibv_cq_ex>(verb, "", NoMemory("out of memory"));
+  if (cq == nullptr) return ReturnNull<ibv_cq_ex>(verb, context->device->name, NoMemory("out of memory"));
   cq->core = std::move(core.value());
   cq->core->set_user_handle(cq);
   cq->wc_flags = wc_flags;
+  cq->single_threaded = single_threaded;
   ibv_cq_ex& x = cq->cqx;
   x.context = context;
   x.channel = channel;
@@ -106,18 +115,20 @@ ibv_cq_ex* CreateCq(const char* verb, ibv_context* context, int cqe, void* cq_co
 ibv_cq_ex* CreateCqEx(ibv_context* context, ibv_cq_init_attr_ex* attr) {
   const char* verb = "ibv_create_cq_ex";
   if (attr->comp_mask & ~static_cast<uint32_t>(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD))
-    return ReturnNull<ibv_cq_ex>(verb, "", Invalid("comp_mask has unknown bits"));
+    return ReturnNull<ibv_cq_ex>(verb, context->device->name, Invalid("comp_mask has unknown bits"));
   if (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD)
-    return ReturnNull<ibv_cq_ex>(verb, "", Unsupported("IBV_CQ_INIT_ATTR_MASK_PD (parent domains)"));
+    return ReturnNull<ibv_cq_ex>(verb, context->device->name, Unsupported("IBV_CQ_INIT_ATTR_MASK_PD (parent domains)"));
   if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
       (attr->flags & ~static_cast<uint32_t>(IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN)))
-    return ReturnNull<ibv_cq_ex>(verb, "", Invalid("flags has unknown bits"));
+    return ReturnNull<ibv_cq_ex>(verb, context->device->name, Invalid("flags has unknown bits"));
   if (attr->wc_flags & ~kDeliverableWcFlags)
-    return ReturnNull<ibv_cq_ex>(verb, "", NotSupported(
+    return ReturnNull<ibv_cq_ex>(verb, context->device->name, NotSupported(
         "wc_flags asks for fields softverbs0 cannot deliver yet (timestamps, CVLAN, flow tag, TM info): " +
         std::to_string(attr->wc_flags & ~kDeliverableWcFlags)));
+  const bool single_threaded =
+      (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (attr->flags & IBV_CREATE_CQ_ATTR_SINGLE_THREADED);
   return CreateCq(verb, context, static_cast<int>(attr->cqe), attr->cq_context, attr->channel,
-                  static_cast<int>(attr->comp_vector), attr->wc_flags);
+                  static_cast<int>(attr->comp_vector), attr->wc_flags, single_threaded);
 }
 
 int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
@@ -167,7 +178,7 @@ SV_EXPORT int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
 SV_EXPORT ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
                                 int comp_vector) {
   return ibv_cq_ex_to_cq(CreateCq("ibv_create_cq", context, cqe, cq_context, channel, comp_vector,
-                                  IBV_WC_STANDARD_FLAGS));
+                                  IBV_WC_STANDARD_FLAGS, false));
 }
 SV_DEFAULT_VERSION(ibv_create_cq);
 

@@ -12,6 +12,7 @@
 #include "abi/verbs/objects.h"
 #include "abi/verbs/ops.h"
 #include "base/log.h"
+#include "base/strings.h"
 
 // verbs.h wraps these in macros; the exported functions carry the plain names.
 #undef ibv_query_port
@@ -128,6 +129,8 @@ int softverbs::abi::QueryDeviceEx(ibv_context*, const ibv_query_device_ex_input*
     return ReturnErrno("ibv_query_device_ex", "", Invalid("input->comp_mask must be 0"));
   if (attr_size < sizeof(ibv_device_attr))
     return ReturnErrno("ibv_query_device_ex", "", Invalid("attr_size is smaller than ibv_device_attr"));
+  // A caller built against newer headers passes a larger struct: what we do not know reads 0.
+  memset(attr, 0, attr_size);
   ibv_device_attr_ex ex = DeviceAttrEx();
   memcpy(attr, &ex, std::min(attr_size, sizeof(ex)));
   return 0;
@@ -206,7 +209,7 @@ SV_EXPORT int ibv_query_gid_type(ibv_context* context, uint8_t port_num, unsigne
   if (index >= core::DeviceLimits::kGidTableLen)
     return ReturnMinusOne("ibv_query_gid_type", "", Invalid("index is outside the GID table"));
   core::GidTable t = ToSv(context)->core->gids();
-  *type = t.at(index).type == core::GidType::kRoceV2 ? 1 : 0;
+  *type = t.at(index).valid && t.at(index).type == core::GidType::kRoceV2 ? 1 : 0;
   return 0;
 }
 
@@ -220,11 +223,11 @@ SV_EXPORT int ibv_query_pkey(ibv_context*, uint8_t port_num, int index, __be16* 
 SV_DEFAULT_VERSION(ibv_query_pkey);
 
 SV_EXPORT int ibv_get_pkey_index(ibv_context*, uint8_t port_num, __be16 pkey) {
-  // ibv_get_pkey_index(3): the index, or a negative value if not found.
-  if (port_num != 1) return ReturnNegErrno("ibv_get_pkey_index", "", Invalid(kPortRule));
-  // The full-membership bit does not take part in matching (IBA 10.9.3).
-  if ((be16toh(pkey) & 0x7fff) == (core::DeviceLimits::kDefaultPkey & 0x7fff)) return 0;
-  return ReturnNegErrno("ibv_get_pkey_index", "", Invalid("the P_Key is not in the table"));
+  // ibv_get_pkey_index(3): the index, or -1 with errno if the P_Key is not in the table. The
+  // table is compared exactly, as rdma-core does.
+  if (port_num != 1) return ReturnMinusOne("ibv_get_pkey_index", "", Invalid(kPortRule));
+  if (be16toh(pkey) == core::DeviceLimits::kDefaultPkey) return 0;
+  return ReturnMinusOne("ibv_get_pkey_index", "", Invalid("P_Key " + Hex(be16toh(pkey)) + " is not in the table"));
 }
 
 SV_EXPORT int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {

@@ -23,10 +23,10 @@ ibv_device_attr DeviceAttr() {
   a.max_qp = DeviceLimits::kMaxQp;
   a.max_qp_wr = DeviceLimits::kMaxQpWr;
   // What softverbs0 really does: RNR NAKs, cur_qp_state in modify, SRQ resize, solicited-only
-  // CQ arming, port events. Not claimed: APM, QP resize, memory windows, XRC, raw packet.
+  // CQ arming. Not claimed: port events (the port never changes state), APM, QP resize, memory
+  // windows, XRC, raw packet.
   a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_CURR_QP_STATE_MOD |
-                       IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_N_NOTIFY_CQ | IBV_DEVICE_PORT_ACTIVE_EVENT |
-                       IBV_DEVICE_SYS_IMAGE_GUID;
+                       IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_N_NOTIFY_CQ | IBV_DEVICE_SYS_IMAGE_GUID;
   a.max_sge = DeviceLimits::kMaxSge;
   a.max_sge_rd = DeviceLimits::kMaxSgeRd;
   a.max_cq = DeviceLimits::kMaxCq;
@@ -38,9 +38,10 @@ ibv_device_attr DeviceAttr() {
   a.max_qp_init_rd_atom = DeviceLimits::kMaxQpInitRdAtom;
   a.atomic_cap = IBV_ATOMIC_HCA;  // atomic against every other atomic through softverbs0
   a.max_mw = 0;                   // memory windows are not offered
-  a.max_mcast_grp = DeviceLimits::kMaxMcastGrp;
-  a.max_mcast_qp_attach = DeviceLimits::kMaxMcastQpAttach;
-  a.max_total_mcast_qp_attach = DeviceLimits::kMaxMcastGrp * DeviceLimits::kMaxMcastQpAttach;
+  // Multicast is not offered yet (ibv_attach_mcast fails): report none rather than limits.
+  a.max_mcast_grp = 0;
+  a.max_mcast_qp_attach = 0;
+  a.max_total_mcast_qp_attach = 0;
   a.max_ah = DeviceLimits::kMaxAh;
   a.max_srq = DeviceLimits::kMaxSrq;
   a.max_srq_wr = DeviceLimits::kMaxSrqWr;

@@ -5,6 +5,7 @@
 #include <infiniband/verbs.h>
 
 #include <memory>
+#include <mutex>
 
 #include "core/ah.h"
 #include "core/context.h"
@@ -54,6 +55,10 @@ struct SvCq {
   std::unique_ptr<core::Cq> core;
   uint64_t wc_flags = 0;       // the ibv_cq_ex read_* getters that were asked for
   core::Completion current{};  // the completion ibv_start_poll/ibv_next_poll positioned on
+  // Held from ibv_start_poll to ibv_end_poll so concurrent pollers do not share `current`,
+  // unless the CQ was created IBV_CREATE_CQ_ATTR_SINGLE_THREADED.
+  std::mutex poll_mu;
+  bool single_threaded = false;
 };
 
 struct SvSrq {

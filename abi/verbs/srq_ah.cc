@@ -39,14 +39,14 @@ ibv_srq* CreateSrqEx(ibv_context* context, ibv_srq_init_attr_ex* attr) {
   const char* verb = "ibv_create_srq_ex";
   constexpr uint32_t kKnown = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD |
                               IBV_SRQ_INIT_ATTR_CQ | IBV_SRQ_INIT_ATTR_TM;
-  if (attr->comp_mask & ~kKnown) return ReturnNull<ibv_srq>(verb, "", Invalid("comp_mask has unknown bits"));
+  if (attr->comp_mask & ~kKnown) return ReturnNull<ibv_srq>(verb, context->device->name, Invalid("comp_mask has unknown bits"));
   ibv_srq_type type = (attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) ? attr->srq_type : IBV_SRQT_BASIC;
-  if (type == IBV_SRQT_XRC) return ReturnNull<ibv_srq>(verb, "", Unsupported("XRC SRQs (IBV_SRQT_XRC)"));
-  if (type == IBV_SRQT_TM) return ReturnNull<ibv_srq>(verb, "", Unsupported("tag-matching SRQs (IBV_SRQT_TM)"));
-  if (type != IBV_SRQT_BASIC) return ReturnNull<ibv_srq>(verb, "", Invalid("srq_type is not an ibv_srq_type"));
+  if (type == IBV_SRQT_XRC) return ReturnNull<ibv_srq>(verb, context->device->name, Unsupported("XRC SRQs (IBV_SRQT_XRC)"));
+  if (type == IBV_SRQT_TM) return ReturnNull<ibv_srq>(verb, context->device->name, Unsupported("tag-matching SRQs (IBV_SRQT_TM)"));
+  if (type != IBV_SRQT_BASIC) return ReturnNull<ibv_srq>(verb, context->device->name, Invalid("srq_type is not an ibv_srq_type"));
   if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || attr->pd == nullptr)
-    return ReturnNull<ibv_srq>(verb, "", Invalid("a basic SRQ needs a PD (IBV_SRQ_INIT_ATTR_PD)"));
-  if (attr->pd->context != context) return ReturnNull<ibv_srq>(verb, "", Invalid("the PD belongs to another context"));
+    return ReturnNull<ibv_srq>(verb, context->device->name, Invalid("a basic SRQ needs a PD (IBV_SRQ_INIT_ATTR_PD)"));
+  if (attr->pd->context != context) return ReturnNull<ibv_srq>(verb, context->device->name, Invalid("the PD belongs to another context"));
   return CreateSrq(verb, attr->pd, attr->srq_context, &attr->attr);
 }
 

@@ -29,6 +29,7 @@ Result<LocalProcess*> LocalProcess::Get() {
   static LocalProcess* current = nullptr;
   std::lock_guard lock(mu);
   ProcessToken self = ProcessToken::Self();
+  if (self.empty()) return Status(EIO, "cannot identify this process (/proc/self/stat unreadable)");
   // After fork() the child is a new member of the host; the parent's record stays the parent's.
   if (current != nullptr && current->token_ == self) return current;
   auto registry = HostRegistry::Get();

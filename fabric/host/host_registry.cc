@@ -15,6 +15,7 @@ namespace {
 
 constexpr uint64_t kMagic = 0x47455256'534f5353ull;  // "SSOSVREG"
 constexpr int kLayoutVersion = 2;
+constexpr unsigned long long kInitialPidNamespace = 0xEFFFFFFCull;  // PROC_PID_INIT_INO
 
 struct RegionHeader {
   std::atomic<uint64_t> magic;
@@ -74,11 +75,16 @@ uint32_t SlotTable::ReclaimDead() {
 }
 
 std::string HostRegistry::HostName() {
+  // A host is one user in one network namespace. Peers reach each other by pid, so processes in
+  // another pid namespace (a container sharing the network) are another host: the pid namespace
+  // is part of the name when it is not the initial one's.
   struct stat ns {};
   unsigned long long netns = stat("/proc/self/ns/net", &ns) == 0 ? ns.st_ino : 0;
+  unsigned long long pidns = stat("/proc/self/ns/pid", &ns) == 0 ? ns.st_ino : 0;
   // The layout version is part of the name: two softverbs versions never share a region.
   std::string name = "/softverbs-" + std::to_string(getuid()) + "-" + std::to_string(netns) + "-v" +
                      std::to_string(kLayoutVersion);
+  if (pidns != kInitialPidNamespace) name += "-p" + std::to_string(pidns);
   if (const char* host = getenv("SOFTVERBS_HOST"); host != nullptr && *host != '\0') {
     name += "-";
     for (const char* p = host; *p; ++p) name += (*p == '/') ? '_' : *p;
@@ -93,12 +99,19 @@ Status HostRegistry::Open(const std::string& shm_name) {
   if (!fd_.valid()) return Errno("cannot open host registry", shm_name);
   struct stat st {};
   if (fstat(fd_.get(), &st) != 0) return Errno("cannot stat host registry", shm_name);
-  if (st.st_uid != getuid() || (st.st_mode & 077) != 0)
-    return Status(EACCES, "host registry " + shm_name + " is not private to this user");
+  if (st.st_uid != getuid())
+    return Status(EACCES, "host registry " + shm_name + " belongs to another user");
+  // The umask may have widened the mode at creation: the state is the user's own.
+  if ((st.st_mode & 077) != 0 && fchmod(fd_.get(), 0600) != 0) return Errno("cannot make private", shm_name);
   // Every process extends the region to the full size; extending twice is harmless and the new
-  // bytes are zero, which is the empty state.
-  if (static_cast<size_t>(st.st_size) < kRegionSize && ftruncate(fd_.get(), kRegionSize) != 0)
-    return Errno("cannot size host registry", shm_name);
+  // bytes are zero, which is the empty state. The space is reserved now, so a full /dev/shm is a
+  // clean refusal here rather than a SIGBUS inside a verb later.
+  if (static_cast<size_t>(st.st_size) < kRegionSize) {
+    if (int e = posix_fallocate(fd_.get(), 0, kRegionSize); e != 0) {
+      errno = e;
+      return Errno("cannot reserve space for host registry (is /dev/shm full?)", shm_name);
+    }
+  }
   void* p = mmap(nullptr, kRegionSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd_.get(), 0);
   if (p == MAP_FAILED) return Errno("cannot map host registry", shm_name);
   map_ = Mapping(p, kRegionSize);

@@ -27,6 +27,8 @@ bool ReadStartTime(pid_t pid, uint64_t* start) {
   const char* p = strrchr(buf, ')');
   if (p == nullptr) return false;
   p += 2;  // now at field 3 (state)
+  // A zombie (Z) or dead (X) process has released everything; only reaping is left.
+  if (*p == 'Z' || *p == 'X') return false;
   for (int field = 3; field < 22; ++field) {
     p = strchr(p, ' ');
     if (p == nullptr) return false;

@@ -83,7 +83,8 @@ TEST_F(MrTest, ReregisterKeepsKeysAndChecksEverything) {
   EXPECT_EQ(mr->layout().addr, moved.addr);
   EXPECT_EQ(mr->layout().access, moved.access);
   Pd other_pd(*context_, context_->NewHandle());
-  ASSERT_TRUE(mr->Reregister(rereg::kChangePd, &other_pd, moved).ok());
+  EXPECT_EQ(mr->Reregister(rereg::kChangePd, &other_pd, moved).code(), EINVAL);  // access without CHANGE_ACCESS
+  ASSERT_TRUE(mr->Reregister(rereg::kChangePd, &other_pd, MrLayout{}).ok());
   EXPECT_EQ(&mr->pd(), &other_pd);
   EXPECT_EQ(pd_->users().count(), 0);
   EXPECT_EQ(other_pd.users().count(), 1);
@@ -94,7 +95,10 @@ TEST_F(MrTest, ReregisterKeepsKeysAndChecksEverything) {
   EXPECT_EQ(mr->layout().access, moved.access);
   EXPECT_EQ(mr->Reregister(0, nullptr, moved).code(), EINVAL);
   EXPECT_EQ(mr->Reregister(1u << 5, nullptr, moved).code(), EINVAL);
-  EXPECT_EQ(mr->Reregister(rereg::kChangePd, nullptr, moved).code(), EINVAL);
+  EXPECT_EQ(mr->Reregister(rereg::kChangePd, nullptr, MrLayout{}).code(), EINVAL);
+  auto other_context = std::move(Context::Open().value());
+  Pd foreign(*other_context, other_context->NewHandle());
+  EXPECT_EQ(mr->Reregister(rereg::kChangePd, &foreign, MrLayout{}).code(), EINVAL);
   mr.reset();
   EXPECT_EQ(other_pd.users().count(), 0);
 }

@@ -75,7 +75,7 @@ TEST_F(AhTest, RoceRulesApply) {
   zero_dgid.dgid = Gid{};
   EXPECT_EQ(Ah::Create(*pd_, zero_dgid).status().code(), EINVAL);
   AddressVector rate = Good();
-  rate.static_rate = 23;
+  rate.static_rate = 25;  // IBV_RATE_1200_GBPS (24) is the last rate
   EXPECT_EQ(Ah::Create(*pd_, rate).status().code(), EINVAL);
 }
 
