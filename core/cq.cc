@@ -7,6 +7,12 @@
 #include "core/device_limits.h"
 
 namespace softverbs::core {
+
+using transport::CqRingPush;
+using transport::kCqArmNext;
+using transport::kCqArmSolicited;
+using transport::PushOutcome;
+
 namespace {
 
 Status CheckCqe(int cqe) {

@@ -1,6 +1,6 @@
 // Completion queues and completion channels.
 //
-// A CQ's completions live in a CqRing in this process's shared arena (core/cq_ring.h): the owner
+// A CQ's completions live in a CqRing in this process's shared arena (transport/cq_ring.h): the owner
 // and senders in other processes push into it, the application polls it. Arming
 // (ibv_req_notify_cq) makes the next matching completion raise one event on the CQ's channel,
 // whose eventfd becomes readable (ibv_get_cq_event(3)), whichever process produced it.
@@ -14,12 +14,15 @@
 
 #include "base/event_fd.h"
 #include "base/status.h"
-#include "core/completion.h"
-#include "core/cq_ring.h"
+#include "transport/completion.h"
+#include "transport/cq_ring.h"
 #include "core/pd.h"
 #include "fabric/host/host_directory.h"
 
 namespace softverbs::core {
+
+using transport::Completion;
+using transport::CqRing;
 
 class Context;
 class Cq;

@@ -8,9 +8,14 @@
 #include "base/strings.h"
 #include "core/context.h"
 #include "core/device_limits.h"
+#include "transport/key_table.h"
 #include "fabric/host/process_token.h"
 
 namespace softverbs::core {
+
+using transport::KeyView;
+using transport::PublishKey;
+using transport::WithdrawKey;
 Status CheckMrAccess(uint32_t access) {
   constexpr uint32_t kKnown = access::kLocalWrite | access::kRemoteWrite | access::kRemoteRead |
                               access::kRemoteAtomic | access::kMwBind | access::kZeroBased |
@@ -61,11 +66,20 @@ Result<std::unique_ptr<Mr>> Mr::Register(Pd& pd, const MrLayout& layout) {
   uint32_t generation = keys.slot(*slot).generation.load(std::memory_order_relaxed);
   uint32_t key = (*slot + 1) << 8 | (generation & 0xff);
   pd.users().Acquire();
-  return std::unique_ptr<Mr>(new Mr(pd, layout, *slot, key));
+  std::unique_ptr<Mr> mr(new Mr(pd, layout, *slot, key));
+  mr->Publish();
+  return mr;
+}
+
+void Mr::Publish() {
+  PublishKey(pd_->context().registry(), slot_,
+             KeyView{key_, layout_.access, pd_->host_id(), layout_.addr, layout_.length, layout_.iova});
 }
 
 Mr::~Mr() {
-  pd_->context().registry().keys().Free(slot_, fabric::ProcessToken::Self());
+  fabric::HostRegistry& registry = pd_->context().registry();
+  WithdrawKey(registry, slot_);
+  registry.keys().Free(slot_, fabric::ProcessToken::Self());
   pd_->users().Release();
 }
 
@@ -89,7 +103,10 @@ Status Mr::Reregister(uint32_t flags, Pd* new_pd, const MrLayout& layout) {
     pd_->users().Release();
     pd_ = new_pd;
   }
+  // Accesses through the old registration finish before the new one is visible.
+  WithdrawKey(pd_->context().registry(), slot_);
   layout_ = next;  // the keys stay (ibv_rereg_mr(3): "the lkey and rkey are not changed")
+  Publish();
   return Status::Ok();
 }
 

@@ -46,6 +46,8 @@ class Mr {
   Mr(Pd& pd, const MrLayout& layout, uint32_t slot, uint32_t key)
       : pd_(&pd), layout_(layout), slot_(slot), key_(key) {}
   static Status CheckLayout(const MrLayout& layout);
+  // Makes the registration visible to initiators through the host key table.
+  void Publish();
 
   Pd* pd_;
   MrLayout layout_;

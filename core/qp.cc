@@ -1,5 +1,7 @@
 #include "core/qp.h"
 
+#include <cstring>
+
 #include "base/strings.h"
 #include "core/context.h"
 #include "core/device_limits.h"
@@ -112,26 +114,72 @@ Status CheckInit(QpInitAttributes& a) {
 
 Result<std::unique_ptr<Qp>> Qp::Create(Context& context, QpInitAttributes& attr) {
   SV_RETURN_IF_ERROR(CheckInit(attr));
+  fabric::LocalProcess& local = context.local();
+  std::unique_ptr<RecvQueue> rq;
+  if (attr.srq == nullptr) {
+    auto q = RecvQueue::Create(local, attr.cap.max_recv_wr, attr.cap.max_recv_sge);
+    if (!q.ok()) return q.status();
+    rq = std::move(q.value());
+  }
+  auto endpoint = local.Allocate(sizeof(QpEndpoint));
+  if (!endpoint.ok()) return endpoint.status();
   auto slot = context.registry().qps().Allocate(fabric::ProcessToken::Self());
-  if (!slot.ok()) return Status(ENOMEM, "no QP number left: " + slot.status().rule());
+  if (!slot.ok()) {
+    local.Free(*endpoint, sizeof(QpEndpoint));
+    return Status(ENOMEM, "no QP number left: " + slot.status().rule());
+  }
   attr.pd->users().Acquire();
   attr.send_cq->users().Acquire();
   attr.recv_cq->users().Acquire();
   if (attr.srq != nullptr) attr.srq->users().Acquire();
-  return std::unique_ptr<Qp>(new Qp(context, attr, *slot));
+  return std::unique_ptr<Qp>(new Qp(context, attr, *slot, std::move(rq), *endpoint));
 }
 
-Qp::Qp(Context& context, const QpInitAttributes& init, uint32_t slot)
-    : context_(context), init_(init), slot_(slot), qpn_(QpnOfSlot(slot)) {
+Qp::Qp(Context& context, const QpInitAttributes& init, uint32_t slot, std::unique_ptr<RecvQueue> rq,
+       fabric::SharedRef endpoint)
+    : context_(context), init_(init), slot_(slot), qpn_(QpnOfSlot(slot)), rq_(std::move(rq)),
+      endpoint_ref_(endpoint) {
   attr_.cap = init.cap;
+  QpEndpoint& e = this->endpoint();
+  e.qp_num = qpn_;
+  e.type = static_cast<uint32_t>(init.type);
+  e.pd = init.pd->host_id();
+  e.recv_cq = init.recv_cq->ring_ref();
+  e.recv_queue = recv_queue().ref();
+  e.has_srq = init.srq != nullptr;
+  e.block_self_mcast_lb = init.has_create_flags && (init.create_flags & create_flag::kBlockSelfMcastLb);
+  PublishEndpoint();
+  // Last: the QP number now leads senders to a complete endpoint.
+  auto& entry = fabric::EntryOf<fabric::QpEntry>(context_.registry().qps().slot(slot_));
+  entry.process_slot.store(context_.local().slot(), std::memory_order_relaxed);
+  entry.block = endpoint_ref_;
+  entry.qp_num.store(qpn_, std::memory_order_release);
 }
 
 Qp::~Qp() {
+  auto& entry = fabric::EntryOf<fabric::QpEntry>(context_.registry().qps().slot(slot_));
+  entry.qp_num.store(0, std::memory_order_release);  // senders stop finding this QP
+  endpoint().state.store(static_cast<uint32_t>(QpState::kReset), std::memory_order_release);
   if (init_.srq != nullptr) init_.srq->users().Release();
   init_.recv_cq->users().Release();
   init_.send_cq->users().Release();
   init_.pd->users().Release();
   context_.registry().qps().Free(slot_, fabric::ProcessToken::Self());
+  context_.local().Free(endpoint_ref_, sizeof(QpEndpoint));
+}
+
+QpEndpoint& Qp::endpoint() const { return *static_cast<QpEndpoint*>(context_.local().At(endpoint_ref_)); }
+
+void Qp::PublishEndpoint() {
+  QpEndpoint& e = endpoint();
+  e.qkey = attr_.qkey;
+  e.access = attr_.qp_access_flags;
+  e.dest_qp_num = attr_.dest_qp_num;
+  e.mtu = MtuBytes(attr_.path_mtu);
+  e.max_dest_rd_atomic = attr_.max_dest_rd_atomic;
+  if (attr_.ah_attr.is_global) memcpy(e.sgid, context_.gids().at(attr_.ah_attr.sgid_index).gid.data(), 16);
+  // The state last, with release: a sender that sees RTR sees the attributes that came with it.
+  e.state.store(static_cast<uint32_t>(attr_.qp_state), std::memory_order_release);
 }
 
 QpState Qp::state() const {
@@ -159,6 +207,7 @@ Status Qp::Modify(const QpAttributes& a, uint32_t mask) {
   // Everything was checked: apply.
   if (*next == QpState::kReset && attr_.qp_state != QpState::kReset) {
     EnterReset();
+    PublishEndpoint();
     return Status::Ok();
   }
   QpAttributes& s = attr_;
@@ -185,6 +234,7 @@ Status Qp::Modify(const QpAttributes& a, uint32_t mask) {
   if (mask & attr::kRateLimit) s.rate_limit = a.rate_limit;
   const QpState previous = s.qp_state;
   s.qp_state = *next;
+  PublishEndpoint();
   // IBA 11.6.3: with en_sqd_async_notify, the SQ-drained event follows once the send queue has
   // no outstanding work. There is none to wait for here: it is posted at once.
   if (*next == QpState::kSqd && previous == QpState::kRts && s.en_sqd_async_notify)
@@ -200,6 +250,7 @@ void Qp::EnterReset() {
   attr_ = fresh;
   init_.send_cq->RemoveEntriesOf(qpn_);
   if (init_.recv_cq != init_.send_cq) init_.recv_cq->RemoveEntriesOf(qpn_);
+  if (rq_) rq_->Clear();  // an SRQ is shared: its WQEs stay
 }
 
 QpAttributes Qp::Query() const {

@@ -9,10 +9,15 @@
 #include "base/status.h"
 #include "core/cq.h"
 #include "core/pd.h"
+#include "transport/qp_endpoint.h"
+#include "transport/recv_queue.h"
 #include "core/srq.h"
 #include "core/types.h"
 
 namespace softverbs::core {
+
+using transport::QpEndpoint;
+using transport::RecvQueue;
 
 class Context;
 
@@ -83,18 +88,28 @@ class Qp {
   // ibv_query_qp: the current attributes (every one that was set) and the state.
   QpAttributes Query() const;
 
+  // The receive queue senders take WQEs from: the QP's own, or its SRQ's.
+  RecvQueue& recv_queue() const { return init_.srq ? init_.srq->queue() : *rq_; }
+  // The shared endpoint peers read (owner's view).
+  QpEndpoint& endpoint() const;
+
   // Multicast attachments (ibv_attach_mcast); ibv_destroy_qp refuses while any remains.
   UseCount& mcast_groups() { return mcast_groups_; }
   Status CheckDestroy() const;
 
  private:
-  Qp(Context& context, const QpInitAttributes& init, uint32_t slot);
+  Qp(Context& context, const QpInitAttributes& init, uint32_t slot, std::unique_ptr<RecvQueue> rq,
+     fabric::SharedRef endpoint);
   void EnterReset();
+  // Writes what peers need of the current attributes into the endpoint (under mu_).
+  void PublishEndpoint();
 
   Context& context_;
   QpInitAttributes init_;
   const uint32_t slot_;
   const uint32_t qpn_;
+  std::unique_ptr<RecvQueue> rq_;  // null with an SRQ
+  fabric::SharedRef endpoint_ref_;
   mutable std::mutex mu_;
   QpAttributes attr_;
   UseCount mcast_groups_;

@@ -8,9 +8,11 @@
 
 #include "base/status.h"
 #include "core/pd.h"
-#include "core/recv_queue.h"
+#include "transport/recv_queue.h"
 
 namespace softverbs::core {
+
+using transport::RecvQueue;
 
 // ibv_srq_attr_mask
 namespace srq_attr {

@@ -8,11 +8,11 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "core/completion.h"
+#include "transport/completion.h"
 #include "fabric/host/robust_mutex.h"
 #include "fabric/host/shared_arena.h"
 
-namespace softverbs::core {
+namespace softverbs::transport {
 
 enum CqArm : uint32_t { kCqArmNone = 0, kCqArmSolicited = 1, kCqArmNext = 2 };
 
@@ -66,4 +66,4 @@ PushOutcome CqRingPush(CqRing& ring, const Completion& c, Resolve&& resolve) {
   return CqRingPushLocked(ring, entries, c);
 }
 
-}  // namespace softverbs::core
+}  // namespace softverbs::transport

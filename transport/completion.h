@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-namespace softverbs::core {
+namespace softverbs::transport {
 
 // One work completion, the core's ibv_wc. Field meanings and values are those of ibv_poll_cq(3).
 struct Completion {
@@ -24,4 +24,4 @@ struct Completion {
   uint64_t timestamp_ns = 0;
 };
 
-}  // namespace softverbs::core
+}  // namespace softverbs::transport

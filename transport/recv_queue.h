@@ -11,7 +11,7 @@
 #include "fabric/host/robust_mutex.h"
 #include "fabric/host/shared_arena.h"
 
-namespace softverbs::core {
+namespace softverbs::transport {
 
 struct RecvSge {
   uint64_t addr;
@@ -91,6 +91,8 @@ class RecvQueue {
   Status Post(uint64_t wr_id, const RecvSge* sge, uint32_t num_sge);
   // Takes the oldest WQE (the owner consuming locally, e.g. flushing).
   TakenWqe Take();
+  // Drops every posted WQE (the QP moved to RESET).
+  void Clear();
   // Resizes (SRQ max_wr); EINVAL if smaller than what is posted.
   Status Resize(uint32_t max_wr);
   void SetLimit(uint32_t limit);
@@ -102,4 +104,4 @@ class RecvQueue {
   fabric::SharedRef ref_;
 };
 
-}  // namespace softverbs::core
+}  // namespace softverbs::transport

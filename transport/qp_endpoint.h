@@ -8,15 +8,14 @@
 #include <atomic>
 #include <cstdint>
 
-#include "core/types.h"
 #include "fabric/host/shared_arena.h"
 
-namespace softverbs::core {
+namespace softverbs::transport {
 
 struct QpEndpoint {
-  std::atomic<uint32_t> state;  // QpState
+  std::atomic<uint32_t> state;  // enum ibv_qp_state value
   uint32_t qp_num;
-  uint32_t type;                // QpType
+  uint32_t type;                // enum ibv_qp_type value
   uint32_t qkey;
   uint32_t access;              // qp_access_flags (remote access it grants)
   uint32_t dest_qp_num;         // RC/UC: the connected peer
@@ -27,9 +26,9 @@ struct QpEndpoint {
   fabric::SharedRef recv_queue; // RecvRing of the QP's RQ or of its SRQ
   uint32_t has_srq;
   uint32_t block_self_mcast_lb;
-  Gid sgid;                     // the GID the QP's address vector sends from (RoCE source)
+  uint8_t sgid[16];             // the GID the QP's address vector sends from (RoCE source)
   std::atomic<uint32_t> remote_error;  // an initiator hit a responder error that moves this QP to ERR
   std::atomic<uint32_t> pending_event; // enum ibv_event_type + 1 for the owner to raise, or 0
 };
 
-}  // namespace softverbs::core
+}  // namespace softverbs::transport

@@ -1,8 +1,8 @@
-#include "core/recv_queue.h"
+#include "transport/recv_queue.h"
 
 #include <cstring>
 
-namespace softverbs::core {
+namespace softverbs::transport {
 
 Result<std::unique_ptr<RecvQueue>> RecvQueue::Create(fabric::LocalProcess& local, uint32_t max_wr, uint32_t max_sge) {
   auto ref = local.Allocate(sizeof(RecvRing));
@@ -54,6 +54,13 @@ TakenWqe RecvQueue::Take() {
   return RecvRingTake(ring(), [this](fabric::SharedRef ref) { return local_.At(ref); });
 }
 
+void RecvQueue::Clear() {
+  RecvRing& r = ring();
+  fabric::RobustLock lock(r.lock);
+  r.count = 0;
+  r.head = 0;
+}
+
 Status RecvQueue::Resize(uint32_t max_wr) {
   RecvRing& r = ring();
   fabric::RobustLock lock(r.lock);
@@ -85,4 +92,4 @@ uint32_t RecvQueue::count() const {
   return r.count;
 }
 
-}  // namespace softverbs::core
+}  // namespace softverbs::transport

@@ -1,0 +1,96 @@
+#include "transport/key_table.h"
+
+#include <sched.h>
+
+#include <chrono>
+
+#include "base/log.h"
+
+namespace softverbs::transport {
+namespace {
+
+fabric::KeyEntry& Entry(fabric::HostRegistry& registry, uint32_t slot) {
+  return fabric::EntryOf<fabric::KeyEntry>(registry.keys().slot(slot));
+}
+
+// Seqlock writer: odd while the fields change.
+template <typename Fn>
+void WriteLocked(fabric::KeyEntry& e, Fn&& fn) {
+  e.seq.fetch_add(1, std::memory_order_acq_rel);
+  std::atomic_thread_fence(std::memory_order_release);
+  fn();
+  e.seq.fetch_add(1, std::memory_order_release);
+}
+
+}  // namespace
+
+void PublishKey(fabric::HostRegistry& registry, uint32_t slot, const KeyView& view) {
+  fabric::KeyEntry& e = Entry(registry, slot);
+  WriteLocked(e, [&] {
+    e.access = view.access;
+    e.pd = view.pd;
+    e.addr = view.addr;
+    e.length = view.length;
+    e.iova = view.iova;
+    e.key = view.key;
+  });
+}
+
+void WithdrawKey(fabric::HostRegistry& registry, uint32_t slot) {
+  fabric::KeyEntry& e = Entry(registry, slot);
+  WriteLocked(e, [&] { e.key = 0; });
+  // Accesses that pinned the key before it was withdrawn finish first. An initiator that died
+  // while holding a pin never releases it: after a second, give up waiting and say so.
+  auto start = std::chrono::steady_clock::now();
+  while (e.users.load(std::memory_order_acquire) != 0) {
+    if (std::chrono::steady_clock::now() - start > std::chrono::seconds(1)) {
+      SV_LOG(kWarn, "ibv_dereg_mr: %u access(es) through key slot %u never finished (initiator died?)",
+             e.users.load(), slot);
+      e.users.store(0, std::memory_order_release);
+      break;
+    }
+    sched_yield();
+  }
+}
+
+KeyPin& KeyPin::operator=(KeyPin&& o) noexcept {
+  if (this != &o) {
+    Release();
+    entry_ = std::exchange(o.entry_, nullptr);
+    view_ = o.view_;
+  }
+  return *this;
+}
+
+KeyPin KeyPin::Acquire(fabric::HostRegistry& registry, uint32_t key) {
+  KeyPin pin;
+  const uint32_t slot = KeySlot(key);
+  if (key == 0 || slot >= registry.keys().count()) return pin;
+  fabric::KeyEntry& e = Entry(registry, slot);
+  // Pin first, then read a consistent copy: a withdrawal after the pin waits for us, and one
+  // before it is seen as key == 0.
+  e.users.fetch_add(1, std::memory_order_acq_rel);
+  for (;;) {
+    uint32_t seq = e.seq.load(std::memory_order_acquire);
+    if (seq & 1) {
+      sched_yield();
+      continue;
+    }
+    KeyView v{e.key, e.access, e.pd, e.addr, e.length, e.iova};
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (e.seq.load(std::memory_order_relaxed) != seq) continue;
+    if (v.key != key) break;  // withdrawn, or a stale variant of a reused slot
+    pin.entry_ = &e;
+    pin.view_ = v;
+    return pin;
+  }
+  e.users.fetch_sub(1, std::memory_order_acq_rel);
+  return pin;
+}
+
+void KeyPin::Release() {
+  if (entry_ != nullptr) entry_->users.fetch_sub(1, std::memory_order_acq_rel);
+  entry_ = nullptr;
+}
+
+}  // namespace softverbs::transport

@@ -1,0 +1,56 @@
+// The host-wide memory key table as the verbs see it: the owner publishes a registration under
+// its key (ibv_reg_mr / ibv_rereg_mr) and withdraws it (ibv_dereg_mr); an initiator in any process
+// pins a key to check and use it. Withdrawal waits for the accesses in flight, so once
+// ibv_dereg_mr returns no access through the key touches the memory -- what hardware
+// invalidation guarantees (IBA 10.6.7).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "fabric/host/host_directory.h"
+#include "fabric/host/host_registry.h"
+
+namespace softverbs::transport {
+
+// A registration as an initiator checks it.
+struct KeyView {
+  uint32_t key = 0;
+  uint32_t access = 0;  // ibv_access_flags
+  uint64_t pd = 0;      // host-unique PD id; its high 32 bits are the owner's process slot
+  uint64_t addr = 0;    // owner's virtual address of the first byte
+  uint64_t length = 0;
+  uint64_t iova = 0;    // the address remote peers use for the first byte
+  uint32_t owner_process_slot() const { return static_cast<uint32_t>(pd >> 32); }
+};
+
+// Key index in the host table: keys are (slot + 1) << 8 | variant.
+inline uint32_t KeySlot(uint32_t key) { return (key >> 8) - 1; }
+
+// Owner side.
+void PublishKey(fabric::HostRegistry& registry, uint32_t slot, const KeyView& view);
+// Marks the key invalid and waits until no access is in flight.
+void WithdrawKey(fabric::HostRegistry& registry, uint32_t slot);
+
+// An access in flight through a key: the registration cannot be withdrawn while it lives.
+class KeyPin {
+ public:
+  KeyPin() = default;
+  KeyPin(KeyPin&& o) noexcept : entry_(std::exchange(o.entry_, nullptr)), view_(o.view_) {}
+  KeyPin& operator=(KeyPin&& o) noexcept;
+  KeyPin(const KeyPin&) = delete;
+  KeyPin& operator=(const KeyPin&) = delete;
+  ~KeyPin() { Release(); }
+
+  // Pins `key` if it names a live registration; otherwise an empty pin.
+  static KeyPin Acquire(fabric::HostRegistry& registry, uint32_t key);
+  explicit operator bool() const { return entry_ != nullptr; }
+  const KeyView& view() const { return view_; }
+
+ private:
+  void Release();
+  fabric::KeyEntry* entry_ = nullptr;
+  KeyView view_;
+};
+
+}  // namespace softverbs::transport
