@@ -1,0 +1,67 @@
+#include "transport/recv_queue.h"
+
+#include <gtest/gtest.h>
+
+#include "fabric/host/host_directory.h"
+
+namespace softverbs::transport {
+namespace {
+
+class RecvQueueTest : public ::testing::Test {
+ protected:
+  RecvQueueTest() {
+    setenv("SOFTVERBS_HOST", "unit-tests", 0);
+    local_ = fabric::LocalProcess::Get().value();
+  }
+  fabric::LocalProcess* local_;
+};
+
+TEST_F(RecvQueueTest, PostsAndTakesInOrderWithScatterLists) {
+  auto q = std::move(RecvQueue::Create(*local_, 4, 3).value());
+  RecvSge sges[3] = {{0x1000, 10, 7}, {0x2000, 20, 8}, {0x3000, 30, 9}};
+  ASSERT_TRUE(q->Post(1, sges, 3).ok());
+  ASSERT_TRUE(q->Post(2, sges, 1).ok());
+  EXPECT_EQ(q->count(), 2u);
+  TakenWqe a = q->Take();
+  ASSERT_TRUE(a.found);
+  EXPECT_EQ(a.wr_id, 1u);
+  ASSERT_EQ(a.num_sge, 3u);
+  EXPECT_EQ(a.sge[2].addr, 0x3000u);
+  EXPECT_EQ(a.sge[2].lkey, 9u);
+  TakenWqe b = q->Take();
+  EXPECT_EQ(b.wr_id, 2u);
+  EXPECT_FALSE(q->Take().found);
+}
+
+TEST_F(RecvQueueTest, RefusesBeyondItsSize) {
+  auto q = std::move(RecvQueue::Create(*local_, 2, 1).value());
+  RecvSge s{0, 0, 0};
+  ASSERT_TRUE(q->Post(1, &s, 1).ok());
+  ASSERT_TRUE(q->Post(2, &s, 1).ok());
+  EXPECT_EQ(q->Post(3, &s, 1).code(), ENOMEM);  // ibv_post_recv(3): queue full
+  RecvSge two[2] = {};
+  EXPECT_EQ(q->Post(3, two, 2).code(), EINVAL);  // more SGEs than max_recv_sge
+}
+
+TEST_F(RecvQueueTest, ResizeKeepsOrderAndLimitFiresOnce) {
+  auto q = std::move(RecvQueue::Create(*local_, 2, 1).value());
+  RecvSge s{0, 0, 0};
+  ASSERT_TRUE(q->Post(1, &s, 1).ok());
+  ASSERT_TRUE(q->Post(2, &s, 1).ok());
+  EXPECT_EQ(q->Resize(1).code(), EINVAL);
+  ASSERT_TRUE(q->Resize(8).ok());
+  for (uint64_t id = 3; id <= 5; ++id) ASSERT_TRUE(q->Post(id, &s, 1).ok());
+  q->SetLimit(4);
+  TakenWqe t = q->Take();  // 5 -> 4 left: not below the limit
+  EXPECT_EQ(t.wr_id, 1u);
+  EXPECT_FALSE(t.limit_crossed);
+  t = q->Take();  // 3 left: below 4, fires and disarms
+  EXPECT_EQ(t.wr_id, 2u);
+  EXPECT_TRUE(t.limit_crossed);
+  EXPECT_FALSE(q->Take().limit_crossed);
+  q->Clear();
+  EXPECT_EQ(q->count(), 0u);
+}
+
+}  // namespace
+}  // namespace softverbs::transport
