@@ -6,6 +6,7 @@
 
 #include "core/types.h"
 #include "fabric/host/host_registry.h"
+#include "transport/work_request.h"
 
 namespace softverbs::core {
 
@@ -16,9 +17,9 @@ struct DeviceLimits {
   static constexpr uint32_t kMaxSrq = fabric::HostRegistry::kSrqSlots;
   // Per-object limits.
   static constexpr uint32_t kMaxQpWr = 32768;
-  static constexpr uint32_t kMaxSge = 32;
+  static constexpr uint32_t kMaxSge = transport::kMaxSge;
   static constexpr uint32_t kMaxSgeRd = 32;
-  static constexpr uint32_t kMaxInlineData = 1024;
+  static constexpr uint32_t kMaxInlineData = transport::kMaxInlineData;
   static constexpr uint32_t kMaxCq = 65536;
   static constexpr uint32_t kMaxCqe = (1u << 22) - 1;
   static constexpr uint32_t kMaxPd = 65536;

@@ -140,6 +140,8 @@ Qp::Qp(Context& context, const QpInitAttributes& init, uint32_t slot, std::uniqu
     : context_(context), init_(init), slot_(slot), qpn_(QpnOfSlot(slot)), rq_(std::move(rq)),
       endpoint_ref_(endpoint) {
   attr_.cap = init.cap;
+  sq_ = std::make_unique<transport::SendQueue>(context.local(), static_cast<transport::RequesterHost&>(*this));
+  sq_->Configure(RequesterConfigOf());
   QpEndpoint& e = this->endpoint();
   e.qp_num = qpn_;
   e.type = static_cast<uint32_t>(init.type);
@@ -157,6 +159,7 @@ Qp::Qp(Context& context, const QpInitAttributes& init, uint32_t slot, std::uniqu
 }
 
 Qp::~Qp() {
+  sq_.reset();  // no retry of this QP runs after this
   auto& entry = fabric::EntryOf<fabric::QpEntry>(context_.registry().qps().slot(slot_));
   entry.qp_num.store(0, std::memory_order_release);  // senders stop finding this QP
   endpoint().state.store(static_cast<uint32_t>(QpState::kReset), std::memory_order_release);
@@ -177,14 +180,16 @@ void Qp::PublishEndpoint() {
   e.dest_qp_num = attr_.dest_qp_num;
   e.mtu = MtuBytes(attr_.path_mtu);
   e.max_dest_rd_atomic = attr_.max_dest_rd_atomic;
+  e.min_rnr_timer = attr_.min_rnr_timer;
   if (attr_.ah_attr.is_global) memcpy(e.sgid, context_.gids().at(attr_.ah_attr.sgid_index).gid.data(), 16);
   // The state last, with release: a sender that sees RTR sees the attributes that came with it.
   e.state.store(static_cast<uint32_t>(attr_.qp_state), std::memory_order_release);
+  state_.store(static_cast<uint32_t>(attr_.qp_state), std::memory_order_release);
 }
 
 QpState Qp::state() const {
-  std::lock_guard lock(mu_);
-  return attr_.qp_state;
+  const_cast<Qp*>(this)->ApplyPendingError();
+  return static_cast<QpState>(state_.load(std::memory_order_acquire));
 }
 
 Status Qp::CheckDestroy() const {
@@ -195,6 +200,7 @@ Status Qp::CheckDestroy() const {
 }
 
 Status Qp::Modify(const QpAttributes& a, uint32_t mask) {
+  ApplyPendingError();
   std::lock_guard lock(mu_);
   ModifyContext ctx;
   ctx.type = init_.type;
@@ -208,6 +214,11 @@ Status Qp::Modify(const QpAttributes& a, uint32_t mask) {
   if (*next == QpState::kReset && attr_.qp_state != QpState::kReset) {
     EnterReset();
     PublishEndpoint();
+    sq_->Configure(RequesterConfigOf());
+    return Status::Ok();
+  }
+  if (*next == QpState::kErr && attr_.qp_state != QpState::kErr) {
+    EnterErrorLocked();
     return Status::Ok();
   }
   QpAttributes& s = attr_;
@@ -235,6 +246,8 @@ Status Qp::Modify(const QpAttributes& a, uint32_t mask) {
   const QpState previous = s.qp_state;
   s.qp_state = *next;
   PublishEndpoint();
+  sq_->Configure(RequesterConfigOf());
+  if (*next == QpState::kRts && previous != QpState::kRts) sq_->Progress();  // resume after SQD/SQE
   // IBA 11.6.3: with en_sqd_async_notify, the SQ-drained event follows once the send queue has
   // no outstanding work. There is none to wait for here: it is posted at once.
   if (*next == QpState::kSqd && previous == QpState::kRts && s.en_sqd_async_notify)
@@ -251,9 +264,13 @@ void Qp::EnterReset() {
   init_.send_cq->RemoveEntriesOf(qpn_);
   if (init_.recv_cq != init_.send_cq) init_.recv_cq->RemoveEntriesOf(qpn_);
   if (rq_) rq_->Clear();  // an SRQ is shared: its WQEs stay
+  sq_->Reset();
+  requester_error_.store(false);
+  endpoint().remote_error.store(0);
 }
 
 QpAttributes Qp::Query() const {
+  const_cast<Qp*>(this)->ApplyPendingError();
   std::lock_guard lock(mu_);
   QpAttributes a = attr_;
   a.cur_qp_state = a.qp_state;

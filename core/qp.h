@@ -2,6 +2,7 @@
 // applies once core/qp_state_machine has accepted them, and ibv_query_qp.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -11,6 +12,7 @@
 #include "core/pd.h"
 #include "transport/qp_endpoint.h"
 #include "transport/recv_queue.h"
+#include "transport/send_queue.h"
 #include "core/srq.h"
 #include "core/types.h"
 
@@ -67,7 +69,7 @@ struct QpInitAttributes {
   uint32_t source_qpn = 0;
 };
 
-class Qp {
+class Qp : private transport::RequesterHost {
  public:
   // The ABI object wrapping this one (events name it to the application).
   void* user_handle() const { return user_handle_; }
@@ -93,6 +95,11 @@ class Qp {
   // The shared endpoint peers read (owner's view).
   QpEndpoint& endpoint() const;
 
+  // The data path (qp_data.cc). ibv_post_send of one WR: a refusal leaves it unposted.
+  Status PostSend(const transport::SendWr& wr);
+  // ibv_post_recv of one WR (QPs without an SRQ).
+  Status PostRecv(uint64_t wr_id, const transport::RecvSge* sge, uint32_t num_sge);
+
   // Multicast attachments (ibv_attach_mcast); ibv_destroy_qp refuses while any remains.
   UseCount& mcast_groups() { return mcast_groups_; }
   Status CheckDestroy() const;
@@ -103,6 +110,15 @@ class Qp {
   void EnterReset();
   // Writes what peers need of the current attributes into the endpoint (under mu_).
   void PublishEndpoint();
+  // The requester's view of the attributes (under mu_).
+  transport::RequesterConfig RequesterConfigOf() const;
+  // Moves the QP to ERR (under mu_): flushes both queues (IBA 10.3.1, 10.8.3.1).
+  void EnterErrorLocked();
+  // Applies an error the requester or a remote initiator flagged since the last verb.
+  void ApplyPendingError();
+  // transport::RequesterHost
+  void Complete(const transport::Completion& c) override;
+  void EnterError() override;
 
   Context& context_;
   QpInitAttributes init_;
@@ -112,6 +128,9 @@ class Qp {
   fabric::SharedRef endpoint_ref_;
   mutable std::mutex mu_;
   QpAttributes attr_;
+  std::atomic<uint32_t> state_{static_cast<uint32_t>(QpState::kReset)};  // attr_.qp_state, lock-free
+  std::atomic<bool> requester_error_{false};
+  std::unique_ptr<transport::SendQueue> sq_;
   UseCount mcast_groups_;
   void* user_handle_ = nullptr;
 };

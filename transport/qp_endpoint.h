@@ -21,6 +21,7 @@ struct QpEndpoint {
   uint32_t dest_qp_num;         // RC/UC: the connected peer
   uint32_t mtu;                 // path MTU in bytes (RC/UC)
   uint32_t max_dest_rd_atomic;
+  uint32_t min_rnr_timer;       // the RNR delay this QP asks senders to wait (IBA 9.7.5.2.8)
   uint64_t pd;                  // host-unique PD handle
   fabric::SharedRef recv_cq;    // CqRing in the owner's arena
   fabric::SharedRef recv_queue; // RecvRing of the QP's RQ or of its SRQ

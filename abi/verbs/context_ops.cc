@@ -12,21 +12,6 @@ namespace softverbs::abi {
 
 namespace {
 
-// ----- The data path arrives with the next issue; until then posting is refused honestly and
-// the work request that was not posted is returned in *bad_wr (ibv_post_send(3)).
-int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
-  *bad_wr = wr;
-  return ReturnErrno("ibv_post_send", Name(qp), Unsupported("moving data (ibv_post_send)"));
-}
-int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
-  *bad_wr = wr;
-  return ReturnErrno("ibv_post_recv", Name(qp), Unsupported("moving data (ibv_post_recv)"));
-}
-int PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
-  *bad_wr = wr;
-  return ReturnErrno("ibv_post_srq_recv", Name(srq), Unsupported("moving data (ibv_post_srq_recv)"));
-}
-
 // ----- Memory windows are not offered (max_mw is 0).
 ibv_mw* AllocMw(ibv_pd* pd, ibv_mw_type) { return ReturnNull<ibv_mw>("ibv_alloc_mw", Name(pd), Unsupported("memory windows")); }
 int BindMw(ibv_qp* qp, ibv_mw*, ibv_mw_bind*) { return ReturnErrno("ibv_bind_mw", Name(qp), Unsupported("memory windows")); }

@@ -14,6 +14,7 @@
 #include "core/pd.h"
 #include "core/qp.h"
 #include "core/srq.h"
+#include "transport/work_request.h"
 
 #include "abi/common/export.h"
 
@@ -69,6 +70,7 @@ struct SvSrq {
 struct SvAh {
   ibv_ah ah;
   std::unique_ptr<core::Ah> core;
+  transport::UdDestination ud{};  // the AH's part of a UD destination, resolved at creation
 };
 
 // ibv_qp_ex begins with ibv_qp (qp_base), so &qpx.qp_base is what ibv_create_qp returns.

@@ -78,7 +78,9 @@ SV_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t
   SvMr* m = ToSv(mr);
   core::MrLayout layout{reinterpret_cast<uint64_t>(addr), length, reinterpret_cast<uint64_t>(addr),
                         static_cast<uint32_t>(access)};
-  Status s = m->core->Reregister(static_cast<uint32_t>(flags), pd ? ToSv(pd)->core.get() : nullptr, layout);
+  // ibv_rereg_mr(3): pd is read only with IBV_REREG_MR_CHANGE_PD (callers may pass anything else).
+  core::Pd* new_pd = (flags & IBV_REREG_MR_CHANGE_PD) && pd != nullptr ? ToSv(pd)->core.get() : nullptr;
+  Status s = m->core->Reregister(static_cast<uint32_t>(flags), new_pd, layout);
   if (!s.ok()) {
     // ibv_rereg_mr(3): an input error leaves the old MR valid and returns IBV_REREG_MR_ERR_INPUT.
     ReturnErrno("ibv_rereg_mr", Name(mr), s);

@@ -105,6 +105,12 @@ SV_EXPORT ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
   ah->ah.context = pd->context;
   ah->ah.pd = pd;
   ah->ah.handle = ah->core->handle();
+  const core::AddressVector& av = ah->core->av();
+  memcpy(ah->ud.dgid, av.dgid.data(), 16);
+  memcpy(ah->ud.sgid, ToSv(pd->context)->core->gids().at(av.sgid_index).gid.data(), 16);
+  ah->ud.flow_label = av.flow_label;
+  ah->ud.traffic_class = av.traffic_class;
+  ah->ud.hop_limit = av.hop_limit;
   return &ah->ah;
 }
 SV_DEFAULT_VERSION(ibv_create_ah);

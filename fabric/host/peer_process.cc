@@ -5,6 +5,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace softverbs::fabric {
@@ -90,6 +91,55 @@ Status PeerProcess::Write(uint64_t remote, const iovec* local, size_t count) {
 
 Status PeerProcess::Read(uint64_t remote, const iovec* local, size_t count) {
   return Transfer(false, remote, local, count);
+}
+
+Status PeerProcess::TransferV(bool write, const iovec* local, size_t local_count, const iovec* remote,
+                              size_t remote_count) {
+  size_t total = 0;
+  for (size_t i = 0; i < remote_count; ++i) total += remote[i].iov_len;
+  if (self_) {
+    // Walk both lists in step, copying the overlap of the current pieces.
+    size_t li = 0, lo = 0, ri = 0, ro = 0;
+    while (li < local_count && ri < remote_count) {
+      size_t n = std::min(local[li].iov_len - lo, remote[ri].iov_len - ro);
+      auto* l = static_cast<uint8_t*>(local[li].iov_base) + lo;
+      auto* r = static_cast<uint8_t*>(remote[ri].iov_base) + ro;
+      if (write)
+        memmove(r, l, n);
+      else
+        memmove(l, r, n);
+      lo += n;
+      ro += n;
+      if (lo == local[li].iov_len) ++li, lo = 0;
+      if (ro == remote[ri].iov_len) ++ri, ro = 0;
+    }
+    return Status::Ok();
+  }
+  ssize_t got;
+  do {
+    got = write ? process_vm_writev(token_.pid(), local, local_count, remote, remote_count, 0)
+                : process_vm_readv(token_.pid(), local, local_count, remote, remote_count, 0);
+  } while (got < 0 && errno == EINTR);
+  if (got < 0) {
+    int e = errno;
+    if (e == ESRCH || !IsAlive()) return Status(ESRCH, "process " + std::to_string(token_.pid()) + " is gone");
+    if (e == EPERM)
+      return Status(EPERM, "the kernel forbids access to process " + std::to_string(token_.pid()) +
+                               " (ptrace permission; is it another user's, or not dumpable?)");
+    return Status(e, std::string(write ? "process_vm_writev" : "process_vm_readv") + ": " + strerror(e));
+  }
+  // Registered ranges were checked against the key table, so a short transfer means the owner
+  // unmapped memory under a live registration.
+  if (static_cast<size_t>(got) != total) return Status(EFAULT, "a remote range is not mapped in the peer");
+  return Status::Ok();
+}
+
+Status PeerProcess::WriteV(const iovec* local, size_t local_count, const iovec* remote, size_t remote_count) {
+  return TransferV(true, local, local_count, remote, remote_count);
+}
+
+Status PeerProcess::ReadV(const iovec* local, size_t local_count, const iovec* remote, size_t remote_count) {
+  return TransferV(false, local, local_count, remote, remote_count);
 }
 
 Result<int> PeerProcess::BorrowFd(int remote_fd) {

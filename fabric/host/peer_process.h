@@ -33,6 +33,10 @@ class PeerProcess {
   // the kernel forbids access (see AllowPeerAccess).
   Status Write(uint64_t remote, const iovec* local, size_t count);
   Status Read(uint64_t remote, const iovec* local, size_t count);
+  // Scatter/gather both sides: the bytes of `local` (in order) to / from the peer's `remote`
+  // ranges (in order). Both lists describe the same number of bytes; at most IOV_MAX each.
+  Status WriteV(const iovec* local, size_t local_count, const iovec* remote, size_t remote_count);
+  Status ReadV(const iovec* local, size_t local_count, const iovec* remote, size_t remote_count);
 
   // A descriptor of this process that refers to the peer's `remote_fd`, kept for the life of this
   // handle (the peer's eventfds are borrowed once and then signalled directly).
@@ -42,6 +46,7 @@ class PeerProcess {
   PeerProcess(ProcessToken token, bool self, UniqueFd pidfd)
       : token_(token), self_(self), pidfd_(std::move(pidfd)) {}
   Status Transfer(bool write, uint64_t remote, const iovec* local, size_t count);
+  Status TransferV(bool write, const iovec* local, size_t local_count, const iovec* remote, size_t remote_count);
 
   ProcessToken token_;
   bool self_;

@@ -1,0 +1,117 @@
+// ibv_post_send, ibv_post_recv, ibv_post_srq_recv (ibv_post_send(3), ibv_post_recv(3)): the
+// work requests are converted one by one; the first refused one is returned in *bad_wr and
+// nothing after it is posted.
+#include <cstring>
+
+#include "abi/common/errno_convention.h"
+#include "abi/verbs/objects.h"
+#include "abi/verbs/ops.h"
+
+namespace softverbs::abi {
+namespace {
+
+Status ToTransport(const ibv_send_wr& in, transport::SendWr* out) {
+  out->wr_id = in.wr_id;
+  out->opcode = static_cast<transport::WrOpcode>(in.opcode);
+  out->flags = in.send_flags;
+  out->imm_data = in.imm_data;  // also invalidate_rkey (a union)
+  if (in.num_sge < 0 || in.num_sge > static_cast<int>(transport::kMaxSge))
+    return Invalid("num_sge " + std::to_string(in.num_sge) + " is outside 0..max_sge");
+  out->num_sge = static_cast<uint32_t>(in.num_sge);
+  uint64_t inline_length = 0;
+  for (int i = 0; i < in.num_sge; ++i) {
+    out->sge[i] = {in.sg_list[i].addr, in.sg_list[i].length, in.sg_list[i].lkey};
+    inline_length += in.sg_list[i].length;
+  }
+  if (in.send_flags & IBV_SEND_INLINE) {
+    // ibv_post_send(3): inline data is read from the SGE addresses now; lkeys are not checked.
+    // A gather list is flattened into one buffer the requester copies if it must wait.
+    static thread_local uint8_t buffer[transport::kMaxInlineData];
+    if (inline_length > sizeof(buffer)) return Invalid("inline data exceeds max_inline_data");
+    size_t at = 0;
+    for (int i = 0; i < in.num_sge; ++i) {
+      memcpy(buffer + at, reinterpret_cast<const void*>(in.sg_list[i].addr), in.sg_list[i].length);
+      at += in.sg_list[i].length;
+    }
+    out->inline_data = buffer;
+    out->inline_length = static_cast<uint32_t>(inline_length);
+  }
+  switch (in.opcode) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+    case IBV_WR_RDMA_READ:
+      out->remote_addr = in.wr.rdma.remote_addr;
+      out->rkey = in.wr.rdma.rkey;
+      break;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      out->remote_addr = in.wr.atomic.remote_addr;
+      out->rkey = in.wr.atomic.rkey;
+      out->compare_add = in.wr.atomic.compare_add;
+      out->swap = in.wr.atomic.swap;
+      break;
+    default:
+      break;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+  SvQp* q = ToSv(qp);
+  transport::SendWr w;
+  for (; wr != nullptr; wr = wr->next) {
+    Status s = ToTransport(*wr, &w);
+    if (s.ok() && qp->qp_type == IBV_QPT_UD) {
+      if (wr->wr.ud.ah == nullptr) {
+        s = Invalid("a UD send needs wr.ud.ah");
+      } else {
+        w.ud = ToSv(wr->wr.ud.ah)->ud;
+        w.ud.remote_qpn = wr->wr.ud.remote_qpn;
+        w.ud.remote_qkey = wr->wr.ud.remote_qkey;
+      }
+    }
+    if (s.ok()) s = q->core->PostSend(w);
+    if (!s.ok()) {
+      *bad_wr = wr;
+      return ReturnErrno("ibv_post_send", Name(qp), s);
+    }
+  }
+  return 0;
+}
+
+static Status ToRecvSges(const ibv_recv_wr& in, transport::RecvSge* out) {
+  if (in.num_sge < 0 || in.num_sge > static_cast<int>(transport::kMaxSge))
+    return Invalid("num_sge " + std::to_string(in.num_sge) + " is outside 0..max_recv_sge");
+  for (int i = 0; i < in.num_sge; ++i) out[i] = {in.sg_list[i].addr, in.sg_list[i].length, in.sg_list[i].lkey};
+  return Status::Ok();
+}
+
+int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  transport::RecvSge sges[transport::kMaxSge];
+  for (; wr != nullptr; wr = wr->next) {
+    Status s = ToRecvSges(*wr, sges);
+    if (s.ok()) s = ToSv(qp)->core->PostRecv(wr->wr_id, sges, static_cast<uint32_t>(wr->num_sge));
+    if (!s.ok()) {
+      *bad_wr = wr;
+      return ReturnErrno("ibv_post_recv", Name(qp), s);
+    }
+  }
+  return 0;
+}
+
+int PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  transport::RecvSge sges[transport::kMaxSge];
+  for (; wr != nullptr; wr = wr->next) {
+    Status s = ToRecvSges(*wr, sges);
+    if (s.ok()) s = ToSv(srq)->core->queue().Post(wr->wr_id, sges, static_cast<uint32_t>(wr->num_sge));
+    if (!s.ok()) {
+      *bad_wr = wr;
+      return ReturnErrno("ibv_post_srq_recv", Name(srq), s);
+    }
+  }
+  return 0;
+}
+
+}  // namespace softverbs::abi

@@ -1,0 +1,97 @@
+// The data path of a QP: posting, and the transitions to ERR that the data path causes.
+#include <cstring>
+
+#include "core/context.h"
+#include "core/qp.h"
+
+namespace softverbs::core {
+
+using transport::Completion;
+
+transport::RequesterConfig Qp::RequesterConfigOf() const {
+  transport::RequesterConfig c;
+  c.qp_num = qpn_;
+  c.type = static_cast<uint32_t>(init_.type);
+  c.source_qpn = init_.has_create_flags && (init_.create_flags & create_flag::kSourceQpn) ? init_.source_qpn : 0;
+  c.pd = init_.pd->host_id();
+  c.process_slot = context_.local().slot();
+  c.dest_qp_num = attr_.dest_qp_num;
+  // UD sends are bounded by the port's MTU; RC/UC segment by path_mtu (one message here).
+  c.path_mtu = init_.type == QpType::kUd ? MtuBytes(DeviceLimits::kMaxMtu) : MtuBytes(attr_.path_mtu);
+  c.qkey = attr_.qkey;
+  c.timeout = attr_.timeout;
+  c.retry_cnt = attr_.retry_cnt;
+  c.rnr_retry = attr_.rnr_retry;
+  c.sq_sig_all = init_.sq_sig_all;
+  c.max_send_wr = init_.cap.max_send_wr;
+  c.max_send_sge = init_.cap.max_send_sge;
+  c.max_inline = init_.cap.max_inline_data;
+  return c;
+}
+
+void Qp::Complete(const Completion& c) {
+  // A full CQ loses the completion: the CQ is in error (IBA 11.6.2, IBV_EVENT_CQ_ERR).
+  if (!init_.send_cq->Push(c))
+    context_.PostAsyncEvent({kEventCqErr, AsyncEvent::Subject::kCq, init_.send_cq->user_handle(), 0});
+}
+
+void Qp::EnterError() { requester_error_.store(true, std::memory_order_release); }
+
+void Qp::ApplyPendingError() {
+  const uint32_t remote = endpoint().remote_error.load(std::memory_order_acquire);
+  if (!requester_error_.load(std::memory_order_acquire) && remote == 0) return;
+  std::lock_guard lock(mu_);
+  if (attr_.qp_state == QpState::kErr || attr_.qp_state == QpState::kReset) return;
+  EnterErrorLocked();
+  // A responder-side error is reported to the QP's owner asynchronously (IBA 11.6.3.1).
+  if (endpoint().remote_error.exchange(0) != 0)
+    context_.PostAsyncEvent({kEventQpAccessErr, AsyncEvent::Subject::kQp, user_handle_, 0});
+}
+
+void Qp::EnterErrorLocked() {
+  attr_.qp_state = QpState::kErr;
+  PublishEndpoint();
+  requester_error_.store(false, std::memory_order_release);
+  sq_->Flush();
+  // IBA 10.3.1: in ERR every outstanding receive completes with a flush error. An SRQ's WQEs
+  // belong to the SRQ; its QP instead reports that its last WQE was reached.
+  if (rq_) {
+    for (transport::TakenWqe w = rq_->Take(); w.found; w = rq_->Take()) {
+      Completion c;
+      c.wr_id = w.wr_id;
+      c.status = transport::wc_status::kWrFlushErr;
+      c.opcode = transport::wc_opcode::kRecv;
+      c.qp_num = qpn_;
+      if (!init_.recv_cq->Push(c))
+        context_.PostAsyncEvent({kEventCqErr, AsyncEvent::Subject::kCq, init_.recv_cq->user_handle(), 0});
+    }
+  } else {
+    context_.PostAsyncEvent({kEventQpLastWqeReached, AsyncEvent::Subject::kQp, user_handle_, 0});
+  }
+}
+
+Status Qp::PostSend(const transport::SendWr& wr) {
+  ApplyPendingError();
+  return sq_->Post(wr, state_.load(std::memory_order_acquire));
+}
+
+Status Qp::PostRecv(uint64_t wr_id, const transport::RecvSge* sge, uint32_t num_sge) {
+  ApplyPendingError();
+  if (init_.srq != nullptr)
+    return Invalid("the QP receives through an SRQ: post with ibv_post_srq_recv (ibv_post_recv(3))");
+  const auto state = static_cast<QpState>(state_.load(std::memory_order_acquire));
+  // ibv_post_recv(3) / IBA 10.8.2: receives are accepted from INIT on.
+  if (state == QpState::kReset) return Invalid("the QP is in RESET: receives are accepted from INIT on");
+  if (state == QpState::kErr) {
+    Completion c;  // IBA 10.8.3.1: flushed at once
+    c.wr_id = wr_id;
+    c.status = transport::wc_status::kWrFlushErr;
+    c.opcode = transport::wc_opcode::kRecv;
+    c.qp_num = qpn_;
+    init_.recv_cq->Push(c);
+    return Status::Ok();
+  }
+  return rq_->Post(wr_id, sge, num_sge);
+}
+
+}  // namespace softverbs::core

@@ -1,0 +1,66 @@
+#include "transport/progress_thread.h"
+
+#include <unistd.h>
+
+#include "transport/send_queue.h"
+
+namespace softverbs::transport {
+
+ProgressThread& ProgressThread::Get() {
+  static std::mutex mu;
+  static ProgressThread* thread = nullptr;
+  static pid_t owner = 0;
+  std::lock_guard lock(mu);
+  // A child of fork() has no thread of its parent: it gets its own.
+  if (thread == nullptr || owner != getpid()) {
+    thread = new ProgressThread();  // lives until exit, like the thread
+    owner = getpid();
+  }
+  return *thread;
+}
+
+ProgressThread::ProgressThread() { std::thread([this] { Run(); }).detach(); }
+
+void ProgressThread::Schedule(SendQueue* q, TimePoint when) {
+  std::lock_guard lock(mu_);
+  auto [it, inserted] = due_.emplace(q, when);
+  if (!inserted && when < it->second) it->second = when;
+  cv_.notify_one();
+}
+
+void ProgressThread::Forget(SendQueue* q) {
+  std::unique_lock lock(mu_);
+  due_.erase(q);
+  idle_cv_.wait(lock, [&] { return running_ != q; });
+}
+
+void ProgressThread::Run() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    if (due_.empty()) {
+      cv_.wait(lock);  // nothing waits for time: sleep until something does
+      continue;
+    }
+    auto next = due_.begin();
+    for (auto it = due_.begin(); it != due_.end(); ++it)
+      if (it->second < next->second) next = it;
+    if (std::chrono::steady_clock::now() < next->second) {
+      cv_.wait_until(lock, next->second);
+      continue;
+    }
+    SendQueue* q = next->first;
+    due_.erase(next);
+    running_ = q;
+    lock.unlock();
+    TimePoint again = q->Progress();
+    lock.lock();
+    running_ = nullptr;
+    idle_cv_.notify_all();
+    if (again != TimePoint::max()) {
+      auto [it, inserted] = due_.emplace(q, again);
+      if (!inserted && again < it->second) it->second = again;
+    }
+  }
+}
+
+}  // namespace softverbs::transport

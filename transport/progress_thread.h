@@ -1,0 +1,38 @@
+// The one background thread softverbs runs (DESIGN.md section 5, principle 2): it retries send
+// queues that wait for time to pass (RNR, transport retry) and sleeps when none does.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace softverbs::transport {
+
+class SendQueue;
+
+class ProgressThread {
+ public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+
+  // The process's thread, started on first use (and again in a child after fork()).
+  static ProgressThread& Get();
+
+  // Runs q->Progress() at `when` (or earlier if already scheduled earlier).
+  void Schedule(SendQueue* q, TimePoint when);
+  // After this returns, q is neither scheduled nor running.
+  void Forget(SendQueue* q);
+
+ private:
+  ProgressThread();
+  void Run();
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::condition_variable idle_cv_;
+  std::map<SendQueue*, TimePoint> due_;
+  SendQueue* running_ = nullptr;
+};
+
+}  // namespace softverbs::transport

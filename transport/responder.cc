@@ -1,0 +1,190 @@
+#include "transport/responder.h"
+
+#include <cstring>
+
+#include "fabric/host/token_lock.h"
+#include "transport/completion.h"
+#include "transport/cq_ring.h"
+#include "transport/key_table.h"
+#include "transport/recv_queue.h"
+
+namespace softverbs::transport {
+namespace {
+
+// enum ibv_qp_state / ibv_qp_type / ibv_access_flags values the responder checks.
+constexpr uint32_t kRtr = 2, kRts = 3, kSqd = 4, kSqe = 5;
+constexpr uint32_t kRc = 2, kUd = 4;
+constexpr uint32_t kLocalWrite = 1u << 0, kRemoteWrite = 1u << 1, kRemoteRead = 1u << 2, kRemoteAtomic = 1u << 3;
+
+// IBA 10.3.1: a QP receives in RTR, RTS, SQD and SQE.
+bool CanReceive(uint32_t state) { return state == kRtr || state == kRts || state == kSqd || state == kSqe; }
+
+Reply NotReceiving(uint32_t qp_type) { return qp_type == kRc ? Reply::kNotReady : Reply::kDropped; }
+
+// A responder-side error moves an RC target QP to ERR (IBA 9.9.3: responder class C/D errors);
+// its owner applies it on its next verb.
+void FailTarget(const Target& t) {
+  if (t.endpoint().type == kRc) t.endpoint().remote_error.store(1, std::memory_order_release);
+}
+
+// Completes a receive WQE on the target's receive CQ and wakes its channel if armed.
+void CompleteAtTarget(const Target& t, const Completion& c) {
+  auto* ring = static_cast<CqRing*>(t.Resolve(t.endpoint().recv_cq));
+  if (ring == nullptr) return;
+  PushOutcome out = CqRingPush(*ring, c, [&t](fabric::SharedRef ref) { return t.Resolve(ref); });
+  if (out.notify_fd >= 0) t.Signal(out.notify_fd);
+}
+
+}  // namespace
+
+Reply Responder::CheckRemote(const Target& t, uint32_t rkey, uint64_t remote_addr, uint64_t length,
+                             uint32_t access, uint64_t* target_va, KeyPin* pin) {
+  const QpEndpoint& e = t.endpoint();
+  // IBA 10.6.3 / 9.7.5.1.3: the QP must allow the operation, and the R_Key must be valid, be
+  // the target's, belong to the QP's PD, allow the access and cover the whole range.
+  if (!(e.access & access)) return Reply::kRemoteAccess;
+  *pin = KeyPin::Acquire(local_.registry(), rkey);
+  if (!*pin) return Reply::kRemoteAccess;
+  const KeyView& k = pin->view();
+  if (k.owner_process_slot() != t.process_slot() || k.pd != e.pd || !(k.access & access))
+    return Reply::kRemoteAccess;
+  if (remote_addr < k.iova || length > k.length || remote_addr - k.iova > k.length - length)
+    return Reply::kRemoteAccess;
+  *target_va = k.addr + (remote_addr - k.iova);
+  return Reply::kAck;
+}
+
+Reply Responder::Deliver(const Target& t, uint32_t qp_type, const iovec* local, size_t nl, uint64_t total,
+                         const MessageInfo& info) {
+  QpEndpoint& e = t.endpoint();
+  if (e.type != qp_type || !CanReceive(e.state.load(std::memory_order_acquire))) return NotReceiving(qp_type);
+  auto* rq = static_cast<RecvRing*>(t.Resolve(e.recv_queue));
+  if (rq == nullptr) return NotReceiving(qp_type);
+  TakenWqe w = RecvRingTake(*rq, [&t](fabric::SharedRef ref) { return t.Resolve(ref); });
+  // No WQE: RC answers RNR NAK (IBA 9.7.5.2.8); UC and UD drop the message (IBA 9.8.3, 9.6.3).
+  if (!w.found) return qp_type == kRc ? Reply::kRnr : Reply::kDropped;
+
+  Completion c;
+  c.wr_id = w.wr_id;
+  c.qp_num = e.qp_num;
+  c.src_qp = info.src_qp;
+  c.opcode = info.rdma_write ? wc_opcode::kRecvRdmaWithImm : wc_opcode::kRecv;
+  c.imm_data = info.imm_data;
+  c.wc_flags = (info.with_imm ? wc_flag::kWithImm : 0) | (info.grh ? wc_flag::kGrh : 0);
+  c.solicited = info.solicited;
+  const uint64_t need = total + (info.grh ? 40 : 0);
+  c.byte_len = static_cast<uint32_t>(need);
+
+  if (!info.rdma_write) {
+    // The WQE's scatter list, checked like any local access of the target: its keys, its PD,
+    // LOCAL_WRITE, in bounds (IBA 10.6.3.1).
+    iovec remote[kMaxSge];
+    size_t nr = 0;
+    uint64_t room = 0;
+    KeyPin pins[kMaxSge];
+    for (uint32_t i = 0; i < w.num_sge && room < need; ++i) {
+      const RecvSge& s = w.sge[i];
+      if (s.length == 0) continue;
+      pins[nr] = KeyPin::Acquire(local_.registry(), s.lkey);
+      const KeyView& k = pins[nr].view();
+      if (!pins[nr] || k.owner_process_slot() != t.process_slot() || k.pd != e.pd || !(k.access & kLocalWrite) ||
+          s.addr < k.iova || s.length > k.length || s.addr - k.iova > k.length - s.length) {
+        c.status = wc_status::kLocProtErr;
+        c.byte_len = 0;
+        CompleteAtTarget(t, c);
+        FailTarget(t);
+        return Reply::kRemoteOp;
+      }
+      uint64_t take = std::min<uint64_t>(s.length, need - room);
+      remote[nr++] = {reinterpret_cast<void*>(k.addr + (s.addr - k.iova)), take};
+      room += take;
+    }
+    if (room < need) {
+      // The message does not fit the WQE: a local length error at the target, an invalid
+      // request for the sender (IBA 9.9.3.1.2).
+      c.status = wc_status::kLocLenErr;
+      c.byte_len = 0;
+      CompleteAtTarget(t, c);
+      FailTarget(t);
+      return Reply::kInvalidRequest;
+    }
+    iovec gather[kMaxSge + 1];
+    size_t ng = 0;
+    if (info.grh) gather[ng++] = {const_cast<uint8_t*>(info.grh), 40};
+    for (size_t i = 0; i < nl; ++i) gather[ng++] = local[i];
+    if (need > 0 && !t.WriteV(gather, ng, remote, nr).ok()) {
+      c.status = wc_status::kLocProtErr;
+      c.byte_len = 0;
+      CompleteAtTarget(t, c);
+      FailTarget(t);
+      return Reply::kRemoteOp;
+    }
+  }
+  CompleteAtTarget(t, c);
+  return Reply::kAck;
+}
+
+Reply Responder::Write(const Target& t, uint32_t rkey, uint64_t remote_addr, const iovec* local, size_t nl,
+                       uint64_t total) {
+  const QpEndpoint& e = t.endpoint();
+  if (!CanReceive(e.state.load(std::memory_order_acquire))) return NotReceiving(e.type);
+  if (total == 0) return Reply::kAck;  // IBA 9.4.3.1: a zero-length RDMA WRITE checks no R_Key
+  uint64_t va = 0;
+  KeyPin pin;
+  if (Reply r = CheckRemote(t, rkey, remote_addr, total, kRemoteWrite, &va, &pin); r != Reply::kAck) {
+    FailTarget(t);
+    return r;
+  }
+  iovec remote{reinterpret_cast<void*>(va), total};
+  return t.WriteV(local, nl, &remote, 1).ok() ? Reply::kAck : Reply::kRemoteOp;
+}
+
+Reply Responder::Read(const Target& t, uint32_t rkey, uint64_t remote_addr, const iovec* local, size_t nl,
+                      uint64_t total) {
+  const QpEndpoint& e = t.endpoint();
+  if (!CanReceive(e.state.load(std::memory_order_acquire))) return NotReceiving(e.type);
+  if (total == 0) return Reply::kAck;
+  uint64_t va = 0;
+  KeyPin pin;
+  if (Reply r = CheckRemote(t, rkey, remote_addr, total, kRemoteRead, &va, &pin); r != Reply::kAck) {
+    FailTarget(t);
+    return r;
+  }
+  iovec remote{reinterpret_cast<void*>(va), total};
+  return t.ReadV(local, nl, &remote, 1).ok() ? Reply::kAck : Reply::kRemoteOp;
+}
+
+Reply Responder::Atomic(const Target& t, WrOpcode op, uint32_t rkey, uint64_t remote_addr, uint64_t compare_add,
+                        uint64_t swap, uint64_t* original) {
+  const QpEndpoint& e = t.endpoint();
+  if (!CanReceive(e.state.load(std::memory_order_acquire))) return NotReceiving(e.type);
+  // IBA 9.4.5: atomics operate on naturally aligned 8 bytes.
+  if (remote_addr % 8 != 0) {
+    FailTarget(t);
+    return Reply::kInvalidRequest;
+  }
+  uint64_t va = 0;
+  KeyPin pin;
+  if (Reply r = CheckRemote(t, rkey, remote_addr, 8, kRemoteAtomic, &va, &pin); r != Reply::kAck) {
+    FailTarget(t);
+    return r;
+  }
+  // IBV_ATOMIC_HCA: atomic against every other atomic through softverbs on this host. The lock
+  // stripe is chosen by (process, address) so all initiators meet on the same word.
+  const uint64_t stripe = (static_cast<uint64_t>(t.process_slot()) * 0x9E3779B97F4A7C15ull) ^ (va >> 3);
+  fabric::TokenLock lock(local_.registry().atomic_stripe(static_cast<uint32_t>(stripe ^ (stripe >> 29))),
+                         local_.token());
+  uint64_t value = 0;
+  iovec mine{&value, 8};
+  iovec remote{reinterpret_cast<void*>(va), 8};
+  if (!t.ReadV(&mine, 1, &remote, 1).ok()) return Reply::kRemoteOp;
+  *original = value;
+  uint64_t next = op == WrOpcode::kAtomicCmpSwp ? (value == compare_add ? swap : value) : value + compare_add;
+  if (next != value) {
+    iovec out{&next, 8};
+    if (!t.WriteV(&out, 1, &remote, 1).ok()) return Reply::kRemoteOp;
+  }
+  return Reply::kAck;
+}
+
+}  // namespace softverbs::transport

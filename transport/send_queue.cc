@@ -1,0 +1,332 @@
+#include "transport/send_queue.h"
+
+#include <arpa/inet.h>
+
+#include <cstring>
+
+#include "transport/key_table.h"
+#include "transport/progress_thread.h"
+#include "transport/target.h"
+
+namespace softverbs::transport {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// enum ibv_qp_type / ibv_qp_state values.
+constexpr uint32_t kRc = 2, kUc = 3, kUd = 4;
+constexpr uint32_t kRts = 3, kSqd = 4, kSqe = 5, kErr = 6;
+constexpr uint32_t kLocalWrite = 1u << 0;
+
+// IBA 9.7.5.2.8 table 45: the RNR timer codes, in microseconds (code 0 is the longest).
+constexpr uint32_t kRnrDelayUs[32] = {655360, 10,    20,    30,    40,    60,    80,    120,
+                                      160,    240,   320,   480,   640,   960,   1280,  1920,
+                                      2560,   3840,  5120,  7680,  10240, 15360, 20480, 30720,
+                                      40960,  61440, 81920, 122880, 163840, 245760, 327680, 491520};
+
+// IBA 9.7.6.1.3: the local ACK timeout is 4.096 us * 2^timeout; 0 means "wait forever", which
+// is retried once a second here.
+Clock::duration AckTimeout(uint8_t timeout) {
+  if (timeout == 0) return std::chrono::seconds(1);
+  return std::chrono::nanoseconds(static_cast<int64_t>(4096.0 * static_cast<double>(1ull << std::min<uint8_t>(timeout, 31))));
+}
+
+bool IsIpv4Mapped(const uint8_t* gid) {
+  static const uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  return memcmp(gid, kPrefix, 12) == 0;
+}
+
+// The 40-byte GRH area of a UD receive (ibv_post_recv(3)): for RoCE v2 over IPv4 the IPv4 header
+// sits in its last 20 bytes, otherwise it holds the IPv6 header (IBA annex A17.4.5.2).
+void BuildGrh(uint8_t out[40], const UdDestination& d, uint32_t payload) {
+  memset(out, 0, 40);
+  if (IsIpv4Mapped(d.sgid) && IsIpv4Mapped(d.dgid)) {
+    uint8_t* ip = out + 20;
+    ip[0] = 0x45;
+    ip[1] = d.traffic_class;
+    const uint16_t total = htons(static_cast<uint16_t>(20 + 8 + 12 + payload + 4));  // IP+UDP+BTH+DETH+ICRC
+    memcpy(ip + 2, &total, 2);
+    ip[8] = d.hop_limit ? d.hop_limit : 64;
+    ip[9] = 17;  // UDP
+    memcpy(ip + 12, d.sgid + 12, 4);
+    memcpy(ip + 16, d.dgid + 12, 4);
+    return;
+  }
+  const uint32_t vtf = htonl(6u << 28 | static_cast<uint32_t>(d.traffic_class) << 20 | (d.flow_label & 0xfffff));
+  memcpy(out, &vtf, 4);
+  const uint16_t len = htons(static_cast<uint16_t>(8 + 12 + payload + 4));
+  memcpy(out + 4, &len, 2);
+  out[6] = 17;  // next header: UDP
+  out[7] = d.hop_limit;
+  memcpy(out + 8, d.sgid, 16);
+  memcpy(out + 24, d.dgid, 16);
+}
+
+uint32_t WcOpcode(WrOpcode op) {
+  switch (op) {
+    case WrOpcode::kRdmaWrite:
+    case WrOpcode::kRdmaWriteWithImm: return wc_opcode::kRdmaWrite;
+    case WrOpcode::kRdmaRead: return wc_opcode::kRdmaRead;
+    case WrOpcode::kAtomicCmpSwp: return wc_opcode::kCompSwap;
+    case WrOpcode::kAtomicFetchAdd: return wc_opcode::kFetchAdd;
+    default: return wc_opcode::kSend;
+  }
+}
+
+}  // namespace
+
+SendQueue::SendQueue(fabric::LocalProcess& local, RequesterHost& host)
+    : local_(local), host_(host), responder_(local) {}
+
+SendQueue::~SendQueue() { ProgressThread::Get().Forget(this); }
+
+void SendQueue::Configure(const RequesterConfig& config) {
+  std::lock_guard lock(mu_);
+  config_ = config;
+}
+
+Status SendQueue::Check(const SendWr& wr, uint32_t qp_state) const {
+  // ibv_post_send(3) / IBA 10.8.2: sends are accepted from RTS on (and flushed in ERR).
+  if (qp_state < kRts)
+    return Invalid("the QP must be in RTS to post sends (IBA 10.8.2)");
+  if (wr.num_sge > config_.max_send_sge)
+    return Invalid("num_sge " + std::to_string(wr.num_sge) + " exceeds max_send_sge " + std::to_string(config_.max_send_sge));
+  if ((wr.flags & send_flag::kInline) && wr.inline_length > config_.max_inline)
+    return Invalid("inline data of " + std::to_string(wr.inline_length) + " bytes exceeds max_inline_data " +
+                   std::to_string(config_.max_inline));
+  switch (wr.opcode) {
+    case WrOpcode::kSend:
+    case WrOpcode::kSendWithImm:
+      return Status::Ok();
+    case WrOpcode::kRdmaWrite:
+    case WrOpcode::kRdmaWriteWithImm:
+      if (config_.type == kUd) return Invalid("UD QPs have no RDMA WRITE (IBA 9.4)");
+      return Status::Ok();
+    case WrOpcode::kRdmaRead:
+    case WrOpcode::kAtomicCmpSwp:
+    case WrOpcode::kAtomicFetchAdd:
+      if (config_.type != kRc) return Invalid("only RC QPs have RDMA READ and atomics (IBA 9.4)");
+      return Status::Ok();
+    case WrOpcode::kLocalInv:
+    case WrOpcode::kBindMw:
+    case WrOpcode::kSendWithInv:
+      return NotSupported("memory windows are not offered (LOCAL_INV, BIND_MW, SEND_WITH_INV)");
+    case WrOpcode::kAtomicWrite:
+      return NotSupported("ATOMIC WRITE is not offered");
+    default:
+      return Invalid("opcode " + std::to_string(static_cast<uint32_t>(wr.opcode)) + " is not a send opcode of this QP");
+  }
+}
+
+Status SendQueue::Post(const SendWr& wr, uint32_t qp_state) {
+  std::unique_lock lock(mu_);
+  SV_RETURN_IF_ERROR(Check(wr, qp_state));
+  if (error_ || qp_state == kErr) {
+    // IBA 10.8.3.1: a WR posted to a QP in ERR completes with a flush error.
+    Finish(wr, wc_status::kWrFlushErr, 0);
+    return Status::Ok();
+  }
+  if (queue_.size() >= config_.max_send_wr)
+    return Status(ENOMEM, "the send queue is full (" + std::to_string(config_.max_send_wr) + " WRs waiting)");
+  Pending p;
+  p.wr = wr;
+  if (wr.flags & send_flag::kInline) {
+    p.inline_copy.assign(wr.inline_data, wr.inline_data + wr.inline_length);
+    p.wr.inline_data = p.inline_copy.data();
+  }
+  p.rnr_left = config_.rnr_retry;
+  p.retries_left = config_.retry_cnt;
+  // SQD: accepted, executed once the QP is back in RTS; SQE: the send queue is stopped.
+  queue_.push_back(std::move(p));
+  if (qp_state == kRts) RunQueue(lock);
+  return Status::Ok();
+}
+
+void SendQueue::RunQueue(std::unique_lock<std::mutex>&) {
+  while (!queue_.empty() && !error_) {
+    Pending& head = queue_.front();
+    if (head.due > Clock::now()) return;
+    if (Execute(head) == Step::kWait) {
+      ProgressThread::Get().Schedule(this, head.due);
+      return;
+    }
+    queue_.pop_front();
+  }
+}
+
+Clock::time_point SendQueue::Progress() {
+  std::unique_lock lock(mu_);
+  RunQueue(lock);
+  if (queue_.empty() || error_) return Clock::time_point::max();
+  return queue_.front().due;
+}
+
+void SendQueue::Flush() {
+  std::lock_guard lock(mu_);
+  error_ = true;
+  while (!queue_.empty()) {
+    Finish(queue_.front().wr, wc_status::kWrFlushErr, 0);
+    queue_.pop_front();
+  }
+}
+
+void SendQueue::Reset() {
+  std::lock_guard lock(mu_);
+  queue_.clear();
+  error_ = false;
+}
+
+void SendQueue::Finish(const SendWr& wr, uint32_t status, uint64_t byte_len) {
+  // Unsignaled successes produce no completion (ibv_post_send(3), sq_sig_all); errors always do.
+  if (status == wc_status::kSuccess && !(wr.flags & send_flag::kSignaled) && !config_.sq_sig_all) return;
+  Completion c;
+  c.wr_id = wr.wr_id;
+  c.status = status;
+  c.opcode = WcOpcode(wr.opcode);
+  c.byte_len = static_cast<uint32_t>(byte_len);
+  c.qp_num = config_.qp_num;
+  host_.Complete(c);
+}
+
+void SendQueue::Fail(const SendWr& wr, uint32_t status) {
+  // IBA 10.8.3: a completion in error moves the QP to ERR; what follows is flushed.
+  Finish(wr, status, 0);
+  error_ = true;
+  host_.EnterError();
+}
+
+SendQueue::Step SendQueue::Execute(Pending& p) {
+  const SendWr& wr = p.wr;
+  // The local side: inline bytes, or SGEs checked against this process's keys (IBA 10.6.3.1).
+  iovec local[kMaxSge];
+  size_t nl = 0;
+  uint64_t total = 0;
+  KeyPin pins[kMaxSge];
+  const bool writes_local =
+      wr.opcode == WrOpcode::kRdmaRead || wr.opcode == WrOpcode::kAtomicCmpSwp || wr.opcode == WrOpcode::kAtomicFetchAdd;
+  if ((wr.flags & send_flag::kInline) && !writes_local) {
+    if (wr.inline_length) local[nl++] = {wr.inline_data, wr.inline_length};
+    total = wr.inline_length;
+  } else {
+    for (uint32_t i = 0; i < wr.num_sge; ++i) {
+      const Sge& s = wr.sge[i];
+      if (s.length == 0) continue;
+      pins[nl] = KeyPin::Acquire(local_.registry(), s.lkey);
+      const KeyView& k = pins[nl].view();
+      if (!pins[nl] || k.owner_process_slot() != config_.process_slot || k.pd != config_.pd ||
+          (writes_local && !(k.access & kLocalWrite)) || s.addr < k.iova || s.length > k.length ||
+          s.addr - k.iova > k.length - s.length) {
+        Fail(wr, wc_status::kLocProtErr);
+        return Step::kDone;
+      }
+      local[nl++] = {reinterpret_cast<void*>(k.addr + (s.addr - k.iova)), s.length};
+      total += s.length;
+    }
+  }
+  if (total > (1ull << 31)) {  // IBA: 2^31 bytes per message
+    Fail(wr, wc_status::kLocLenErr);
+    return Step::kDone;
+  }
+
+  const uint32_t dest = config_.type == kUd ? wr.ud.remote_qpn : config_.dest_qp_num;
+  auto target = Target::Find(local_, dest);
+  Reply reply = Reply::kNotReady;
+  uint64_t byte_len = total;
+  if (target.ok()) {
+    MessageInfo info;
+    info.src_qp = config_.source_qpn ? config_.source_qpn : config_.qp_num;
+    info.imm_data = wr.imm_data;
+    info.solicited = (wr.flags & send_flag::kSolicited) != 0;
+    uint8_t grh[40];
+    switch (wr.opcode) {
+      case WrOpcode::kSend:
+      case WrOpcode::kSendWithImm:
+        info.with_imm = wr.opcode == WrOpcode::kSendWithImm;
+        if (config_.type == kUd) {
+          // A UD message fits one packet: at most the path MTU (IBA 9.6.3).
+          if (total > config_.path_mtu) {
+            Fail(wr, wc_status::kLocLenErr);
+            return Step::kDone;
+          }
+          // IBA 10.2.5: a Q_Key with the high bit set means "use the QP's own Q_Key".
+          const uint32_t qkey = (wr.ud.remote_qkey & 0x80000000u) ? config_.qkey : wr.ud.remote_qkey;
+          if (qkey != target->endpoint().qkey) {
+            reply = Reply::kDropped;  // IBA 10.2.5: a Q_Key mismatch drops the datagram
+            break;
+          }
+          BuildGrh(grh, wr.ud, static_cast<uint32_t>(total));
+          info.grh = grh;
+        }
+        reply = responder_.Deliver(*target, config_.type, local, nl, total, info);
+        break;
+      case WrOpcode::kRdmaWrite:
+        reply = responder_.Write(*target, wr.rkey, wr.remote_addr, local, nl, total);
+        break;
+      case WrOpcode::kRdmaWriteWithImm:
+        reply = responder_.Write(*target, wr.rkey, wr.remote_addr, local, nl, total);
+        if (reply == Reply::kAck) {
+          info.with_imm = true;
+          info.rdma_write = true;
+          reply = responder_.Deliver(*target, config_.type, nullptr, 0, total, info);
+        }
+        break;
+      case WrOpcode::kRdmaRead:
+        reply = responder_.Read(*target, wr.rkey, wr.remote_addr, local, nl, total);
+        break;
+      case WrOpcode::kAtomicCmpSwp:
+      case WrOpcode::kAtomicFetchAdd: {
+        if (total != 8) {  // the local buffer of an atomic is the 8-byte original value
+          Fail(wr, wc_status::kLocLenErr);
+          return Step::kDone;
+        }
+        uint64_t original = 0;
+        reply = responder_.Atomic(*target, wr.opcode, wr.rkey, wr.remote_addr, wr.compare_add, wr.swap, &original);
+        if (reply == Reply::kAck) memcpy(local[0].iov_base, &original, 8);
+        byte_len = 8;
+        break;
+      }
+      default:
+        reply = Reply::kInvalidRequest;
+        break;
+    }
+  } else if (config_.type != kRc) {
+    reply = Reply::kDropped;  // UC/UD: nobody there, the message is lost silently
+  }
+
+  switch (reply) {
+    case Reply::kAck:
+    case Reply::kDropped:
+      Finish(wr, wc_status::kSuccess, byte_len);
+      return Step::kDone;
+    case Reply::kRnr:
+      // IBA 9.7.5.2.8: wait the responder's RNR delay, at most rnr_retry times (7: forever).
+      if (config_.rnr_retry != 7 && p.rnr_left == 0) {
+        Fail(wr, wc_status::kRnrRetryExcErr);
+        return Step::kDone;
+      }
+      if (config_.rnr_retry != 7) --p.rnr_left;
+      p.due = Clock::now() + std::chrono::microseconds(kRnrDelayUs[target->endpoint().min_rnr_timer & 31]);
+      return Step::kWait;
+    case Reply::kNotReady:
+      // IBA 9.7.6.1.3: no answer within the local ACK timeout; retried retry_cnt times.
+      if (config_.timeout != 0 && p.retries_left == 0) {
+        Fail(wr, wc_status::kRetryExcErr);
+        return Step::kDone;
+      }
+      if (config_.timeout != 0) --p.retries_left;
+      p.due = Clock::now() + AckTimeout(config_.timeout);
+      return Step::kWait;
+    case Reply::kRemoteAccess:
+      Fail(wr, wc_status::kRemAccessErr);
+      return Step::kDone;
+    case Reply::kInvalidRequest:
+      Fail(wr, wc_status::kRemInvReqErr);
+      return Step::kDone;
+    case Reply::kRemoteOp:
+      Fail(wr, wc_status::kRemOpErr);
+      return Step::kDone;
+  }
+  return Step::kDone;
+}
+
+}  // namespace softverbs::transport

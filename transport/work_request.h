@@ -1,0 +1,107 @@
+// Work requests and completion codes in the transport's terms. Values equal rdma-core's enums
+// (ibv_wr_opcode, ibv_send_flags, ibv_wc_opcode, ibv_wc_status, ibv_wc_flags); abi/ proves it in
+// type_checks.cc and converts by copying fields.
+#pragma once
+
+#include <cstdint>
+
+namespace softverbs::transport {
+
+inline constexpr uint32_t kMaxSge = 32;            // the device's max_sge / max_recv_sge
+inline constexpr uint32_t kMaxInlineData = 1024;    // the device's max_inline_data
+
+struct Sge {
+  uint64_t addr;
+  uint32_t length;
+  uint32_t lkey;
+};
+
+// ibv_wr_opcode
+enum class WrOpcode : uint32_t {
+  kRdmaWrite = 0,
+  kRdmaWriteWithImm = 1,
+  kSend = 2,
+  kSendWithImm = 3,
+  kRdmaRead = 4,
+  kAtomicCmpSwp = 5,
+  kAtomicFetchAdd = 6,
+  kLocalInv = 7,
+  kBindMw = 8,
+  kSendWithInv = 9,
+  kTso = 10,
+  kDriver1 = 11,
+  kAtomicWrite = 15,
+};
+
+// ibv_send_flags
+namespace send_flag {
+inline constexpr uint32_t kFence = 1u << 0;
+inline constexpr uint32_t kSignaled = 1u << 1;
+inline constexpr uint32_t kSolicited = 1u << 2;
+inline constexpr uint32_t kInline = 1u << 3;
+inline constexpr uint32_t kIpCsum = 1u << 4;
+}  // namespace send_flag
+
+// ibv_wc_opcode
+namespace wc_opcode {
+inline constexpr uint32_t kSend = 0;
+inline constexpr uint32_t kRdmaWrite = 1;
+inline constexpr uint32_t kRdmaRead = 2;
+inline constexpr uint32_t kCompSwap = 3;
+inline constexpr uint32_t kFetchAdd = 4;
+inline constexpr uint32_t kRecv = 1u << 7;
+inline constexpr uint32_t kRecvRdmaWithImm = kRecv + 1;
+}  // namespace wc_opcode
+
+// ibv_wc_status
+namespace wc_status {
+inline constexpr uint32_t kSuccess = 0;
+inline constexpr uint32_t kLocLenErr = 1;
+inline constexpr uint32_t kLocQpOpErr = 2;
+inline constexpr uint32_t kLocProtErr = 4;
+inline constexpr uint32_t kWrFlushErr = 5;
+inline constexpr uint32_t kRemInvReqErr = 9;
+inline constexpr uint32_t kRemAccessErr = 10;
+inline constexpr uint32_t kRemOpErr = 11;
+inline constexpr uint32_t kRetryExcErr = 12;
+inline constexpr uint32_t kRnrRetryExcErr = 13;
+inline constexpr uint32_t kFatalErr = 19;
+}  // namespace wc_status
+
+// ibv_wc_flags
+namespace wc_flag {
+inline constexpr uint32_t kGrh = 1u << 0;
+inline constexpr uint32_t kWithImm = 1u << 1;
+}  // namespace wc_flag
+
+// The UD destination of a send (from its address handle and the WR).
+struct UdDestination {
+  uint8_t dgid[16];
+  uint8_t sgid[16];  // the local GID the AH's sgid_index names
+  uint32_t flow_label;
+  uint8_t traffic_class;
+  uint8_t hop_limit;
+  uint32_t remote_qpn;
+  uint32_t remote_qkey;
+};
+
+// One send work request (ibv_send_wr). Local data is either the SGE list (checked against the
+// poster's keys) or inline bytes copied at post time (IBV_SEND_INLINE: the buffer may be reused as
+// soon as ibv_post_send returns).
+struct SendWr {
+  uint64_t wr_id = 0;
+  WrOpcode opcode = WrOpcode::kSend;
+  uint32_t flags = 0;     // send_flag
+  uint32_t imm_data = 0;  // network order, as the application gave it
+  uint32_t num_sge = 0;
+  Sge sge[kMaxSge];
+  uint32_t inline_length = 0;  // with kInline: the bytes are in inline_data
+  uint8_t* inline_data = nullptr;
+  uint64_t remote_addr = 0;
+  uint32_t rkey = 0;
+  uint64_t compare_add = 0;
+  uint64_t swap = 0;
+  UdDestination ud;  // UD only
+};
+
+}  // namespace softverbs::transport
