@@ -1,5 +1,8 @@
 #include "core/context.h"
 
+#include "core/qp.h"
+#include "core/srq.h"
+
 namespace softverbs::core {
 
 Result<std::unique_ptr<Context>> Context::Open() {
@@ -34,9 +37,41 @@ void Context::DropAsyncEventsFor(const void* handle) {
   if (async_events_.empty()) async_fd_.Clear();
 }
 
+void Context::Register(Qp* qp) {
+  std::lock_guard lock(objects_mu_);
+  qps_.push_back(qp);
+}
+void Context::Unregister(Qp* qp) {
+  std::lock_guard lock(objects_mu_);
+  std::erase(qps_, qp);
+}
+void Context::Register(Srq* srq) {
+  std::lock_guard lock(objects_mu_);
+  srqs_.push_back(srq);
+}
+void Context::Unregister(Srq* srq) {
+  std::lock_guard lock(objects_mu_);
+  std::erase(srqs_, srq);
+}
+
+void Context::CollectRemoteEvents() {
+  std::lock_guard lock(objects_mu_);
+  for (Srq* srq : srqs_)
+    if (srq->queue().TakeLimitFired())
+      PostAsyncEvent({kEventSrqLimitReached, AsyncEvent::Subject::kSrq, srq->user_handle(), 0});
+  // A QP a peer failed moves to ERR now and reports it (Qp::ApplyPendingError).
+  for (Qp* qp : qps_) qp->state();
+}
+
 Result<AsyncEvent> Context::GetAsyncEvent() {
-  // The queue is the truth; the fd is readable while it is non-empty.
+  // The queue is the truth; the fd is readable while it is non-empty, or after a peer raised a
+  // flag. The fd is cleared before the flags are collected, so a peer's signal is never lost.
   for (;;) {
+    {
+      std::lock_guard lock(async_mu_);
+      if (async_events_.empty()) async_fd_.Clear();
+    }
+    CollectRemoteEvents();
     {
       std::lock_guard lock(async_mu_);
       if (!async_events_.empty()) {

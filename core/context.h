@@ -8,6 +8,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "base/event_fd.h"
 #include "base/status.h"
@@ -16,6 +17,9 @@
 #include "fabric/host/host_registry.h"
 
 namespace softverbs::core {
+
+class Qp;
+class Srq;
 
 // enum ibv_event_type values the core raises.
 inline constexpr uint32_t kEventCqErr = 0;
@@ -53,6 +57,13 @@ class Context {
   // Forgets the undelivered events about `handle` (the object is being destroyed).
   void DropAsyncEventsFor(const void* handle);
 
+  // The QPs and SRQs whose events peers may raise (a sender in another process crossing an SRQ
+  // limit, or failing a QP): GetAsyncEvent collects them when async_fd is signalled.
+  void Register(Qp* qp);
+  void Unregister(Qp* qp);
+  void Register(Srq* srq);
+  void Unregister(Srq* srq);
+
   // Context-local numbers for objects that have no host-wide number (PD, CQ, AH handles).
   uint32_t NewHandle() { return next_handle_.fetch_add(1, std::memory_order_relaxed); }
 
@@ -66,6 +77,11 @@ class Context {
   EventFd async_fd_;
   std::mutex async_mu_;
   std::deque<AsyncEvent> async_events_;
+  std::mutex objects_mu_;
+  std::vector<Qp*> qps_;
+  std::vector<Srq*> srqs_;
+  // Turns flags raised by peers into queued events.
+  void CollectRemoteEvents();
   std::atomic<uint32_t> next_handle_{1};
 };
 

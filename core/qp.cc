@@ -150,6 +150,8 @@ Qp::Qp(Context& context, const QpInitAttributes& init, uint32_t slot, std::uniqu
   e.recv_queue = recv_queue().ref();
   e.has_srq = init.srq != nullptr;
   e.block_self_mcast_lb = init.has_create_flags && (init.create_flags & create_flag::kBlockSelfMcastLb);
+  e.async_fd = context.async_fd();
+  context.Register(this);
   PublishEndpoint();
   // Last: the QP number now leads senders to a complete endpoint.
   auto& entry = fabric::EntryOf<fabric::QpEntry>(context_.registry().qps().slot(slot_));
@@ -159,6 +161,7 @@ Qp::Qp(Context& context, const QpInitAttributes& init, uint32_t slot, std::uniqu
 }
 
 Qp::~Qp() {
+  context_.Unregister(this);
   sq_.reset();  // no retry of this QP runs after this
   auto& entry = fabric::EntryOf<fabric::QpEntry>(context_.registry().qps().slot(slot_));
   entry.qp_num.store(0, std::memory_order_release);  // senders stop finding this QP

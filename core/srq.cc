@@ -14,16 +14,19 @@ Result<std::unique_ptr<Srq>> Srq::Create(Pd& pd, SrqAttributes& attr) {
     return Invalid("max_sge " + std::to_string(attr.max_sge) + " is outside 1.." +
                    std::to_string(DeviceLimits::kMaxSrqSge) + " (max_srq_sge)");
   // ibv_create_srq(3): srq_limit is ignored at creation; the SRQ starts unarmed.
-  auto queue = RecvQueue::Create(pd.context().local(), attr.max_wr, attr.max_sge);
+  auto queue = RecvQueue::Create(pd.context().local(), attr.max_wr, attr.max_sge, pd.context().async_fd());
   if (!queue.ok()) return queue.status();
   auto slot = pd.context().registry().srqs().Allocate(fabric::ProcessToken::Self());
   if (!slot.ok()) return Status(ENOMEM, "no SRQ number left: " + slot.status().rule());
   attr.srq_limit = 0;
   pd.users().Acquire();
-  return std::unique_ptr<Srq>(new Srq(pd, attr, *slot, std::move(queue.value())));
+  std::unique_ptr<Srq> srq(new Srq(pd, attr, *slot, std::move(queue.value())));
+  pd.context().Register(srq.get());
+  return srq;
 }
 
 Srq::~Srq() {
+  pd_.context().Unregister(this);
   pd_.context().registry().srqs().Free(slot_, fabric::ProcessToken::Self());
   pd_.users().Release();
 }

@@ -29,6 +29,7 @@ struct QpEndpoint {
   uint32_t block_self_mcast_lb;
   uint8_t sgid[16];             // the GID the QP's address vector sends from (RoCE source)
   std::atomic<uint32_t> remote_error;  // an initiator hit a responder error that moves this QP to ERR
+  int32_t async_fd;                    // the owner context's async event fd, signalled with remote_error
   std::atomic<uint32_t> pending_event; // enum ibv_event_type + 1 for the owner to raise, or 0
 };
 

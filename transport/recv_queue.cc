@@ -4,7 +4,8 @@
 
 namespace softverbs::transport {
 
-Result<std::unique_ptr<RecvQueue>> RecvQueue::Create(fabric::LocalProcess& local, uint32_t max_wr, uint32_t max_sge) {
+Result<std::unique_ptr<RecvQueue>> RecvQueue::Create(fabric::LocalProcess& local, uint32_t max_wr, uint32_t max_sge,
+                                                     int async_fd) {
   auto ref = local.Allocate(sizeof(RecvRing));
   if (!ref.ok()) return ref.status();
   const uint32_t wqe_size = static_cast<uint32_t>(RecvWqeSize(max_sge));
@@ -19,6 +20,7 @@ Result<std::unique_ptr<RecvQueue>> RecvQueue::Create(fabric::LocalProcess& local
   ring->max_wr = max_wr;
   ring->max_sge = max_sge;
   ring->wqe_size = wqe_size;
+  ring->async_fd = async_fd;
   ring->entries = *entries;
   return std::unique_ptr<RecvQueue>(new RecvQueue(local, *ref));
 }

@@ -3,6 +3,7 @@
 // the initiator is the NIC, so the sender does the responder's receive-side work).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 
@@ -38,9 +39,9 @@ struct RecvRing {
   uint32_t count;
   uint32_t head;
   uint32_t srq_limit;    // armed SRQ limit; 0 = not armed (ibv_modify_srq(3))
-  uint32_t limit_fired;  // the limit was crossed; the owner raises IBV_EVENT_SRQ_LIMIT_REACHED
+  std::atomic<uint32_t> limit_fired;  // the limit was crossed; the owner raises IBV_EVENT_SRQ_LIMIT_REACHED
   uint32_t wqe_size;
-  uint32_t reserved;
+  int32_t async_fd;  // the owner context's async event fd, signalled when the limit fires
   fabric::SharedRef entries;
 };
 
@@ -72,7 +73,7 @@ TakenWqe RecvRingTake(RecvRing& ring, Resolve&& resolve) {
   // the limit is disarmed.
   if (ring.srq_limit != 0 && ring.count < ring.srq_limit) {
     ring.srq_limit = 0;
-    ring.limit_fired = 1;
+    ring.limit_fired.store(1, std::memory_order_release);
     out.limit_crossed = true;
   }
   return out;
@@ -81,7 +82,9 @@ TakenWqe RecvRingTake(RecvRing& ring, Resolve&& resolve) {
 // The owner's side of a receive ring.
 class RecvQueue {
  public:
-  static Result<std::unique_ptr<RecvQueue>> Create(fabric::LocalProcess& local, uint32_t max_wr, uint32_t max_sge);
+  // `async_fd`: the owner's async event fd (signalled when an SRQ limit fires), or -1.
+  static Result<std::unique_ptr<RecvQueue>> Create(fabric::LocalProcess& local, uint32_t max_wr, uint32_t max_sge,
+                                                   int async_fd = -1);
   ~RecvQueue();
 
   fabric::SharedRef ref() const { return ref_; }
@@ -96,6 +99,8 @@ class RecvQueue {
   // Resizes (SRQ max_wr); EINVAL if smaller than what is posted.
   Status Resize(uint32_t max_wr);
   void SetLimit(uint32_t limit);
+  // True once per crossing of the armed limit (IBV_EVENT_SRQ_LIMIT_REACHED is due).
+  bool TakeLimitFired() { return ring().limit_fired.exchange(0, std::memory_order_acq_rel) != 0; }
   uint32_t count() const;
 
  private:

@@ -24,7 +24,10 @@ Reply NotReceiving(uint32_t qp_type) { return qp_type == kRc ? Reply::kNotReady 
 // A responder-side error moves an RC target QP to ERR (IBA 9.9.3: responder class C/D errors);
 // its owner applies it on its next verb.
 void FailTarget(const Target& t) {
-  if (t.endpoint().type == kRc) t.endpoint().remote_error.store(1, std::memory_order_release);
+  if (t.endpoint().type != kRc) return;
+  t.endpoint().remote_error.store(1, std::memory_order_release);
+  // The owner learns it through its async event fd even if it makes no verb call.
+  if (t.endpoint().async_fd >= 0) t.Signal(t.endpoint().async_fd);
 }
 
 // Completes a receive WQE on the target's receive CQ and wakes its channel if armed.
@@ -61,6 +64,7 @@ Reply Responder::Deliver(const Target& t, uint32_t qp_type, const iovec* local, 
   auto* rq = static_cast<RecvRing*>(t.Resolve(e.recv_queue));
   if (rq == nullptr) return NotReceiving(qp_type);
   TakenWqe w = RecvRingTake(*rq, [&t](fabric::SharedRef ref) { return t.Resolve(ref); });
+  if (w.limit_crossed && rq->async_fd >= 0) t.Signal(rq->async_fd);  // IBV_EVENT_SRQ_LIMIT_REACHED
   // No WQE: RC answers RNR NAK (IBA 9.7.5.2.8); UC and UD drop the message (IBA 9.8.3, 9.6.3).
   if (!w.found) return qp_type == kRc ? Reply::kRnr : Reply::kDropped;
 
