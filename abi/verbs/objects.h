@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "core/ah.h"
 #include "core/context.h"
@@ -79,8 +80,13 @@ struct SvQp {
   std::unique_ptr<core::Qp> core;
   bool has_qp_ex = false;  // created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS
   uint64_t send_ops_flags = 0;
-  // The ibv_wr_* batch between wr_start and wr_complete: the first refusal wins and is returned
-  // by wr_complete (the builders are void functions).
+  // The ibv_wr_* batch between wr_start and wr_complete: the work requests being built, and the
+  // first refusal, returned by wr_complete (the builders are void functions).
+  struct BatchedWr {
+    transport::SendWr wr;
+    std::vector<uint8_t> inline_data;
+  };
+  std::vector<BatchedWr> batch;
   Status batch_status;
 };
 

@@ -1,11 +1,18 @@
-// The ibv_qp_ex work-request builders (ibv_wr_post(3)). Every pointer is filled so no program
-// ever calls through NULL; a builder whose op was not requested in send_ops_flags at creation
-// marks the batch refused, and wr_complete reports the first refusal.
+// The ibv_qp_ex work-request builders (ibv_wr_post(3)): ibv_wr_start opens a batch, each op
+// (ibv_wr_send, ibv_wr_rdma_write, ...) starts a work request that the setters (ibv_wr_set_sge,
+// _inline_data, _ud_addr) complete, and ibv_wr_complete posts the batch -- or nothing, if any
+// builder was refused; ibv_wr_abort drops it. Every pointer is filled: an op whose flag was not
+// requested in send_ops_flags at creation refuses the batch (EINVAL at ibv_wr_complete).
+#include <cstring>
+
 #include "abi/common/errno_convention.h"
 #include "abi/verbs/objects.h"
 
 namespace softverbs::abi {
 namespace {
+
+using transport::SendWr;
+using transport::WrOpcode;
 
 // Records the first refusal of the current batch.
 void Refuse(ibv_qp_ex* qpx, Status status) {
@@ -13,50 +20,149 @@ void Refuse(ibv_qp_ex* qpx, Status status) {
   if (qp->batch_status.ok()) qp->batch_status = std::move(status);
 }
 
-// Builders of operations: checked against send_ops_flags; posting itself arrives with the data
-// path (docs/support-matrix.md), so an accepted op still refuses the batch with EOPNOTSUPP.
-void Op(ibv_qp_ex* qpx, uint64_t flag, const char* name) {
-  if (!(ToSv(qpx)->send_ops_flags & flag))
-    return Refuse(qpx, Invalid(std::string(name) + " was not requested in send_ops_flags at creation"));
-  Refuse(qpx, Unsupported("posting through ibv_qp_ex (the data path)"));
+// Starts the next work request of the batch, if the op was requested at creation.
+SendWr* Begin(ibv_qp_ex* qpx, uint64_t flag, const char* name, WrOpcode op) {
+  SvQp* qp = ToSv(qpx);
+  if (!(qp->send_ops_flags & flag)) {
+    Refuse(qpx, Invalid(std::string(name) + " was not requested in send_ops_flags at creation"));
+    return nullptr;
+  }
+  SvQp::BatchedWr& b = qp->batch.emplace_back();
+  b.wr.wr_id = qpx->wr_id;
+  b.wr.flags = qpx->wr_flags;
+  b.wr.opcode = op;
+  return &b.wr;
 }
 
-void WrStart(ibv_qp_ex* qpx) { ToSv(qpx)->batch_status = Status::Ok(); }
+// The work request the setters apply to: the last one started.
+SvQp::BatchedWr* Current(ibv_qp_ex* qpx, const char* setter) {
+  SvQp* qp = ToSv(qpx);
+  if (qp->batch.empty()) {
+    Refuse(qpx, Invalid(std::string(setter) + " called before any ibv_wr_* operation"));
+    return nullptr;
+  }
+  return &qp->batch.back();
+}
+
+void WrStart(ibv_qp_ex* qpx) {
+  SvQp* qp = ToSv(qpx);
+  qp->batch.clear();
+  qp->batch_status = Status::Ok();
+}
+
 int WrComplete(ibv_qp_ex* qpx) {
   SvQp* qp = ToSv(qpx);
   Status s = std::exchange(qp->batch_status, Status::Ok());
+  // ibv_wr_post(3): the batch is posted on a QP in RTS.
+  if (s.ok() && qp->core->state() != core::QpState::kRts)
+    s = Invalid("ibv_wr_complete needs the QP in RTS (it is in " + std::string(core::QpStateName(qp->core->state())) + ")");
+  for (size_t i = 0; s.ok() && i < qp->batch.size(); ++i) {
+    SvQp::BatchedWr& b = qp->batch[i];
+    if (!b.inline_data.empty()) {
+      b.wr.inline_data = b.inline_data.data();
+      b.wr.inline_length = static_cast<uint32_t>(b.inline_data.size());
+      b.wr.flags |= IBV_SEND_INLINE;
+    }
+    s = qp->core->PostSend(b.wr);
+  }
+  qp->batch.clear();
   return s.ok() ? 0 : ReturnErrno("ibv_wr_complete", Name(&qpx->qp_base), s);
 }
-void WrAbort(ibv_qp_ex* qpx) { ToSv(qpx)->batch_status = Status::Ok(); }
 
-void AtomicCmpSwp(ibv_qp_ex* q, uint32_t, uint64_t, uint64_t, uint64_t) {
-  Op(q, IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP, "ibv_wr_atomic_cmp_swp");
+void WrAbort(ibv_qp_ex* qpx) {
+  SvQp* qp = ToSv(qpx);
+  qp->batch.clear();
+  qp->batch_status = Status::Ok();
 }
-void AtomicFetchAdd(ibv_qp_ex* q, uint32_t, uint64_t, uint64_t) {
-  Op(q, IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD, "ibv_wr_atomic_fetch_add");
+
+void AtomicCmpSwp(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, uint64_t compare, uint64_t swap) {
+  if (SendWr* w = Begin(q, IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP, "ibv_wr_atomic_cmp_swp", WrOpcode::kAtomicCmpSwp)) {
+    w->rkey = rkey;
+    w->remote_addr = addr;
+    w->compare_add = compare;
+    w->swap = swap;
+  }
 }
-void BindMw(ibv_qp_ex* q, ibv_mw*, uint32_t, const ibv_mw_bind_info*) { Op(q, IBV_QP_EX_WITH_BIND_MW, "ibv_wr_bind_mw"); }
-void LocalInv(ibv_qp_ex* q, uint32_t) { Op(q, IBV_QP_EX_WITH_LOCAL_INV, "ibv_wr_local_inv"); }
-void RdmaRead(ibv_qp_ex* q, uint32_t, uint64_t) { Op(q, IBV_QP_EX_WITH_RDMA_READ, "ibv_wr_rdma_read"); }
-void RdmaWrite(ibv_qp_ex* q, uint32_t, uint64_t) { Op(q, IBV_QP_EX_WITH_RDMA_WRITE, "ibv_wr_rdma_write"); }
-void RdmaWriteImm(ibv_qp_ex* q, uint32_t, uint64_t, __be32) {
-  Op(q, IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM, "ibv_wr_rdma_write_imm");
+void AtomicFetchAdd(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, uint64_t add) {
+  if (SendWr* w = Begin(q, IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD, "ibv_wr_atomic_fetch_add", WrOpcode::kAtomicFetchAdd)) {
+    w->rkey = rkey;
+    w->remote_addr = addr;
+    w->compare_add = add;
+  }
 }
-void Send(ibv_qp_ex* q) { Op(q, IBV_QP_EX_WITH_SEND, "ibv_wr_send"); }
-void SendImm(ibv_qp_ex* q, __be32) { Op(q, IBV_QP_EX_WITH_SEND_WITH_IMM, "ibv_wr_send_imm"); }
-void SendInv(ibv_qp_ex* q, uint32_t) { Op(q, IBV_QP_EX_WITH_SEND_WITH_INV, "ibv_wr_send_inv"); }
-void SendTso(ibv_qp_ex* q, void*, uint16_t, uint16_t) { Op(q, IBV_QP_EX_WITH_TSO, "ibv_wr_send_tso"); }
+void RdmaRead(ibv_qp_ex* q, uint32_t rkey, uint64_t addr) {
+  if (SendWr* w = Begin(q, IBV_QP_EX_WITH_RDMA_READ, "ibv_wr_rdma_read", WrOpcode::kRdmaRead)) {
+    w->rkey = rkey;
+    w->remote_addr = addr;
+  }
+}
+void RdmaWrite(ibv_qp_ex* q, uint32_t rkey, uint64_t addr) {
+  if (SendWr* w = Begin(q, IBV_QP_EX_WITH_RDMA_WRITE, "ibv_wr_rdma_write", WrOpcode::kRdmaWrite)) {
+    w->rkey = rkey;
+    w->remote_addr = addr;
+  }
+}
+void RdmaWriteImm(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, __be32 imm) {
+  if (SendWr* w = Begin(q, IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM, "ibv_wr_rdma_write_imm", WrOpcode::kRdmaWriteWithImm)) {
+    w->rkey = rkey;
+    w->remote_addr = addr;
+    w->imm_data = imm;
+  }
+}
+void Send(ibv_qp_ex* q) { Begin(q, IBV_QP_EX_WITH_SEND, "ibv_wr_send", WrOpcode::kSend); }
+void SendImm(ibv_qp_ex* q, __be32 imm) {
+  if (SendWr* w = Begin(q, IBV_QP_EX_WITH_SEND_WITH_IMM, "ibv_wr_send_imm", WrOpcode::kSendWithImm)) w->imm_data = imm;
+}
+// Memory windows, TSO and ATOMIC WRITE are refused at creation, so these can only refuse.
+void BindMw(ibv_qp_ex* q, ibv_mw*, uint32_t, const ibv_mw_bind_info*) {
+  Begin(q, IBV_QP_EX_WITH_BIND_MW, "ibv_wr_bind_mw", WrOpcode::kBindMw);
+}
+void LocalInv(ibv_qp_ex* q, uint32_t) { Begin(q, IBV_QP_EX_WITH_LOCAL_INV, "ibv_wr_local_inv", WrOpcode::kLocalInv); }
+void SendInv(ibv_qp_ex* q, uint32_t) { Begin(q, IBV_QP_EX_WITH_SEND_WITH_INV, "ibv_wr_send_inv", WrOpcode::kSendWithInv); }
+void SendTso(ibv_qp_ex* q, void*, uint16_t, uint16_t) { Begin(q, IBV_QP_EX_WITH_TSO, "ibv_wr_send_tso", WrOpcode::kTso); }
 void AtomicWrite(ibv_qp_ex* q, uint32_t, uint64_t, const void*) {
-  Op(q, IBV_QP_EX_WITH_ATOMIC_WRITE, "ibv_wr_atomic_write");
+  Begin(q, IBV_QP_EX_WITH_ATOMIC_WRITE, "ibv_wr_atomic_write", WrOpcode::kAtomicWrite);
 }
 
-// Setters only complete the op before them; they refuse nothing by themselves.
-void SetUdAddr(ibv_qp_ex*, ibv_ah*, uint32_t, uint32_t) {}
+void SetUdAddr(ibv_qp_ex* q, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey) {
+  if (auto* b = Current(q, "ibv_wr_set_ud_addr")) {
+    b->wr.ud = ToSv(ah)->ud;
+    b->wr.ud.remote_qpn = remote_qpn;
+    b->wr.ud.remote_qkey = remote_qkey;
+  }
+}
 void SetXrcSrqn(ibv_qp_ex* q, uint32_t) { Refuse(q, Unsupported("ibv_wr_set_xrc_srqn (XRC)")); }
-void SetInlineData(ibv_qp_ex*, void*, size_t) {}
-void SetInlineDataList(ibv_qp_ex*, size_t, const ibv_data_buf*) {}
-void SetSge(ibv_qp_ex*, uint32_t, uint64_t, uint32_t) {}
-void SetSgeList(ibv_qp_ex*, size_t, const ibv_sge*) {}
+void SetInlineData(ibv_qp_ex* q, void* addr, size_t length) {
+  if (auto* b = Current(q, "ibv_wr_set_inline_data")) {
+    // Copied now: the buffer may be reused as soon as the setter returns (ibv_wr_post(3)).
+    auto* p = static_cast<uint8_t*>(addr);
+    b->inline_data.assign(p, p + length);
+    b->wr.num_sge = 0;
+  }
+}
+void SetInlineDataList(ibv_qp_ex* q, size_t num_buf, const ibv_data_buf* bufs) {
+  if (auto* b = Current(q, "ibv_wr_set_inline_data_list")) {
+    b->inline_data.clear();
+    for (size_t i = 0; i < num_buf; ++i) {
+      auto* p = static_cast<uint8_t*>(bufs[i].addr);
+      b->inline_data.insert(b->inline_data.end(), p, p + bufs[i].length);
+    }
+    b->wr.num_sge = 0;
+  }
+}
+void SetSge(ibv_qp_ex* q, uint32_t lkey, uint64_t addr, uint32_t length) {
+  if (auto* b = Current(q, "ibv_wr_set_sge")) {
+    b->wr.num_sge = 1;
+    b->wr.sge[0] = {addr, length, lkey};
+  }
+}
+void SetSgeList(ibv_qp_ex* q, size_t num_sge, const ibv_sge* sges) {
+  if (auto* b = Current(q, "ibv_wr_set_sge_list")) {
+    if (num_sge > transport::kMaxSge) return Refuse(q, Invalid("num_sge exceeds max_sge"));
+    b->wr.num_sge = static_cast<uint32_t>(num_sge);
+    for (size_t i = 0; i < num_sge; ++i) b->wr.sge[i] = {sges[i].addr, sges[i].length, sges[i].lkey};
+  }
+}
 
 }  // namespace
 
