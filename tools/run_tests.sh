@@ -25,6 +25,10 @@ export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 (cd build-asan && ctest --output-on-failure -j "$jobs" --timeout 300 -L unit)
 (cd build-asan && LD_PRELOAD="$asan_rt:$ubsan_rt" ASAN_OPTIONS=detect_leaks=0 \
    ctest --output-on-failure -j "$jobs" --timeout 300 -L 'pyverbs|clients')
+echo "== ThreadSanitizer build (unit tests: the multi-threaded data path, key table, channels) =="
+build build-tsan -DSOFTVERBS_TSAN=ON
+(cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ctest --output-on-failure -j "$jobs" --timeout 300 -L unit)
+
 # The unit tests' host registry (SOFTVERBS_HOST=unit-tests) reserves its space in /dev/shm.
 rm -f /dev/shm/softverbs-"$(id -u)"-*-unit-tests
 echo "== all test runs passed =="
