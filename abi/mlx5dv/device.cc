@@ -44,10 +44,10 @@ SV_MLX5_ERRNO(mlx5dv_get_clock_info, struct ibv_context*, struct mlx5dv_clock_in
 // the version script then hides the private names.
 
 SV_EXPORT int sv_mlx5dv_init_obj_1_2(struct mlx5dv_obj*, uint64_t) {
-  return softverbs::abi::mlx5dv::RefuseErrno("mlx5dv_init_obj");
+  return softverbs::abi::RefuseErrno("mlx5dv_init_obj");
 }
 SV_EXPORT int sv_mlx5dv_init_obj_1_0(struct mlx5dv_obj*, uint64_t) {
-  return softverbs::abi::mlx5dv::RefuseErrno("mlx5dv_init_obj");
+  return softverbs::abi::RefuseErrno("mlx5dv_init_obj");
 }
 __asm__(".symver sv_mlx5dv_init_obj_1_2, mlx5dv_init_obj@@MLX5_1.2");
 __asm__(".symver sv_mlx5dv_init_obj_1_0, mlx5dv_init_obj@MLX5_1.0");

@@ -11,37 +11,27 @@
 
 #include "abi/common/export.h"
 
-namespace softverbs::abi::mlx5dv {
-
-// None of these throws: they are bodies of C entry points. A failed allocation of the rule text
-// only loses the log line.
-void* RefuseNull(const char* verb) noexcept;       // NULL, errno = EOPNOTSUPP
-int RefuseErrno(const char* verb) noexcept;        // returns EOPNOTSUPP
-int RefuseNegErrno(const char* verb) noexcept;     // returns -EOPNOTSUPP
-int RefuseMinusOne(const char* verb) noexcept;     // returns -1, errno = EOPNOTSUPP
-void Refuse(const char* verb) noexcept;            // void functions: log only
-
-}  // namespace softverbs::abi::mlx5dv
+#include "abi/common/refuse.h"
 
 // Constructors: "on error NULL will be returned and errno will be set".
 #define SV_MLX5_NULL(name, type, ...)                                          \
   SV_EXPORT type* name(__VA_ARGS__) {                                          \
-    return static_cast<type*>(::softverbs::abi::mlx5dv::RefuseNull(#name));    \
+    return static_cast<type*>(::softverbs::abi::RefuseNull(#name));    \
   }
 
 // int verbs: "0 on success, or the value of errno on failure".
 #define SV_MLX5_ERRNO(name, ...) \
-  SV_EXPORT int name(__VA_ARGS__) { return ::softverbs::abi::mlx5dv::RefuseErrno(#name); }
+  SV_EXPORT int name(__VA_ARGS__) { return ::softverbs::abi::RefuseErrno(#name); }
 
 // int verbs returning "-errno on error".
 #define SV_MLX5_NEG_ERRNO(name, ...) \
-  SV_EXPORT int name(__VA_ARGS__) { return ::softverbs::abi::mlx5dv::RefuseNegErrno(#name); }
+  SV_EXPORT int name(__VA_ARGS__) { return ::softverbs::abi::RefuseNegErrno(#name); }
 
 // Verbs returning a count or an fd: "-1 will be returned and errno was set".
 #define SV_MLX5_MINUS_ONE(name, type, ...) \
-  SV_EXPORT type name(__VA_ARGS__) { return ::softverbs::abi::mlx5dv::RefuseMinusOne(#name); }
+  SV_EXPORT type name(__VA_ARGS__) { return ::softverbs::abi::RefuseMinusOne(#name); }
 
 // Destructors and setters returning void: nothing to report to the caller, so only the log line.
 // They can only receive objects softverbs never created, so they touch nothing.
 #define SV_MLX5_VOID(name, ...) \
-  SV_EXPORT void name(__VA_ARGS__) { ::softverbs::abi::mlx5dv::Refuse(#name); }
+  SV_EXPORT void name(__VA_ARGS__) { ::softverbs::abi::Refuse(#name); }

@@ -87,12 +87,12 @@ SV_CM_MINUS_ONE(rdma_set_option, struct rdma_cm_id*, int, int, void*, size_t)
 // connected], the returned value is 0." No id is ever bound here, so 0 is the documented answer.
 // support: rdma_get_src_port | EOPNOTSUPP | returns 0 ("not bound"); logs, errno untouched
 SV_EXPORT __be16 rdma_get_src_port(struct rdma_cm_id*) {
-  rdmacm::Refuse("rdma_get_src_port");
+  softverbs::abi::Refuse("rdma_get_src_port");
   return 0;
 }
 // support: rdma_get_dst_port | EOPNOTSUPP | returns 0 ("not connected"); logs, errno untouched
 SV_EXPORT __be16 rdma_get_dst_port(struct rdma_cm_id*) {
-  rdmacm::Refuse("rdma_get_dst_port");
+  softverbs::abi::Refuse("rdma_get_dst_port");
   return 0;
 }
 
@@ -102,7 +102,7 @@ SV_EXPORT __be16 rdma_get_dst_port(struct rdma_cm_id*) {
 SV_EXPORT int rdma_getaddrinfo(const char*, const char*, const struct rdma_addrinfo*,
                                struct rdma_addrinfo** res) {
   if (res != nullptr) *res = nullptr;
-  return rdmacm::RefuseMinusOne("rdma_getaddrinfo");
+  return softverbs::abi::RefuseMinusOne("rdma_getaddrinfo");
 }
 
 // rdma_freeaddrinfo(3) returns nothing. NULL is a no-op (as free(NULL)); anything else did not
@@ -123,7 +123,7 @@ SV_EXPORT void rdma_freeaddrinfo(struct rdma_addrinfo* res) {
 // support: rdma_get_devices | EOPNOTSUPP | NULL + errno; *num_devices set to 0
 SV_EXPORT struct ibv_context** rdma_get_devices(int* num_devices) {
   if (num_devices != nullptr) *num_devices = 0;
-  return static_cast<struct ibv_context**>(rdmacm::RefuseNull("rdma_get_devices"));
+  return static_cast<struct ibv_context**>(softverbs::abi::RefuseNull("rdma_get_devices"));
 }
 
 // rdma_free_devices(3) returns nothing. NULL is a no-op; any other list did not come from

@@ -6,31 +6,6 @@
 
 namespace softverbs::abi::rdmacm {
 
-void* RefuseNull(const char* verb) noexcept {
-  try {
-    return ReturnNull(verb, {}, Unsupported(verb));
-  } catch (...) {
-    errno = EOPNOTSUPP;
-    return nullptr;
-  }
-}
-
-int RefuseMinusOne(const char* verb) noexcept {
-  try {
-    return ReturnMinusOne(verb, {}, Unsupported(verb));
-  } catch (...) {
-    errno = EOPNOTSUPP;
-    return -1;
-  }
-}
-
-void Refuse(const char* verb) noexcept {
-  try {
-    LogRefusal(verb, {}, Unsupported(verb));
-  } catch (...) {
-  }
-}
-
 // ENOSYS rather than EOPNOTSUPP: rsockets are not a missing feature of an object the caller
 // holds but a whole API softverbs does not ship; a socket-style caller reads ENOSYS as that.
 int RefuseRsocket(const char* verb) noexcept {

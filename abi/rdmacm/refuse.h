@@ -13,14 +13,12 @@
 #include <rdma/rsocket.h>
 
 #include "abi/common/export.h"
+#include "abi/common/refuse.h"
 
 namespace softverbs::abi::rdmacm {
 
 // None of these throws: they are bodies of C entry points. A failed allocation of the rule text
 // only loses the log line.
-void* RefuseNull(const char* verb) noexcept;    // NULL, errno = EOPNOTSUPP
-int RefuseMinusOne(const char* verb) noexcept;  // -1, errno = EOPNOTSUPP
-void Refuse(const char* verb) noexcept;         // void functions and port getters: log only
 int RefuseRsocket(const char* verb) noexcept;   // -1, errno = ENOSYS
 
 }  // namespace softverbs::abi::rdmacm
@@ -28,18 +26,18 @@ int RefuseRsocket(const char* verb) noexcept;   // -1, errno = ENOSYS
 // Most rdma_* verbs: "Returns 0 on success, or -1 on error. If an error occurs, errno will be
 // set to indicate the failure reason."
 #define SV_CM_MINUS_ONE(name, ...) \
-  SV_EXPORT int name(__VA_ARGS__) { return ::softverbs::abi::rdmacm::RefuseMinusOne(#name); }
+  SV_EXPORT int name(__VA_ARGS__) { return ::softverbs::abi::RefuseMinusOne(#name); }
 
 // Constructors returning a pointer: "NULL if the request fails. On failure, errno will be set".
 #define SV_CM_NULL(name, type, ...)                                         \
   SV_EXPORT type* name(__VA_ARGS__) {                                       \
-    return static_cast<type*>(::softverbs::abi::rdmacm::RefuseNull(#name)); \
+    return static_cast<type*>(::softverbs::abi::RefuseNull(#name)); \
   }
 
 // Destructors returning void ("RETURN VALUE None"): only the log line. They can only receive
 // objects softverbs never created, so they touch nothing.
 #define SV_CM_VOID(name, ...) \
-  SV_EXPORT void name(__VA_ARGS__) { ::softverbs::abi::rdmacm::Refuse(#name); }
+  SV_EXPORT void name(__VA_ARGS__) { ::softverbs::abi::Refuse(#name); }
 
 // rsockets "match the name and function signature of socket calls" (rsocket(7)): -1 and errno,
 // converted to the function's return type (off_t for riomap, size_t for riowrite).

@@ -1,10 +1,10 @@
-#include "abi/mlx5dv/refuse.h"
+#include "abi/common/refuse.h"
 
 #include <cerrno>
 
 #include "abi/common/errno_convention.h"
 
-namespace softverbs::abi::mlx5dv {
+namespace softverbs::abi {
 
 void* RefuseNull(const char* verb) noexcept {
   try {
@@ -47,4 +47,4 @@ void Refuse(const char* verb) noexcept {
   }
 }
 
-}  // namespace softverbs::abi::mlx5dv
+}  // namespace softverbs::abi
