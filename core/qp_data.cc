@@ -22,6 +22,7 @@ transport::RequesterConfig Qp::RequesterConfigOf() const {
   c.timeout = attr_.timeout;
   c.retry_cnt = attr_.retry_cnt;
   c.rnr_retry = attr_.rnr_retry;
+  c.max_rd_atomic = attr_.max_rd_atomic;
   c.sq_sig_all = init_.sq_sig_all;
   c.max_send_wr = init_.cap.max_send_wr;
   c.max_send_sge = init_.cap.max_send_sge;

@@ -147,6 +147,11 @@ Reply Responder::Read(const Target& t, uint32_t rkey, uint64_t remote_addr, cons
                       uint64_t total) {
   const QpEndpoint& e = t.endpoint();
   if (!CanReceive(e.state.load(std::memory_order_acquire))) return NotReceiving(e.type);
+  // IBA 9.7.5.1.4: a responder with no resources for RDMA READ (max_dest_rd_atomic 0) refuses it.
+  if (e.max_dest_rd_atomic == 0) {
+    FailTarget(t);
+    return Reply::kInvalidRequest;
+  }
   if (total == 0) return Reply::kAck;
   uint64_t va = 0;
   KeyPin pin;
@@ -162,6 +167,10 @@ Reply Responder::Atomic(const Target& t, WrOpcode op, uint32_t rkey, uint64_t re
                         uint64_t swap, uint64_t* original) {
   const QpEndpoint& e = t.endpoint();
   if (!CanReceive(e.state.load(std::memory_order_acquire))) return NotReceiving(e.type);
+  if (e.max_dest_rd_atomic == 0) {  // no responder resources for atomics either
+    FailTarget(t);
+    return Reply::kInvalidRequest;
+  }
   // IBA 9.4.5: atomics operate on naturally aligned 8 bytes.
   if (remote_addr % 8 != 0) {
     FailTarget(t);

@@ -106,6 +106,9 @@ Status SendQueue::Check(const SendWr& wr, uint32_t qp_state) const {
     case WrOpcode::kAtomicCmpSwp:
     case WrOpcode::kAtomicFetchAdd:
       if (config_.type != kRc) return Invalid("only RC QPs have RDMA READ and atomics (IBA 9.4)");
+      // IBA 11.2.4.2: max_rd_atomic is how many may be outstanding; 0 allows none.
+      if (config_.max_rd_atomic == 0)
+        return Invalid("max_rd_atomic is 0: this QP may not initiate RDMA READ or atomics");
       return Status::Ok();
     case WrOpcode::kLocalInv:
     case WrOpcode::kBindMw:

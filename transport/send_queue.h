@@ -43,6 +43,7 @@ struct RequesterConfig {
   uint8_t timeout = 0;        // local ACK timeout exponent (0: wait forever)
   uint8_t retry_cnt = 0;
   uint8_t rnr_retry = 0;      // 7: retry forever
+  uint8_t max_rd_atomic = 0;  // RDMA READs / atomics this QP may have outstanding as initiator
   bool sq_sig_all = false;
   uint32_t max_send_wr = 0;
   uint32_t max_send_sge = 0;
