@@ -45,28 +45,29 @@ void CompChannel::Detach(Cq* cq) {
 }
 
 Result<Cq*> CompChannel::Wait() {
-  // A producer (this process or a sender elsewhere) marks the CQ fired, then signals the fd.
+  // A producer (this process or a sender elsewhere) marks the CQ fired, then signals the fd. The
+  // fd is cleared before the marks are read: a signal that arrives after the clear stays, and
+  // one that was cleared belongs to a mark the scan sees -- no wake-up is lost.
   for (;;) {
     {
       std::lock_guard lock(mu_);
+      fd_.Clear();
       Cq* found = nullptr;
       bool more = false;
       for (Cq* cq : cqs_) {
-        if (found == nullptr ? cq->TakeFired() : cq->fired()) {
-          if (found == nullptr)
-            found = cq;
-          else
-            more = true;
+        if (found == nullptr) {
+          if (cq->TakeFired()) found = cq;
+        } else if (cq->fired()) {
+          more = true;
         }
       }
       if (found != nullptr) {
         // Counted before the channel lock drops: ibv_destroy_cq detaches first, then waits for
         // the acknowledgements of every event it counted.
         found->CountEvent();
-        if (!more) fd_.Clear();
+        if (more) fd_.Signal();  // other CQs' events are still pending: stay readable
         return found;
       }
-      fd_.Clear();
     }
     if (int err = fd_.Wait(); err != 0)
       return Status(err, err == EAGAIN ? "no completion event is pending (the channel fd is non-blocking)"
