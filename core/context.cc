@@ -11,6 +11,7 @@ Result<std::unique_ptr<Context>> Context::Open() {
   auto fd = EventFd::Create();
   if (!fd.ok()) return fd.status();
   std::unique_ptr<Context> ctx(new Context(local.value(), std::move(fd.value())));
+  ctx->async_tag_ = local.value()->NewFdTag();
   ctx->gids();
   return ctx;
 }

@@ -51,6 +51,7 @@ class Context {
   GidTable gids();
 
   int async_fd() const { return async_fd_.fd(); }
+  uint64_t async_tag() const { return async_tag_; }
   void PostAsyncEvent(const AsyncEvent& event);
   // Blocks (unless async_fd is O_NONBLOCK) until an event is queued.
   Result<AsyncEvent> GetAsyncEvent();
@@ -75,6 +76,7 @@ class Context {
   GidTable gids_;
   std::chrono::steady_clock::time_point gids_read_{};
   EventFd async_fd_;
+  uint64_t async_tag_ = 0;
   std::mutex async_mu_;
   std::deque<AsyncEvent> async_events_;
   std::mutex objects_mu_;

@@ -26,10 +26,10 @@ Status CheckCqe(int cqe) {
 // ---------------------------------------------------------------------------------------------
 // CompChannel
 
-Result<std::unique_ptr<CompChannel>> CompChannel::Create(Context&) {
+Result<std::unique_ptr<CompChannel>> CompChannel::Create(Context& context) {
   auto fd = EventFd::Create();
   if (!fd.ok()) return fd.status();
-  return std::unique_ptr<CompChannel>(new CompChannel(std::move(fd.value())));
+  return std::unique_ptr<CompChannel>(new CompChannel(std::move(fd.value()), context.local().NewFdTag()));
 }
 
 void CompChannel::Attach(Cq* cq) {
@@ -94,6 +94,7 @@ Result<std::unique_ptr<Cq>> Cq::Create(Context& context, int cqe, CompChannel* c
   ring->lock.Init();
   ring->capacity = static_cast<uint32_t>(cqe);
   ring->channel_fd = channel ? channel->fd() : -1;
+  ring->channel_tag = channel ? channel->tag() : 0;
   ring->entries = *entries;
   std::unique_ptr<Cq> cq(new Cq(context, context.NewHandle(), channel, local, *ring_ref));
   if (channel != nullptr) channel->Attach(cq.get());

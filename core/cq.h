@@ -32,6 +32,7 @@ class CompChannel {
   static Result<std::unique_ptr<CompChannel>> Create(Context& context);
 
   int fd() const { return fd_.fd(); }
+  uint64_t tag() const { return tag_; }  // names this incarnation of fd() for peers
   UseCount& users() { return users_; }  // CQs bound to it
 
   // ibv_get_cq_event: the CQ of the oldest event; blocks unless fd() is O_NONBLOCK.
@@ -39,11 +40,12 @@ class CompChannel {
 
  private:
   friend class Cq;
-  explicit CompChannel(EventFd fd) : fd_(std::move(fd)) {}
+  CompChannel(EventFd fd, uint64_t tag) : fd_(std::move(fd)), tag_(tag) {}
   void Attach(Cq* cq);
   void Detach(Cq* cq);
 
   EventFd fd_;
+  uint64_t tag_;
   std::mutex mu_;
   std::vector<Cq*> cqs_;  // the CQs whose events arrive here
   UseCount users_;

@@ -29,8 +29,8 @@ std::array<uint8_t, 8> HostGuid() {
   std::ifstream("/etc/machine-id") >> seed;
   struct stat ns {};
   stat("/proc/self/ns/net", &ns);
-  seed += "/" + std::to_string(getuid()) + "/" + std::to_string(ns.st_ino);
-  if (const char* host = getenv("SOFTVERBS_HOST")) seed += std::string("/") + host;
+  seed.append("/").append(std::to_string(getuid())).append("/").append(std::to_string(ns.st_ino));
+  if (const char* host = getenv("SOFTVERBS_HOST")) seed.append("/").append(host);
   uint64_t h = Fnv1a(seed);
   std::array<uint8_t, 8> guid{0x02, 'S', 'V'};
   for (int i = 3; i < 8; ++i) guid[i] = static_cast<uint8_t>(h >> (8 * (i - 3)));

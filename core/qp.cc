@@ -1,7 +1,11 @@
 #include "core/qp.h"
 
+#include <sched.h>
+
+#include <chrono>
 #include <cstring>
 
+#include "base/log.h"
 #include "base/strings.h"
 #include "core/context.h"
 #include "core/device_limits.h"
@@ -151,6 +155,7 @@ Qp::Qp(Context& context, const QpInitAttributes& init, uint32_t slot, std::uniqu
   e.has_srq = init.srq != nullptr;
   e.block_self_mcast_lb = init.has_create_flags && (init.create_flags & create_flag::kBlockSelfMcastLb);
   e.async_fd = context.async_fd();
+  e.async_tag = context.async_tag();
   context.Register(this);
   PublishEndpoint();
   // Last: the QP number now leads senders to a complete endpoint.
@@ -165,7 +170,19 @@ Qp::~Qp() {
   sq_.reset();  // no retry of this QP runs after this
   auto& entry = fabric::EntryOf<fabric::QpEntry>(context_.registry().qps().slot(slot_));
   entry.qp_num.store(0, std::memory_order_release);  // senders stop finding this QP
-  endpoint().state.store(static_cast<uint32_t>(QpState::kReset), std::memory_order_release);
+  QpEndpoint& e = endpoint();
+  e.state.store(static_cast<uint32_t>(QpState::kReset), std::memory_order_release);
+  e.qp_num = 0;
+  // Deliveries in flight finish before the QP's memory and buffers are given back. An initiator
+  // that died holding a pin never releases it: after a second, stop waiting and say so.
+  auto start = std::chrono::steady_clock::now();
+  while (e.users.load(std::memory_order_acquire) != 0) {
+    if (std::chrono::steady_clock::now() - start > std::chrono::seconds(1)) {
+      SV_LOG(kWarn, "ibv_destroy_qp(qp 0x%x): %u delivery(ies) never finished (initiator died?)", qpn_, e.users.load());
+      break;
+    }
+    sched_yield();
+  }
   if (init_.srq != nullptr) init_.srq->users().Release();
   init_.recv_cq->users().Release();
   init_.send_cq->users().Release();

@@ -71,12 +71,20 @@ void Qp::EnterErrorLocked() {
   }
 }
 
+// ibv_fork_init(3): a child may not use the RDMA resources of its parent.
+static Status CheckNotForked(Context& context) {
+  if (context.local().is_current()) return Status::Ok();
+  return Invalid("the QP belongs to the parent process: a child of fork() cannot use it (ibv_fork_init(3))");
+}
+
 Status Qp::PostSend(const transport::SendWr& wr) {
+  SV_RETURN_IF_ERROR(CheckNotForked(context_));
   ApplyPendingError();
   return sq_->Post(wr, state_.load(std::memory_order_acquire));
 }
 
 Status Qp::PostRecv(uint64_t wr_id, const transport::RecvSge* sge, uint32_t num_sge) {
+  SV_RETURN_IF_ERROR(CheckNotForked(context_));
   ApplyPendingError();
   if (init_.srq != nullptr)
     return Invalid("the QP receives through an SRQ: post with ibv_post_srq_recv (ibv_post_recv(3))");

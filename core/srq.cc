@@ -14,7 +14,7 @@ Result<std::unique_ptr<Srq>> Srq::Create(Pd& pd, SrqAttributes& attr) {
     return Invalid("max_sge " + std::to_string(attr.max_sge) + " is outside 1.." +
                    std::to_string(DeviceLimits::kMaxSrqSge) + " (max_srq_sge)");
   // ibv_create_srq(3): srq_limit is ignored at creation; the SRQ starts unarmed.
-  auto queue = RecvQueue::Create(pd.context().local(), attr.max_wr, attr.max_sge, pd.context().async_fd());
+  auto queue = RecvQueue::Create(pd.context().local(), attr.max_wr, attr.max_sge, pd.context().async_fd(), pd.context().async_tag());
   if (!queue.ok()) return queue.status();
   auto slot = pd.context().registry().srqs().Allocate(fabric::ProcessToken::Self());
   if (!slot.ok()) return Status(ENOMEM, "no SRQ number left: " + slot.status().rule());

@@ -24,8 +24,9 @@ struct CqRing {
   uint32_t arm;       // CqArm
   // An event was raised and the channel has not collected it yet (CompChannel::Wait).
   std::atomic<uint32_t> fired;
-  int32_t channel_fd;  // the owner's channel eventfd, or -1
-  uint32_t overrun;    // a completion was lost because the ring was full
+  int32_t channel_fd;    // the owner's channel eventfd, or -1
+  uint32_t overrun;      // a completion was lost because the ring was full
+  uint64_t channel_tag;  // names this incarnation of channel_fd (fabric::LocalProcess::NewFdTag)
   fabric::SharedRef entries;
 };
 static_assert(std::is_trivially_copyable_v<Completion>);
@@ -33,6 +34,7 @@ static_assert(std::is_trivially_copyable_v<Completion>);
 struct PushOutcome {
   bool stored = false;  // false: the ring was full (overrun)
   int notify_fd = -1;   // the owner's channel eventfd to signal, or -1
+  uint64_t notify_tag = 0;
 };
 
 // Adds `c` (ring locked by the caller; `entries` is the resolved entry array).
@@ -52,6 +54,7 @@ inline PushOutcome CqRingPushLocked(CqRing& ring, Completion* entries, const Com
     if (ring.channel_fd >= 0) {
       ring.fired.store(1, std::memory_order_release);
       out.notify_fd = ring.channel_fd;
+      out.notify_tag = ring.channel_tag;
     }
   }
   return out;

@@ -30,7 +30,10 @@ struct QpEndpoint {
   uint8_t sgid[16];             // the GID the QP's address vector sends from (RoCE source)
   std::atomic<uint32_t> remote_error;  // an initiator hit a responder error that moves this QP to ERR
   int32_t async_fd;                    // the owner context's async event fd, signalled with remote_error
-  std::atomic<uint32_t> pending_event; // enum ibv_event_type + 1 for the owner to raise, or 0
+  uint64_t async_tag;                  // names this incarnation of async_fd
+  // Initiators working on this QP right now: its owner destroys it only once they are done, so
+  // no delivery lands in memory the application has freed after ibv_destroy_qp returned.
+  std::atomic<uint32_t> users;
 };
 
 }  // namespace softverbs::transport

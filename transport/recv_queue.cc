@@ -5,7 +5,7 @@
 namespace softverbs::transport {
 
 Result<std::unique_ptr<RecvQueue>> RecvQueue::Create(fabric::LocalProcess& local, uint32_t max_wr, uint32_t max_sge,
-                                                     int async_fd) {
+                                                     int async_fd, uint64_t async_tag) {
   auto ref = local.Allocate(sizeof(RecvRing));
   if (!ref.ok()) return ref.status();
   const uint32_t wqe_size = static_cast<uint32_t>(RecvWqeSize(max_sge));
@@ -21,6 +21,7 @@ Result<std::unique_ptr<RecvQueue>> RecvQueue::Create(fabric::LocalProcess& local
   ring->max_sge = max_sge;
   ring->wqe_size = wqe_size;
   ring->async_fd = async_fd;
+  ring->async_tag = async_tag;
   ring->entries = *entries;
   return std::unique_ptr<RecvQueue>(new RecvQueue(local, *ref));
 }

@@ -42,6 +42,7 @@ struct RecvRing {
   std::atomic<uint32_t> limit_fired;  // the limit was crossed; the owner raises IBV_EVENT_SRQ_LIMIT_REACHED
   uint32_t wqe_size;
   int32_t async_fd;  // the owner context's async event fd, signalled when the limit fires
+  uint64_t async_tag;
   fabric::SharedRef entries;
 };
 
@@ -84,7 +85,7 @@ class RecvQueue {
  public:
   // `async_fd`: the owner's async event fd (signalled when an SRQ limit fires), or -1.
   static Result<std::unique_ptr<RecvQueue>> Create(fabric::LocalProcess& local, uint32_t max_wr, uint32_t max_sge,
-                                                   int async_fd = -1);
+                                                   int async_fd = -1, uint64_t async_tag = 0);
   ~RecvQueue();
 
   fabric::SharedRef ref() const { return ref_; }

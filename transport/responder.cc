@@ -27,15 +27,19 @@ void FailTarget(const Target& t) {
   if (t.endpoint().type != kRc) return;
   t.endpoint().remote_error.store(1, std::memory_order_release);
   // The owner learns it through its async event fd even if it makes no verb call.
-  if (t.endpoint().async_fd >= 0) t.Signal(t.endpoint().async_fd);
+  if (t.endpoint().async_fd >= 0) t.Signal(t.endpoint().async_fd, t.endpoint().async_tag);
 }
 
 // Completes a receive WQE on the target's receive CQ and wakes its channel if armed.
+// A copy that failed because the target process died is a target that does not answer (the
+// requester's transport retry then reports it); any other failure is the target's fault.
+Reply CopyFailed(const Status& s) { return s.code() == ESRCH ? Reply::kNotReady : Reply::kRemoteOp; }
+
 void CompleteAtTarget(const Target& t, const Completion& c) {
   auto* ring = static_cast<CqRing*>(t.Resolve(t.endpoint().recv_cq));
   if (ring == nullptr) return;
   PushOutcome out = CqRingPush(*ring, c, [&t](fabric::SharedRef ref) { return t.Resolve(ref); });
-  if (out.notify_fd >= 0) t.Signal(out.notify_fd);
+  if (out.notify_fd >= 0) t.Signal(out.notify_fd, out.notify_tag);
 }
 
 }  // namespace
@@ -64,7 +68,7 @@ Reply Responder::Deliver(const Target& t, uint32_t qp_type, const iovec* local, 
   auto* rq = static_cast<RecvRing*>(t.Resolve(e.recv_queue));
   if (rq == nullptr) return NotReceiving(qp_type);
   TakenWqe w = RecvRingTake(*rq, [&t](fabric::SharedRef ref) { return t.Resolve(ref); });
-  if (w.limit_crossed && rq->async_fd >= 0) t.Signal(rq->async_fd);  // IBV_EVENT_SRQ_LIMIT_REACHED
+  if (w.limit_crossed && rq->async_fd >= 0) t.Signal(rq->async_fd, rq->async_tag);  // IBV_EVENT_SRQ_LIMIT_REACHED
   // No WQE: RC answers RNR NAK (IBA 9.7.5.2.8); UC and UD drop the message (IBA 9.8.3, 9.6.3).
   if (!w.found) return qp_type == kRc ? Reply::kRnr : Reply::kDropped;
 
@@ -116,7 +120,8 @@ Reply Responder::Deliver(const Target& t, uint32_t qp_type, const iovec* local, 
     size_t ng = 0;
     if (info.grh) gather[ng++] = {const_cast<uint8_t*>(info.grh), 40};
     for (size_t i = 0; i < nl; ++i) gather[ng++] = local[i];
-    if (need > 0 && !t.WriteV(gather, ng, remote, nr).ok()) {
+    if (Status s = need > 0 ? t.WriteV(gather, ng, remote, nr) : Status::Ok(); !s.ok()) {
+      if (s.code() == ESRCH) return Reply::kNotReady;
       c.status = wc_status::kLocProtErr;
       c.byte_len = 0;
       CompleteAtTarget(t, c);
@@ -140,7 +145,8 @@ Reply Responder::Write(const Target& t, uint32_t rkey, uint64_t remote_addr, con
     return r;
   }
   iovec remote{reinterpret_cast<void*>(va), total};
-  return t.WriteV(local, nl, &remote, 1).ok() ? Reply::kAck : Reply::kRemoteOp;
+  Status s = t.WriteV(local, nl, &remote, 1);
+  return s.ok() ? Reply::kAck : CopyFailed(s);
 }
 
 Reply Responder::Read(const Target& t, uint32_t rkey, uint64_t remote_addr, const iovec* local, size_t nl,
@@ -160,7 +166,8 @@ Reply Responder::Read(const Target& t, uint32_t rkey, uint64_t remote_addr, cons
     return r;
   }
   iovec remote{reinterpret_cast<void*>(va), total};
-  return t.ReadV(local, nl, &remote, 1).ok() ? Reply::kAck : Reply::kRemoteOp;
+  Status s = t.ReadV(local, nl, &remote, 1);
+  return s.ok() ? Reply::kAck : CopyFailed(s);
 }
 
 Reply Responder::Atomic(const Target& t, WrOpcode op, uint32_t rkey, uint64_t remote_addr, uint64_t compare_add,
@@ -190,12 +197,12 @@ Reply Responder::Atomic(const Target& t, WrOpcode op, uint32_t rkey, uint64_t re
   uint64_t value = 0;
   iovec mine{&value, 8};
   iovec remote{reinterpret_cast<void*>(va), 8};
-  if (!t.ReadV(&mine, 1, &remote, 1).ok()) return Reply::kRemoteOp;
+  if (Status s = t.ReadV(&mine, 1, &remote, 1); !s.ok()) return CopyFailed(s);
   *original = value;
   uint64_t next = op == WrOpcode::kAtomicCmpSwp ? (value == compare_add ? swap : value) : value + compare_add;
   if (next != value) {
     iovec out{&next, 8};
-    if (!t.WriteV(&out, 1, &remote, 1).ok()) return Reply::kRemoteOp;
+    if (Status s = t.WriteV(&out, 1, &remote, 1); !s.ok()) return CopyFailed(s);
   }
   return Reply::kAck;
 }

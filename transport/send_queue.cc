@@ -296,6 +296,9 @@ SendQueue::Step SendQueue::Execute(Pending& p) {
     reply = Reply::kDropped;  // UC/UD: nobody there, the message is lost silently
   }
 
+  // UC and UD have no acknowledgements (IBA 9.8.3, 9.6.3): whatever the responder found, the
+  // requester only knows it sent the message.
+  if (config_.type != kRc && reply != Reply::kAck) reply = Reply::kDropped;
   switch (reply) {
     case Reply::kAck:
     case Reply::kDropped:

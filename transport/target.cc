@@ -4,6 +4,14 @@
 
 namespace softverbs::transport {
 
+bool Target::Pin(QpEndpoint* e, uint32_t qpn) {
+  // Pin first, then check: the owner clears qp_num before it waits for the pins to drain.
+  e->users.fetch_add(1, std::memory_order_acq_rel);
+  if (e->qp_num == qpn) return true;
+  e->users.fetch_sub(1, std::memory_order_acq_rel);
+  return false;
+}
+
 Result<Target> Target::Find(fabric::LocalProcess& local, uint32_t qpn) {
   fabric::HostRegistry& registry = local.registry();
   // QP numbers are host-table slots plus 0x100 (core::QpnOfSlot).
@@ -15,7 +23,7 @@ Result<Target> Target::Find(fabric::LocalProcess& local, uint32_t qpn) {
   const fabric::SharedRef block = entry.block;
   if (process_slot == local.slot()) {
     auto* e = static_cast<QpEndpoint*>(local.At(block));
-    if (e->qp_num != qpn) return Status(ENOENT, "no QP with that number");
+    if (!Pin(e, qpn)) return Status(ENOENT, "no QP with that number");
     return Target(local, process_slot, nullptr, e);
   }
   auto peer = local.PeerAt(process_slot);
@@ -23,7 +31,7 @@ Result<Target> Target::Find(fabric::LocalProcess& local, uint32_t qpn) {
   auto at = (*peer)->At(block, registry);
   if (!at.ok()) return Status(ENOENT, "the QP's endpoint is unreachable: " + at.status().rule());
   auto* e = static_cast<QpEndpoint*>(at.value());
-  if (e->qp_num != qpn) return Status(ENOENT, "no QP with that number");
+  if (!Pin(e, qpn)) return Status(ENOENT, "no QP with that number");
   return Target(local, process_slot, std::move(peer.value()), e);
 }
 
@@ -51,9 +59,9 @@ void* Target::Resolve(fabric::SharedRef ref) const {
   return at.ok() ? at.value() : nullptr;
 }
 
-void Target::Signal(int fd) const {
+void Target::Signal(int fd, uint64_t tag) const {
   if (peer_ == nullptr) return EventFd::SignalFd(fd);
-  auto mine = peer_->process().BorrowFd(fd);
+  auto mine = peer_->process().BorrowFd(fd, tag);
   if (mine.ok()) EventFd::SignalFd(mine.value());
 }
 

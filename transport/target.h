@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 
 #include "base/status.h"
 #include "fabric/host/host_directory.h"
@@ -13,6 +14,13 @@ namespace softverbs::transport {
 
 class Target {
  public:
+  Target(Target&& o) noexcept
+      : local_(o.local_), process_slot_(o.process_slot_), peer_(std::move(o.peer_)),
+        endpoint_(std::exchange(o.endpoint_, nullptr)) {}
+  Target& operator=(Target&&) = delete;
+  Target(const Target&) = delete;
+  ~Target() { Release(); }
+
   // The QP numbered `qpn` on this host; ENOENT if there is none (never created, destroyed, or
   // its process died).
   static Result<Target> Find(fabric::LocalProcess& local, uint32_t qpn);
@@ -25,13 +33,19 @@ class Target {
   Status ReadV(const iovec* local, size_t nl, const iovec* remote, size_t nr) const;
   // The target's address of a block of its arena, in this process; nullptr if unreachable.
   void* Resolve(fabric::SharedRef ref) const;
-  // Makes the target's eventfd `fd` readable (its completion channel).
-  void Signal(int fd) const;
+  // Makes the target's eventfd `fd` (incarnation `tag`) readable: its channel or async fd.
+  void Signal(int fd, uint64_t tag) const;
   bool IsAlive() const { return peer_ == nullptr || peer_->process().IsAlive(); }
 
  private:
   Target(fabric::LocalProcess& local, uint32_t slot, std::shared_ptr<fabric::Peer> peer, QpEndpoint* e)
       : local_(&local), process_slot_(slot), peer_(std::move(peer)), endpoint_(e) {}
+  void Release() {
+    if (endpoint_ != nullptr) endpoint_->users.fetch_sub(1, std::memory_order_acq_rel);
+    endpoint_ = nullptr;
+  }
+  // Pins `e` for the life of this Target; false if it no longer is QP `qpn`.
+  static bool Pin(QpEndpoint* e, uint32_t qpn);
   fabric::LocalProcess* local_;
   uint32_t process_slot_;
   std::shared_ptr<fabric::Peer> peer_;  // null: the target is in this process

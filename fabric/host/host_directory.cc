@@ -1,5 +1,6 @@
 #include "fabric/host/host_directory.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 namespace softverbs::fabric {
@@ -22,6 +23,17 @@ Result<void*> Peer::At(SharedRef ref, HostRegistry& registry) {
   void* p = seg->At(ref.offset);
   if (p == nullptr) return Invalid("a shared reference outside the peer's arena");
   return p;
+}
+
+namespace {
+std::atomic<uint32_t> g_fork_generation{0};
+void OnFork() { g_fork_generation.fetch_add(1, std::memory_order_relaxed); }
+}  // namespace
+
+uint32_t LocalProcess::ForkGeneration() {
+  static const int registered = pthread_atfork(nullptr, nullptr, OnFork);
+  (void)registered;
+  return g_fork_generation.load(std::memory_order_relaxed);
 }
 
 Result<LocalProcess*> LocalProcess::Get() {
@@ -57,6 +69,9 @@ Result<std::shared_ptr<Peer>> LocalProcess::PeerAt(uint32_t slot) {
   if (token.empty()) return Status(ESRCH, "the process slot is free: its process is gone");
   std::lock_guard lock(mu_);
   if (auto it = peers_.find(token.raw()); it != peers_.end()) return it->second;
+  // Peers that exited are forgotten here (their fds and mappings go with them); in-flight users
+  // hold their own reference.
+  std::erase_if(peers_, [](const auto& entry) { return !entry.second->process().IsAlive(); });
   auto process = PeerProcess::Open(token);
   if (!process.ok()) return process.status();
   auto peer = std::make_shared<Peer>(slot, std::move(process.value()));

@@ -75,6 +75,10 @@ class LocalProcess {
   static Result<LocalProcess*> Get();
 
   HostRegistry& registry() { return *registry_; }
+  // False in a child of fork(): the parent's objects are not the child's (ibv_fork_init(3)).
+  bool is_current() const { return fork_generation_ == ForkGeneration(); }
+  // Incremented in every child of fork(), so a check is a load, not a system call.
+  static uint32_t ForkGeneration();
   uint32_t slot() const { return slot_; }
   ProcessToken token() const { return token_; }
 
@@ -82,6 +86,9 @@ class LocalProcess {
   Result<SharedRef> Allocate(size_t size);
   void Free(SharedRef ref, size_t size) { arena_.Free(ref, size); }
   void* At(SharedRef ref) const { return arena_.At(ref); }
+
+  // A host-unique number for an fd this process publishes (see PeerProcess::BorrowFd).
+  uint64_t NewFdTag() { return static_cast<uint64_t>(slot_) << 32 | (next_tag_.fetch_add(1) + 1); }
 
   // The peer owning process-table slot `slot` (this process included), cached.
   Result<std::shared_ptr<Peer>> PeerAt(uint32_t slot);
@@ -96,6 +103,8 @@ class LocalProcess {
   SharedArena arena_;
   std::mutex mu_;
   std::unordered_map<uint64_t, std::shared_ptr<Peer>> peers_;  // by the peer's token
+  std::atomic<uint32_t> next_tag_{0};
+  uint32_t fork_generation_ = ForkGeneration();
 };
 
 }  // namespace softverbs::fabric

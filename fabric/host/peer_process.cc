@@ -142,12 +142,14 @@ Status PeerProcess::ReadV(const iovec* local, size_t local_count, const iovec* r
   return TransferV(false, local, local_count, remote, remote_count);
 }
 
-Result<int> PeerProcess::BorrowFd(int remote_fd) {
+Result<int> PeerProcess::BorrowFd(int remote_fd, uint64_t tag) {
   std::lock_guard lock(fds_mu_);
-  if (auto it = borrowed_.find(remote_fd); it != borrowed_.end()) return it->second.get();
+  if (auto it = borrowed_.find({remote_fd, tag}); it != borrowed_.end()) return it->second.get();
+  // An older incarnation of the same fd number is closed in the peer: drop our copy of it.
+  std::erase_if(borrowed_, [remote_fd](const auto& e) { return e.first.first == remote_fd; });
   int fd = self_ ? dup(remote_fd) : PidfdGetfd(pidfd_.get(), remote_fd);
   if (fd < 0) return Status(errno, std::string("pidfd_getfd: ") + strerror(errno));
-  borrowed_.emplace(remote_fd, UniqueFd(fd));
+  borrowed_.emplace(std::make_pair(remote_fd, tag), UniqueFd(fd));
   return fd;
 }
 

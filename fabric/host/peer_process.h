@@ -10,7 +10,8 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <unordered_map>
+#include <map>
+#include <utility>
 
 #include "base/status.h"
 #include "base/unique_fd.h"
@@ -39,8 +40,9 @@ class PeerProcess {
   Status ReadV(const iovec* local, size_t local_count, const iovec* remote, size_t remote_count);
 
   // A descriptor of this process that refers to the peer's `remote_fd`, kept for the life of this
-  // handle (the peer's eventfds are borrowed once and then signalled directly).
-  Result<int> BorrowFd(int remote_fd);
+  // handle (the peer's eventfds are borrowed once and then signalled directly). `tag` names the
+  // incarnation of that fd number (a closed fd's number is reused): a new tag borrows anew.
+  Result<int> BorrowFd(int remote_fd, uint64_t tag = 0);
 
  private:
   PeerProcess(ProcessToken token, bool self, UniqueFd pidfd)
@@ -52,7 +54,7 @@ class PeerProcess {
   bool self_;
   UniqueFd pidfd_;
   std::mutex fds_mu_;
-  std::unordered_map<int, UniqueFd> borrowed_;
+  std::map<std::pair<int, uint64_t>, UniqueFd> borrowed_;
 };
 
 // Lets other processes of this user access this one's memory with process_vm_writev and
