@@ -13,32 +13,34 @@ fabric::KeyEntry& Entry(fabric::HostRegistry& registry, uint32_t slot) {
   return fabric::EntryOf<fabric::KeyEntry>(registry.keys().slot(slot));
 }
 
-// Seqlock writer: odd while the fields change.
+// Seqlock writer: odd while the fields change (their release stores stay after the odd mark).
 template <typename Fn>
 void WriteLocked(fabric::KeyEntry& e, Fn&& fn) {
-  e.seq.fetch_add(1, std::memory_order_acq_rel);
-  std::atomic_thread_fence(std::memory_order_release);
+  e.seq.fetch_add(1, std::memory_order_seq_cst);
   fn();
   e.seq.fetch_add(1, std::memory_order_release);
 }
+
+constexpr auto kRel = std::memory_order_release;
+constexpr auto kAcq = std::memory_order_acquire;
 
 }  // namespace
 
 void PublishKey(fabric::HostRegistry& registry, uint32_t slot, const KeyView& view) {
   fabric::KeyEntry& e = Entry(registry, slot);
   WriteLocked(e, [&] {
-    e.access = view.access;
-    e.pd = view.pd;
-    e.addr = view.addr;
-    e.length = view.length;
-    e.iova = view.iova;
-    e.key = view.key;
+    e.access.store(view.access, kRel);
+    e.pd.store(view.pd, kRel);
+    e.addr.store(view.addr, kRel);
+    e.length.store(view.length, kRel);
+    e.iova.store(view.iova, kRel);
+    e.key.store(view.key, kRel);
   });
 }
 
 void WithdrawKey(fabric::HostRegistry& registry, uint32_t slot) {
   fabric::KeyEntry& e = Entry(registry, slot);
-  WriteLocked(e, [&] { e.key = 0; });
+  WriteLocked(e, [&] { e.key.store(0, kRel); });
   // Accesses that pinned the key before it was withdrawn finish first. An initiator that died
   // while holding a pin never releases it: after a second, give up waiting and say so.
   auto start = std::chrono::steady_clock::now();
@@ -76,9 +78,10 @@ KeyPin KeyPin::Acquire(fabric::HostRegistry& registry, uint32_t key) {
       sched_yield();
       continue;
     }
-    KeyView v{e.key, e.access, e.pd, e.addr, e.length, e.iova};
-    std::atomic_thread_fence(std::memory_order_acquire);
-    if (e.seq.load(std::memory_order_relaxed) != seq) continue;
+    // Acquire loads: none of them moves after the second read of seq.
+    KeyView v{e.key.load(kAcq), e.access.load(kAcq), e.pd.load(kAcq), e.addr.load(kAcq), e.length.load(kAcq),
+              e.iova.load(kAcq)};
+    if (e.seq.load(kAcq) != seq) continue;
     if (v.key != key) break;  // withdrawn, or a stale variant of a reused slot
     pin.entry_ = &e;
     pin.view_ = v;
