@@ -5,6 +5,7 @@
 #include "base/log.h"
 #include "core/context.h"
 #include "core/device_limits.h"
+#include "core/qp.h"
 
 namespace softverbs::core {
 
@@ -147,8 +148,24 @@ bool Cq::Push(const Completion& c) {
   return out.stored;
 }
 
+void Cq::AttachQp(Qp* qp) {
+  std::lock_guard lock(qps_mu_);
+  qps_.push_back(qp);
+}
+
+void Cq::DetachQp(Qp* qp) {
+  std::lock_guard lock(qps_mu_);
+  std::erase(qps_, qp);
+}
+
 int Cq::Poll(Completion* out, int max) {
   CqRing& r = ring();
+  if (r.attention.load(std::memory_order_relaxed) != 0 && r.attention.exchange(0) != 0) {
+    // A QP of this CQ failed (its requester in the background, or a peer as responder): move it
+    // to ERR now so its flush completions are here for this poll.
+    std::lock_guard lock(qps_mu_);
+    for (Qp* qp : qps_) qp->ApplyPendingError();
+  }
   fabric::RobustLock lock(r.lock);
   Completion* e = static_cast<Completion*>(local_->At(r.entries));
   int n = 0;

@@ -26,6 +26,7 @@ using transport::CqRing;
 
 class Context;
 class Cq;
+class Qp;
 
 class CompChannel {
  public:
@@ -73,6 +74,12 @@ class Cq {
   // ibv_resize_cq(3): fails (EINVAL) if `cqe` is smaller than the completions held now.
   Status Resize(int cqe);
 
+  // The QPs that complete here (a QP's pending error is applied when the CQ is polled).
+  void AttachQp(Qp* qp);
+  void DetachQp(Qp* qp);
+  // Marks that an attached QP has an error to apply.
+  void NeedAttention() { ring().attention.store(1, std::memory_order_release); }
+
   // Adds a completion produced by this process; false if the CQ is full (an overrun).
   bool Push(const Completion& c);
   // Moves up to `max` completions into `out`; returns how many.
@@ -109,6 +116,8 @@ class Cq {
   fabric::LocalProcess* local_;
   fabric::SharedRef ring_ref_;
   UseCount users_;
+  std::mutex qps_mu_;
+  std::vector<Qp*> qps_;
   std::mutex events_mu_;
   std::condition_variable acked_cv_;
   uint64_t events_ = 0;

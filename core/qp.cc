@@ -157,6 +157,8 @@ Qp::Qp(Context& context, const QpInitAttributes& init, uint32_t slot, std::uniqu
   e.async_fd = context.async_fd();
   e.async_tag = context.async_tag();
   context.Register(this);
+  init.send_cq->AttachQp(this);
+  if (init.recv_cq != init.send_cq) init.recv_cq->AttachQp(this);
   PublishEndpoint();
   // Last: the QP number now leads senders to a complete endpoint.
   auto& entry = fabric::EntryOf<fabric::QpEntry>(context_.registry().qps().slot(slot_));
@@ -167,6 +169,8 @@ Qp::Qp(Context& context, const QpInitAttributes& init, uint32_t slot, std::uniqu
 
 Qp::~Qp() {
   context_.Unregister(this);
+  init_.send_cq->DetachQp(this);
+  if (init_.recv_cq != init_.send_cq) init_.recv_cq->DetachQp(this);
   sq_.reset();  // no retry of this QP runs after this
   auto& entry = fabric::EntryOf<fabric::QpEntry>(context_.registry().qps().slot(slot_));
   entry.qp_num.store(0, std::memory_order_release);  // senders stop finding this QP

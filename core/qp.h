@@ -100,6 +100,10 @@ class Qp : private transport::RequesterHost {
   // ibv_post_recv of one WR (QPs without an SRQ).
   Status PostRecv(uint64_t wr_id, const transport::RecvSge* sge, uint32_t num_sge);
 
+  // Applies an error the requester or a remote initiator flagged since the last verb: ERR and
+  // the flushes (called by the QP's verbs and when one of its CQs is polled).
+  void ApplyPendingError();
+
   // Multicast attachments (ibv_attach_mcast); ibv_destroy_qp refuses while any remains.
   UseCount& mcast_groups() { return mcast_groups_; }
   Status CheckDestroy() const;
@@ -114,8 +118,6 @@ class Qp : private transport::RequesterHost {
   transport::RequesterConfig RequesterConfigOf() const;
   // Moves the QP to ERR (under mu_): flushes both queues (IBA 10.3.1, 10.8.3.1).
   void EnterErrorLocked();
-  // Applies an error the requester or a remote initiator flagged since the last verb.
-  void ApplyPendingError();
   // transport::RequesterHost
   void Complete(const transport::Completion& c) override;
   void EnterError() override;

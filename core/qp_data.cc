@@ -36,7 +36,11 @@ void Qp::Complete(const Completion& c) {
     context_.PostAsyncEvent({kEventCqErr, AsyncEvent::Subject::kCq, init_.send_cq->user_handle(), 0});
 }
 
-void Qp::EnterError() { requester_error_.store(true, std::memory_order_release); }
+void Qp::EnterError() {
+  requester_error_.store(true, std::memory_order_release);
+  init_.send_cq->NeedAttention();
+  init_.recv_cq->NeedAttention();
+}
 
 void Qp::ApplyPendingError() {
   const uint32_t remote = endpoint().remote_error.load(std::memory_order_acquire);

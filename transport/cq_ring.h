@@ -27,6 +27,9 @@ struct CqRing {
   int32_t channel_fd;    // the owner's channel eventfd, or -1
   uint32_t overrun;      // a completion was lost because the ring was full
   uint64_t channel_tag;  // names this incarnation of channel_fd (fabric::LocalProcess::NewFdTag)
+  // A QP completing here has an error to apply (ERR and its flushes): the owner's next poll
+  // applies it, so a consumer that only polls sees the flushes.
+  std::atomic<uint32_t> attention;
   fabric::SharedRef entries;
 };
 static_assert(std::is_trivially_copyable_v<Completion>);

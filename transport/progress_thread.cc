@@ -32,6 +32,9 @@ void ProgressThread::Forget(SendQueue* q) {
   std::unique_lock lock(mu_);
   due_.erase(q);
   idle_cv_.wait(lock, [&] { return running_ != q; });
+  // A run that was in progress may have scheduled q again (Run and SendQueue::RunQueue do, under
+  // this lock, before running_ is cleared): remove that too.
+  due_.erase(q);
 }
 
 void ProgressThread::Run() {

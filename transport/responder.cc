@@ -26,6 +26,8 @@ Reply NotReceiving(uint32_t qp_type) { return qp_type == kRc ? Reply::kNotReady 
 void FailTarget(const Target& t) {
   if (t.endpoint().type != kRc) return;
   t.endpoint().remote_error.store(1, std::memory_order_release);
+  if (auto* ring = static_cast<CqRing*>(t.Resolve(t.endpoint().recv_cq)))
+    ring->attention.store(1, std::memory_order_release);
   // The owner learns it through its async event fd even if it makes no verb call.
   if (t.endpoint().async_fd >= 0) t.Signal(t.endpoint().async_fd, t.endpoint().async_tag);
 }
@@ -70,7 +72,11 @@ Reply Responder::Deliver(const Target& t, uint32_t qp_type, const iovec* local, 
   TakenWqe w = RecvRingTake(*rq, [&t](fabric::SharedRef ref) { return t.Resolve(ref); });
   if (w.limit_crossed && rq->async_fd >= 0) t.Signal(rq->async_fd, rq->async_tag);  // IBV_EVENT_SRQ_LIMIT_REACHED
   // No WQE: RC answers RNR NAK (IBA 9.7.5.2.8); UC and UD drop the message (IBA 9.8.3, 9.6.3).
-  if (!w.found) return qp_type == kRc ? Reply::kRnr : Reply::kDropped;
+  // A target whose process died answers nothing at all (its endpoint still reads as it was).
+  if (!w.found) {
+    if (!t.IsAlive()) return NotReceiving(qp_type);
+    return qp_type == kRc ? Reply::kRnr : Reply::kDropped;
+  }
 
   Completion c;
   c.wr_id = w.wr_id;

@@ -155,6 +155,12 @@ void SendQueue::RunQueue(std::unique_lock<std::mutex>&) {
     }
     queue_.pop_front();
   }
+  // The head failed: what waited behind it is flushed now, not at the owner's next verb
+  // (IBA 10.8.3.1), so a consumer that only polls sees every completion.
+  while (error_ && !queue_.empty()) {
+    Finish(queue_.front().wr, wc_status::kWrFlushErr, 0);
+    queue_.pop_front();
+  }
 }
 
 Clock::time_point SendQueue::Progress() {
