@@ -47,8 +47,9 @@ void ProgressThread::Run() {
     auto next = due_.begin();
     for (auto it = due_.begin(); it != due_.end(); ++it)
       if (it->second < next->second) next = it;
-    if (std::chrono::steady_clock::now() < next->second) {
-      cv_.wait_until(lock, next->second);
+    if (const TimePoint when = next->second; std::chrono::steady_clock::now() < when) {
+      // A copy: the entry may be erased (Forget) while this waits without the lock.
+      cv_.wait_until(lock, when);
       continue;
     }
     SendQueue* q = next->first;
