@@ -5,7 +5,8 @@ set -euo pipefail
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
+# --no-update: the caller has just run apt-get update (.ci/run does).
+[ "${1:-}" = "--no-update" ] || $SUDO apt-get update -q
 $SUDO apt-get install -y -q --no-install-recommends \
   build-essential cmake pkg-config binutils \
   libgtest-dev libgmock-dev libbenchmark-dev \

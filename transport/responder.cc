@@ -139,41 +139,36 @@ Reply Responder::Deliver(const Target& t, uint32_t qp_type, const iovec* local, 
   return Reply::kAck;
 }
 
-Reply Responder::Write(const Target& t, uint32_t rkey, uint64_t remote_addr, const iovec* local, size_t nl,
-                       uint64_t total) {
+Reply Responder::Rdma(const Target& t, bool write, uint32_t rkey, uint64_t remote_addr, const iovec* local,
+                      size_t nl, uint64_t total) {
   const QpEndpoint& e = t.endpoint();
   if (!CanReceive(e.state.load(std::memory_order_acquire))) return NotReceiving(e.type);
-  if (total == 0) return Reply::kAck;  // IBA 9.4.3.1: a zero-length RDMA WRITE checks no R_Key
+  // IBA 9.7.5.1.4: a responder with no resources for RDMA READ (max_dest_rd_atomic 0) refuses it.
+  if (!write && e.max_dest_rd_atomic == 0) {
+    FailTarget(t);
+    return Reply::kInvalidRequest;
+  }
+  if (total == 0) return Reply::kAck;  // IBA 9.4.3.1 / 9.4.4: a zero-length transfer checks no R_Key
   uint64_t va = 0;
   KeyPin pin;
-  if (Reply r = CheckRemote(t, rkey, remote_addr, total, kRemoteWrite, &va, &pin); r != Reply::kAck) {
+  if (Reply r = CheckRemote(t, rkey, remote_addr, total, write ? kRemoteWrite : kRemoteRead, &va, &pin);
+      r != Reply::kAck) {
     FailTarget(t);
     return r;
   }
   iovec remote{reinterpret_cast<void*>(va), total};
-  Status s = t.WriteV(local, nl, &remote, 1);
+  Status s = write ? t.WriteV(local, nl, &remote, 1) : t.ReadV(local, nl, &remote, 1);
   return s.ok() ? Reply::kAck : CopyFailed(s);
+}
+
+Reply Responder::Write(const Target& t, uint32_t rkey, uint64_t remote_addr, const iovec* local, size_t nl,
+                       uint64_t total) {
+  return Rdma(t, true, rkey, remote_addr, local, nl, total);
 }
 
 Reply Responder::Read(const Target& t, uint32_t rkey, uint64_t remote_addr, const iovec* local, size_t nl,
                       uint64_t total) {
-  const QpEndpoint& e = t.endpoint();
-  if (!CanReceive(e.state.load(std::memory_order_acquire))) return NotReceiving(e.type);
-  // IBA 9.7.5.1.4: a responder with no resources for RDMA READ (max_dest_rd_atomic 0) refuses it.
-  if (e.max_dest_rd_atomic == 0) {
-    FailTarget(t);
-    return Reply::kInvalidRequest;
-  }
-  if (total == 0) return Reply::kAck;
-  uint64_t va = 0;
-  KeyPin pin;
-  if (Reply r = CheckRemote(t, rkey, remote_addr, total, kRemoteRead, &va, &pin); r != Reply::kAck) {
-    FailTarget(t);
-    return r;
-  }
-  iovec remote{reinterpret_cast<void*>(va), total};
-  Status s = t.ReadV(local, nl, &remote, 1);
-  return s.ok() ? Reply::kAck : CopyFailed(s);
+  return Rdma(t, false, rkey, remote_addr, local, nl, total);
 }
 
 Reply Responder::Atomic(const Target& t, WrOpcode op, uint32_t rkey, uint64_t remote_addr, uint64_t compare_add,

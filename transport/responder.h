@@ -58,6 +58,9 @@ class Responder {
   // range, and the QP grants the same access.
   Reply CheckRemote(const Target& t, uint32_t rkey, uint64_t remote_addr, uint64_t length, uint32_t access,
                     uint64_t* target_va, class KeyPin* pin);
+  // RDMA WRITE (write) or READ: the shared checks, then the copy.
+  Reply Rdma(const Target& t, bool write, uint32_t rkey, uint64_t remote_addr, const iovec* local, size_t nl,
+             uint64_t total);
   fabric::LocalProcess& local_;
 };
 
