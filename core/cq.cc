@@ -1,14 +1,17 @@
 #include "core/cq.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "base/log.h"
 #include "core/context.h"
 #include "core/device_limits.h"
 #include "core/qp.h"
+#include "transport/key_table.h"
 
 namespace softverbs::core {
 
+using transport::CqEntry;
 using transport::CqRingPush;
 using transport::kCqArmNext;
 using transport::kCqArmSolicited;
@@ -79,14 +82,15 @@ Result<Cq*> CompChannel::Wait() {
 // ---------------------------------------------------------------------------------------------
 // Cq
 
-Result<std::unique_ptr<Cq>> Cq::Create(Context& context, int cqe, CompChannel* channel, int comp_vector) {
+Result<std::unique_ptr<Cq>> Cq::Create(Context& context, int cqe, CompChannel* channel, int comp_vector,
+                                       uint32_t stamp) {
   SV_RETURN_IF_ERROR(CheckCqe(cqe));
   if (comp_vector != 0)
     return Invalid("comp_vector " + std::to_string(comp_vector) + " is not below num_comp_vectors 1");
   fabric::LocalProcess* local = &context.local();
   auto ring_ref = local->Allocate(sizeof(CqRing));
   if (!ring_ref.ok()) return ring_ref.status();
-  auto entries = local->Allocate(sizeof(Completion) * static_cast<size_t>(cqe));
+  auto entries = local->Allocate(sizeof(CqEntry) * static_cast<size_t>(cqe));
   if (!entries.ok()) {
     local->Free(*ring_ref, sizeof(CqRing));
     return entries.status();
@@ -96,6 +100,7 @@ Result<std::unique_ptr<Cq>> Cq::Create(Context& context, int cqe, CompChannel* c
   ring->capacity = static_cast<uint32_t>(cqe);
   ring->channel_fd = channel ? channel->fd() : -1;
   ring->channel_tag = channel ? channel->tag() : 0;
+  ring->stamp = stamp;
   ring->entries = *entries;
   std::unique_ptr<Cq> cq(new Cq(context, context.NewHandle(), channel, local, *ring_ref));
   if (channel != nullptr) channel->Attach(cq.get());
@@ -112,8 +117,8 @@ Cq::~Cq() {
   {
     fabric::RobustLock lock(r.lock);
     r.channel_fd = -1;
-    local_->Free(r.entries, sizeof(Completion) * r.capacity);
-    r.capacity = r.count = 0;
+    local_->Free(r.entries, sizeof(CqEntry) * r.capacity);
+    r.capacity = 0;
   }
   local_->Free(ring_ref_, sizeof(CqRing));
 }
@@ -123,22 +128,30 @@ uint32_t Cq::capacity() const {
   return ring().capacity;
 }
 
+uint32_t Cq::HeldLocked(const CqRing& r) {
+  return static_cast<uint32_t>(r.tail.load(std::memory_order_relaxed) - r.head.load(std::memory_order_relaxed));
+}
+
 Status Cq::Resize(int cqe) {
   SV_RETURN_IF_ERROR(CheckCqe(cqe));
+  std::lock_guard poll(poll_mu_);  // the owner's poll reads the entry array without the ring lock
   CqRing& r = ring();
   fabric::RobustLock lock(r.lock);
-  if (static_cast<uint32_t>(cqe) < r.count)
-    return Invalid("cqe " + std::to_string(cqe) + " is below the " + std::to_string(r.count) +
+  const uint32_t held = HeldLocked(r);
+  if (static_cast<uint32_t>(cqe) < held)
+    return Invalid("cqe " + std::to_string(cqe) + " is below the " + std::to_string(held) +
                    " completions the CQ holds");
-  auto fresh = local_->Allocate(sizeof(Completion) * static_cast<size_t>(cqe));
+  auto fresh = local_->Allocate(sizeof(CqEntry) * static_cast<size_t>(cqe));
   if (!fresh.ok()) return fresh.status();
-  auto* from = static_cast<Completion*>(local_->At(r.entries));
-  auto* to = static_cast<Completion*>(local_->At(*fresh));
-  for (uint32_t i = 0; i < r.count; ++i) to[i] = from[(r.head + i) % r.capacity];
-  local_->Free(r.entries, sizeof(Completion) * r.capacity);
+  auto* from = static_cast<CqEntry*>(local_->At(r.entries));
+  auto* to = static_cast<CqEntry*>(local_->At(*fresh));
+  const uint64_t head = r.head.load(std::memory_order_relaxed);
+  for (uint32_t i = 0; i < held; ++i) to[i] = from[(head + i) % r.capacity];
+  local_->Free(r.entries, sizeof(CqEntry) * r.capacity);
   r.entries = *fresh;
   r.capacity = static_cast<uint32_t>(cqe);
-  r.head = 0;
+  r.head.store(0, std::memory_order_relaxed);
+  r.tail.store(held, std::memory_order_release);
   return Status::Ok();
 }
 
@@ -166,27 +179,73 @@ int Cq::Poll(Completion* out, int max) {
     std::lock_guard lock(qps_mu_);
     for (Qp* qp : qps_) qp->ApplyPendingError();
   }
-  fabric::RobustLock lock(r.lock);
-  Completion* e = static_cast<Completion*>(local_->At(r.entries));
+  // Lock-free for the owner: an empty CQ costs two loads (see transport/cq_ring.h).
+  const uint64_t tail = r.tail.load(std::memory_order_acquire);
+  if (tail == r.head.load(std::memory_order_relaxed) || max <= 0) return 0;
+  std::lock_guard poll(poll_mu_);
+  const uint64_t head = r.head.load(std::memory_order_relaxed);
+  const uint64_t avail = r.tail.load(std::memory_order_acquire) - head;
+  auto* e = static_cast<CqEntry*>(local_->At(r.entries));
   int n = 0;
-  while (n < max && r.count > 0) {
-    out[n++] = e[r.head];
-    r.head = (r.head + 1) % r.capacity;
-    --r.count;
+  for (; n < max && static_cast<uint64_t>(n) < avail; ++n) {
+    const CqEntry& entry = e[(head + static_cast<uint64_t>(n)) % r.capacity];
+    out[n] = entry.c;
+    if (entry.landing_length != 0) ScatterLanding(entry, &out[n]);
   }
+  r.head.store(head + static_cast<uint64_t>(n), std::memory_order_release);
   return n;
 }
 
+void Cq::ScatterLanding(const CqEntry& entry, Completion* c) {
+  // The sender checked the pieces against this process's keys when it delivered; the MR may
+  // have been deregistered since, so each piece is checked again before it is written.
+  const uint8_t* from = entry.landing;
+  const uint8_t* const end = entry.landing + std::min(entry.landing_length, transport::kLandingBytes);
+  for (uint32_t i = 0; i < entry.landing_pieces && i < transport::kLandingPieces; ++i) {
+    const transport::LandingPiece& p = entry.piece[i];
+    transport::KeyPin pin = transport::KeyPin::Acquire(local_->registry(), p.lkey);
+    const transport::KeyView& k = pin.view();
+    const bool fits = pin && k.owner_process_slot() == local_->slot() && (k.access & access::kLocalWrite) &&
+                      p.addr >= k.addr && p.length <= k.length && p.addr - k.addr <= k.length - p.length &&
+                      p.length <= static_cast<uint64_t>(end - from);
+    if (!fits) {
+      // IBA 10.6.3.1: the receive buffer is no longer a valid local write target.
+      SV_LOG(kError, "ibv_poll_cq(cq 0x%x): receive buffer of qp 0x%x lost its MR (lkey 0x%x) before the "
+             "message was placed: IBV_WC_LOC_PROT_ERR", handle_, c->qp_num, p.lkey);
+      c->status = transport::wc_status::kLocProtErr;
+      c->byte_len = 0;
+      FailQp(c->qp_num);
+      return;
+    }
+    memcpy(reinterpret_cast<void*>(p.addr), from, p.length);
+    from += p.length;
+  }
+}
+
+void Cq::FailQp(uint32_t qp_num) {
+  std::lock_guard lock(qps_mu_);
+  for (Qp* qp : qps_) {
+    if (qp->qp_num() != qp_num) continue;
+    qp->endpoint().remote_error.store(1, std::memory_order_release);
+    ring().attention.store(1, std::memory_order_release);
+  }
+}
+
 void Cq::RemoveEntriesOf(uint32_t qp_num) {
+  std::lock_guard poll(poll_mu_);
   CqRing& r = ring();
   fabric::RobustLock lock(r.lock);
-  Completion* e = static_cast<Completion*>(local_->At(r.entries));
+  auto* e = static_cast<CqEntry*>(local_->At(r.entries));
+  const uint64_t head = r.head.load(std::memory_order_relaxed);
+  const uint32_t held = HeldLocked(r);
   uint32_t kept = 0;
-  for (uint32_t i = 0; i < r.count; ++i) {
-    const Completion c = e[(r.head + i) % r.capacity];
-    if (c.qp_num != qp_num) e[(r.head + kept++) % r.capacity] = c;
+  for (uint32_t i = 0; i < held; ++i) {
+    CqEntry& from = e[(head + i) % r.capacity];
+    if (from.c.qp_num == qp_num) continue;
+    if (kept != i) e[(head + kept) % r.capacity] = from;
+    ++kept;
   }
-  r.count = kept;
+  r.tail.store(head + kept, std::memory_order_release);
 }
 
 bool Cq::TakeOverrun() {

@@ -59,8 +59,9 @@ class Cq {
   void set_user_handle(void* handle) { user_handle_ = handle; }
 
   // ibv_create_cq(3): 1 <= cqe <= max_cqe, comp_vector < num_comp_vectors.
+  // `stamp`: the transport::CqStamp clocks each completion carries (ibv_create_cq_ex wc_flags).
   static Result<std::unique_ptr<Cq>> Create(Context& context, int cqe, CompChannel* channel,
-                                            int comp_vector);
+                                            int comp_vector, uint32_t stamp = transport::kCqStampNone);
   ~Cq();
 
   uint32_t handle() const { return handle_; }
@@ -106,6 +107,12 @@ class Cq {
      fabric::SharedRef ring_ref);
   CqRing& ring() const { return *static_cast<CqRing*>(local_->At(ring_ref_)); }
   Completion* entries() const { return static_cast<Completion*>(local_->At(ring().entries)); }
+  // Completions held (ring locked by the caller).
+  static uint32_t HeldLocked(const CqRing& r);
+  // Writes a landed message into the receive buffers named in `entry` (the owner's poll).
+  void ScatterLanding(const transport::CqEntry& entry, Completion* c);
+  // Marks QP `qp_num` (completing here) for ERR: a receive it was given could not be placed.
+  void FailQp(uint32_t qp_num);
   // Collects the event a producer raised on this CQ (channel side).
   bool TakeFired();
   bool fired() const;
@@ -116,6 +123,7 @@ class Cq {
   fabric::LocalProcess* local_;
   fabric::SharedRef ring_ref_;
   UseCount users_;
+  std::mutex poll_mu_;  // one consumer at a time (the ring's lock is for producers)
   std::mutex qps_mu_;
   std::vector<Qp*> qps_;
   std::mutex events_mu_;

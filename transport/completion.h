@@ -21,7 +21,8 @@ struct Completion {
   uint8_t sl = 0;
   uint8_t dlid_path_bits = 0;
   bool solicited = false;   // raises an event on a CQ armed solicited-only
-  uint64_t timestamp_ns = 0;
+  uint64_t timestamp_ns = 0;  // device clock (base/clock.h), if the CQ asked for it
+  uint64_t wallclock_ns = 0;  // CLOCK_REALTIME, if the CQ asked for it
 };
 
 }  // namespace softverbs::transport

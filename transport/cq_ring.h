@@ -1,13 +1,21 @@
 // The completion ring of a CQ. It lives in the CQ owner's shared arena so that a sender in
 // another process can deliver a receive completion into it (DESIGN.md section 5: the initiator
-// is the NIC). Every operation runs under the ring's robust lock; the entry array is located by a
-// SharedRef resolved by the caller in its own address space.
+// is the NIC). Producers (any process) append under the ring's robust lock; the owner polls
+// without it: `tail` is published with release order after the entry is written, and `head`
+// hands slots back, so an empty poll is two loads and no lock (the spinning consumer of a
+// latency test never contends with the producer it waits for).
+//
+// A small SEND may travel inside its completion entry ("landing"): the sender copies the bytes
+// into the entry instead of into the receiver's private memory (which would cost it a system
+// call), and the owner's poll scatters them into the receive buffers before it returns the
+// completion, so the data is in place when the application sees it (ibv_poll_cq(3)).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <type_traits>
 
+#include "base/clock.h"
 #include "transport/completion.h"
 #include "fabric/host/robust_mutex.h"
 #include "fabric/host/shared_arena.h"
@@ -16,23 +24,47 @@ namespace softverbs::transport {
 
 enum CqArm : uint32_t { kCqArmNone = 0, kCqArmSolicited = 1, kCqArmNext = 2 };
 
+// Which clocks producers read into a completion (ibv_create_cq_ex(3) wc_flags).
+enum CqStamp : uint32_t { kCqStampNone = 0, kCqStampDevice = 1, kCqStampWallclock = 2 };
+
+// Bytes a landing can carry: a UD GRH (40) plus a small message, in at most two buffers.
+inline constexpr uint32_t kLandingBytes = 88;
+inline constexpr uint32_t kLandingPieces = 2;
+
+// Where the owner's poll scatters landed bytes: an address of the owner, through its key `lkey`
+// (checked again at poll time: the MR may be gone by then).
+struct LandingPiece {
+  uint64_t addr;
+  uint32_t length;
+  uint32_t lkey;
+};
+
+struct CqEntry {
+  Completion c;
+  uint32_t landing_length;  // 0: nothing to scatter
+  uint32_t landing_pieces;
+  LandingPiece piece[kLandingPieces];
+  uint8_t landing[kLandingBytes];
+};
+static_assert(std::is_trivially_copyable_v<CqEntry>);
+
 struct CqRing {
-  fabric::RobustMutex lock;
-  uint32_t capacity;  // entries the array holds
-  uint32_t count;     // entries present
-  uint32_t head;      // index of the oldest
-  uint32_t arm;       // CqArm
+  fabric::RobustMutex lock;  // producers, and the owner's control operations
+  uint32_t capacity;         // entries the array holds
+  uint32_t arm;              // CqArm
+  std::atomic<uint64_t> head;  // next entry the owner polls (owner writes)
+  std::atomic<uint64_t> tail;  // next entry a producer fills (producers write, under `lock`)
   // An event was raised and the channel has not collected it yet (CompChannel::Wait).
   std::atomic<uint32_t> fired;
   int32_t channel_fd;    // the owner's channel eventfd, or -1
   uint32_t overrun;      // a completion was lost because the ring was full
+  uint32_t stamp;        // CqStamp bits
   uint64_t channel_tag;  // names this incarnation of channel_fd (fabric::LocalProcess::NewFdTag)
   // A QP completing here has an error to apply (ERR and its flushes): the owner's next poll
   // applies it, so a consumer that only polls sees the flushes.
   std::atomic<uint32_t> attention;
   fabric::SharedRef entries;
 };
-static_assert(std::is_trivially_copyable_v<Completion>);
 
 struct PushOutcome {
   bool stored = false;  // false: the ring was full (overrun)
@@ -40,15 +72,24 @@ struct PushOutcome {
   uint64_t notify_tag = 0;
 };
 
-// Adds `c` (ring locked by the caller; `entries` is the resolved entry array).
-inline PushOutcome CqRingPushLocked(CqRing& ring, Completion* entries, const Completion& c) {
+// Adds `c` with `landing` bytes (ring locked by the caller; `entries` is the resolved array).
+// `fill` may write the entry's landing fields; it runs only if there is room.
+template <typename Fill>
+PushOutcome CqRingPushLocked(CqRing& ring, CqEntry* entries, const Completion& c, Fill&& fill) {
   PushOutcome out;
-  if (ring.count >= ring.capacity) {
+  const uint64_t tail = ring.tail.load(std::memory_order_relaxed);
+  if (ring.capacity == 0 || tail - ring.head.load(std::memory_order_acquire) >= ring.capacity) {
     ring.overrun = 1;
     return out;
   }
-  entries[(ring.head + ring.count) % ring.capacity] = c;
-  ++ring.count;
+  CqEntry& e = entries[tail % ring.capacity];
+  e.c = c;
+  if (ring.stamp & kCqStampDevice) e.c.timestamp_ns = DeviceClockNow();
+  if (ring.stamp & kCqStampWallclock) e.c.wallclock_ns = WallclockNow();
+  e.landing_length = 0;
+  e.landing_pieces = 0;
+  fill(e);
+  ring.tail.store(tail + 1, std::memory_order_release);
   out.stored = true;
   // ibv_req_notify_cq(3): solicited-only arming fires for solicited completions and for every
   // completion with an error status; an arming fires once.
@@ -64,12 +105,17 @@ inline PushOutcome CqRingPushLocked(CqRing& ring, Completion* entries, const Com
 }
 
 // Adds `c` from any process: `resolve(SharedRef)` maps the entry array into the caller's space.
+template <typename Resolve, typename Fill>
+PushOutcome CqRingPush(CqRing& ring, const Completion& c, Resolve&& resolve, Fill&& fill) {
+  fabric::RobustLock lock(ring.lock);
+  auto* entries = static_cast<CqEntry*>(resolve(ring.entries));
+  if (entries == nullptr) return {};
+  return CqRingPushLocked(ring, entries, c, fill);
+}
+
 template <typename Resolve>
 PushOutcome CqRingPush(CqRing& ring, const Completion& c, Resolve&& resolve) {
-  fabric::RobustLock lock(ring.lock);
-  auto* entries = static_cast<Completion*>(resolve(ring.entries));
-  if (entries == nullptr) return {};
-  return CqRingPushLocked(ring, entries, c);
+  return CqRingPush(ring, c, resolve, [](CqEntry&) {});
 }
 
 }  // namespace softverbs::transport

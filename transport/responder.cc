@@ -37,11 +37,30 @@ void FailTarget(const Target& t) {
 // requester's transport retry then reports it); any other failure is the target's fault.
 Reply CopyFailed(const Status& s) { return s.code() == ESRCH ? Reply::kNotReady : Reply::kRemoteOp; }
 
-void CompleteAtTarget(const Target& t, const Completion& c) {
+template <typename Fill>
+void CompleteAtTarget(const Target& t, const Completion& c, Fill&& fill) {
   auto* ring = static_cast<CqRing*>(t.Resolve(t.endpoint().recv_cq));
   if (ring == nullptr) return;
-  PushOutcome out = CqRingPush(*ring, c, [&t](fabric::SharedRef ref) { return t.Resolve(ref); });
+  PushOutcome out = CqRingPush(*ring, c, [&t](fabric::SharedRef ref) { return t.Resolve(ref); }, fill);
   if (out.notify_fd >= 0) t.Signal(out.notify_fd, out.notify_tag);
+}
+
+void CompleteAtTarget(const Target& t, const Completion& c) {
+  CompleteAtTarget(t, c, [](CqEntry&) {});
+}
+
+// Copies the gather list into a landing (transport/cq_ring.h); the owner's poll scatters it.
+void FillLanding(CqEntry& e, const iovec* gather, size_t ng, const iovec* remote, const uint32_t* lkey,
+                 size_t nr) {
+  uint8_t* to = e.landing;
+  for (size_t i = 0; i < ng; ++i) {
+    memcpy(to, gather[i].iov_base, gather[i].iov_len);
+    to += gather[i].iov_len;
+  }
+  e.landing_length = static_cast<uint32_t>(to - e.landing);
+  e.landing_pieces = static_cast<uint32_t>(nr);
+  for (size_t i = 0; i < nr; ++i)
+    e.piece[i] = {reinterpret_cast<uint64_t>(remote[i].iov_base), static_cast<uint32_t>(remote[i].iov_len), lkey[i]};
 }
 
 }  // namespace
@@ -93,6 +112,7 @@ Reply Responder::Deliver(const Target& t, uint32_t qp_type, const iovec* local, 
     // The WQE's scatter list, checked like any local access of the target: its keys, its PD,
     // LOCAL_WRITE, in bounds (IBA 10.6.3.1).
     iovec remote[kMaxSge];
+    uint32_t remote_lkey[kMaxSge];
     size_t nr = 0;
     uint64_t room = 0;
     KeyPin pins[kMaxSge];
@@ -110,6 +130,7 @@ Reply Responder::Deliver(const Target& t, uint32_t qp_type, const iovec* local, 
         return Reply::kRemoteOp;
       }
       uint64_t take = std::min<uint64_t>(s.length, need - room);
+      remote_lkey[nr] = s.lkey;
       remote[nr++] = {reinterpret_cast<void*>(k.addr + (s.addr - k.iova)), take};
       room += take;
     }
@@ -126,6 +147,12 @@ Reply Responder::Deliver(const Target& t, uint32_t qp_type, const iovec* local, 
     size_t ng = 0;
     if (info.grh) gather[ng++] = {const_cast<uint8_t*>(info.grh), 40};
     for (size_t i = 0; i < nl; ++i) gather[ng++] = local[i];
+    // A small message for another process lands in the completion itself: no system call.
+    if (!t.is_self() && need <= kLandingBytes && nr <= kLandingPieces) {
+      // (A full receive CQ loses the completion either way: an overrun, IBA 11.4.2.1.)
+      CompleteAtTarget(t, c, [&](CqEntry& e) { FillLanding(e, gather, ng, remote, remote_lkey, nr); });
+      return Reply::kAck;
+    }
     if (Status s = need > 0 ? t.WriteV(gather, ng, remote, nr) : Status::Ok(); !s.ok()) {
       if (s.code() == ESRCH) return Reply::kNotReady;
       c.status = wc_status::kLocProtErr;

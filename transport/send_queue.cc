@@ -133,16 +133,29 @@ Status SendQueue::Post(const SendWr& wr, uint32_t qp_state) {
     return Status(ENOMEM, "the send queue is full (" + std::to_string(config_.max_send_wr) + " WRs waiting)");
   Pending p;
   p.wr = wr;
-  if (wr.flags & send_flag::kInline) {
-    p.inline_copy.assign(wr.inline_data, wr.inline_data + wr.inline_length);
-    p.wr.inline_data = p.inline_copy.data();
-  }
   p.rnr_left = config_.rnr_retry;
   p.retries_left = config_.retry_cnt;
+  // Nothing waits before it: executed here and now, without entering the queue.
+  if (qp_state == kRts && queue_.empty()) {
+    if (Execute(p) == Step::kDone) return Status::Ok();
+    // RNR or no answer: it waits in the queue like the rest (error_ is still false: kWait).
+    Enqueue(std::move(p));
+    ProgressThread::Get().Schedule(this, queue_.front().due);
+    return Status::Ok();
+  }
   // SQD: accepted, executed once the QP is back in RTS; SQE: the send queue is stopped.
-  queue_.push_back(std::move(p));
+  Enqueue(std::move(p));
   if (qp_state == kRts) RunQueue(lock);
   return Status::Ok();
+}
+
+void SendQueue::Enqueue(Pending&& p) {
+  // The caller's inline bytes are only valid during ibv_post_send: a queued WR keeps a copy.
+  if (p.wr.flags & send_flag::kInline) {
+    p.inline_copy.assign(p.wr.inline_data, p.wr.inline_data + p.wr.inline_length);
+    p.wr.inline_data = p.inline_copy.data();
+  }
+  queue_.push_back(std::move(p));
 }
 
 void SendQueue::RunQueue(std::unique_lock<std::mutex>&) {
@@ -238,7 +251,7 @@ SendQueue::Step SendQueue::Execute(Pending& p) {
   }
 
   const uint32_t dest = config_.type == kUd ? wr.ud.remote_qpn : config_.dest_qp_num;
-  auto target = Target::Find(local_, dest);
+  auto target = Target::Find(local_, dest, &peer_hint_);
   Reply reply = Reply::kNotReady;
   uint64_t byte_len = total;
   if (target.ok()) {

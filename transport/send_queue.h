@@ -17,6 +17,7 @@
 #include "fabric/host/host_directory.h"
 #include "transport/completion.h"
 #include "transport/responder.h"
+#include "transport/target.h"
 #include "transport/work_request.h"
 
 namespace softverbs::transport {
@@ -82,6 +83,8 @@ class SendQueue {
   enum class Step { kDone, kWait };
 
   Status Check(const SendWr& wr, uint32_t qp_state) const;
+  // Appends `p` to the queue (under mu_), copying its inline bytes.
+  void Enqueue(Pending&& p);
   // Runs the head of the queue once; kWait if it must be retried later.
   Step Execute(Pending& p);
   void Finish(const SendWr& wr, uint32_t status, uint64_t byte_len);
@@ -95,6 +98,7 @@ class SendQueue {
   RequesterConfig config_;
   std::deque<Pending> queue_;
   bool error_ = false;
+  PeerHint peer_hint_;
 };
 
 }  // namespace softverbs::transport

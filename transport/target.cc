@@ -12,7 +12,7 @@ bool Target::Pin(QpEndpoint* e, uint32_t qpn) {
   return false;
 }
 
-Result<Target> Target::Find(fabric::LocalProcess& local, uint32_t qpn) {
+Result<Target> Target::Find(fabric::LocalProcess& local, uint32_t qpn, PeerHint* hint) {
   fabric::HostRegistry& registry = local.registry();
   // QP numbers are host-table slots plus 0x100 (core::QpnOfSlot).
   if (qpn < 0x100 || qpn - 0x100 >= registry.qps().count()) return Status(ENOENT, "no such QP number");
@@ -26,13 +26,21 @@ Result<Target> Target::Find(fabric::LocalProcess& local, uint32_t qpn) {
     if (!Pin(e, qpn)) return Status(ENOENT, "no QP with that number");
     return Target(local, process_slot, nullptr, e);
   }
-  auto peer = local.PeerAt(process_slot);
-  if (!peer.ok()) return Status(ENOENT, "the QP's process is gone: " + peer.status().rule());
-  auto at = (*peer)->At(block, registry);
+  std::shared_ptr<fabric::Peer> peer;
+  const uint64_t token = registry.processes().slot(process_slot).owner.load(std::memory_order_acquire);
+  if (hint != nullptr && hint->peer != nullptr && hint->token == token) {
+    peer = hint->peer;
+  } else {
+    auto found = local.PeerAt(process_slot);
+    if (!found.ok()) return Status(ENOENT, "the QP's process is gone: " + found.status().rule());
+    peer = std::move(found.value());
+    if (hint != nullptr) *hint = {token, peer};
+  }
+  auto at = peer->At(block, registry);
   if (!at.ok()) return Status(ENOENT, "the QP's endpoint is unreachable: " + at.status().rule());
   auto* e = static_cast<QpEndpoint*>(at.value());
   if (!Pin(e, qpn)) return Status(ENOENT, "no QP with that number");
-  return Target(local, process_slot, std::move(peer.value()), e);
+  return Target(local, process_slot, std::move(peer), e);
 }
 
 Status Target::WriteV(const iovec* local, size_t nl, const iovec* remote, size_t nr) const {

@@ -12,6 +12,13 @@
 
 namespace softverbs::transport {
 
+// The process an initiator reached last, kept by its send queue: most work requests of a QP go
+// to the same process, and this spares the process-cache lookup (DESIGN.md section 5's fast path).
+struct PeerHint {
+  uint64_t token = 0;  // the process slot owner's token the peer belongs to
+  std::shared_ptr<fabric::Peer> peer;
+};
+
 class Target {
  public:
   Target(Target&& o) noexcept
@@ -23,7 +30,7 @@ class Target {
 
   // The QP numbered `qpn` on this host; ENOENT if there is none (never created, destroyed, or
   // its process died).
-  static Result<Target> Find(fabric::LocalProcess& local, uint32_t qpn);
+  static Result<Target> Find(fabric::LocalProcess& local, uint32_t qpn, PeerHint* hint = nullptr);
 
   QpEndpoint& endpoint() const { return *endpoint_; }
   uint32_t process_slot() const { return process_slot_; }

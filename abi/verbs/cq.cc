@@ -15,9 +15,12 @@ namespace softverbs::abi {
 
 std::string Name(const ibv_cq* cq) { return ObjectName("cq", cq->handle); }
 
-// The completion flags an ibv_cq_ex can deliver: the standard ones. Timestamps, CVLAN, flow tag
-// and tag matching info are refused at creation (EOPNOTSUPP) until they exist.
-constexpr uint64_t kDeliverableWcFlags = IBV_WC_STANDARD_FLAGS;
+// The completion flags an ibv_cq_ex can deliver: the standard ones and both timestamps. CVLAN,
+// flow tag and tag matching info are refused at creation (EOPNOTSUPP): no raw packet QPs, no
+// flow steering, no tag matching.
+constexpr uint64_t kDeliverableWcFlags =
+    static_cast<uint64_t>(IBV_WC_STANDARD_FLAGS) | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
+    IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
 
 namespace {
 
@@ -57,9 +60,10 @@ unsigned int ReadWcFlags(ibv_cq_ex* cq) { return Cur(cq)->current.wc_flags; }
 uint32_t ReadSlid(ibv_cq_ex* cq) { return Cur(cq)->current.slid; }
 uint8_t ReadSl(ibv_cq_ex* cq) { return Cur(cq)->current.sl; }
 uint8_t ReadDlidPathBits(ibv_cq_ex* cq) { return Cur(cq)->current.dlid_path_bits; }
+uint64_t ReadCompletionTs(ibv_cq_ex* cq) { return Cur(cq)->current.timestamp_ns; }
+uint64_t ReadCompletionWallclockNs(ibv_cq_ex* cq) { return Cur(cq)->current.wallclock_ns; }
 // Getters of flags that creation refuses: reachable only by a program that calls a getter it did
 // not ask for (undefined in ibv_create_cq_ex(3)); they return 0 rather than crash.
-uint64_t ReadZero64(ibv_cq_ex*) { return 0; }
 uint16_t ReadZero16(ibv_cq_ex*) { return 0; }
 uint32_t ReadZero32(ibv_cq_ex*) { return 0; }
 void ReadTmInfo(ibv_cq_ex*, ibv_wc_tm_info* info) { memset(info, 0, sizeof(*info)); }
@@ -81,18 +85,22 @@ void InitCqEx(SvCq* cq) {
   x.read_slid = ReadSlid;
   x.read_sl = ReadSl;
   x.read_dlid_path_bits = ReadDlidPathBits;
-  x.read_completion_ts = ReadZero64;
+  x.read_completion_ts = ReadCompletionTs;
   x.read_cvlan = ReadZero16;
   x.read_flow_tag = ReadZero32;
   x.read_tm_info = ReadTmInfo;
-  x.read_completion_wallclock_ns = ReadZero64;
+  x.read_completion_wallclock_ns = ReadCompletionWallclockNs;
 }
 
 // Shared by ibv_create_cq and the create_cq_ex context op.
 ibv_cq_ex* CreateCq(const char* verb, ibv_context* context, int cqe, void* cq_context,
                     ibv_comp_channel* channel, int comp_vector, uint64_t wc_flags, bool single_threaded) {
+  // Producers read the clocks only for a CQ that asked for them.
+  uint32_t stamp = transport::kCqStampNone;
+  if (wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP) stamp |= transport::kCqStampDevice;
+  if (wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK) stamp |= transport::kCqStampWallclock;
   auto core = core::Cq::Create(*ToSv(context)->core, cqe, channel ? ToSv(channel)->core.get() : nullptr,
-                               comp_vector);
+                               comp_vector, stamp);
   if (!core.ok()) return ReturnNull<ibv_cq_ex>(verb, context->device->name, core.status());
   auto* cq = new (std::nothrow) SvCq{};
   if (cq == nullptr) return ReturnNull<ibv_cq_ex>(verb, context->device->name, NoMemory("out of memory"));
@@ -123,7 +131,7 @@ ibv_cq_ex* CreateCqEx(ibv_context* context, ibv_cq_init_attr_ex* attr) {
     return ReturnNull<ibv_cq_ex>(verb, context->device->name, Invalid("flags has unknown bits"));
   if (attr->wc_flags & ~kDeliverableWcFlags)
     return ReturnNull<ibv_cq_ex>(verb, context->device->name, NotSupported(
-        "wc_flags asks for fields softverbs0 cannot deliver yet (timestamps, CVLAN, flow tag, TM info): " +
+        "wc_flags asks for fields softverbs0 cannot deliver (CVLAN, flow tag, TM info): " +
         std::to_string(attr->wc_flags & ~kDeliverableWcFlags)));
   const bool single_threaded =
       (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (attr->flags & IBV_CREATE_CQ_ATTR_SINGLE_THREADED);

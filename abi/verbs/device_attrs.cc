@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "base/clock.h"
 #include "core/device.h"
 #include "core/device_limits.h"
 
@@ -55,7 +56,11 @@ ibv_device_attr DeviceAttr() {
 ibv_device_attr_ex DeviceAttrEx() {
   ibv_device_attr_ex ex{};
   ex.orig_attr = DeviceAttr();
-  // No ODP, timestamps, TSO, RSS, packet pacing, tag matching or device memory yet: all zero.
+  // Completion timestamps count the device clock (base/clock.h): 64 bits of nanoseconds,
+  // hca_core_clock in kHz (ibv_query_device_ex(3)).
+  ex.completion_timestamp_mask = ~0ull;
+  ex.hca_core_clock = kDeviceClockKhz;
+  // No ODP, TSO, RSS, packet pacing, tag matching or device memory yet: all zero.
   ex.max_dm_size = 0;
   ex.phys_port_cnt_ex = DeviceLimits::kPortCount;
   return ex;

@@ -155,7 +155,10 @@ SV_EXPORT ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) {
 }
 
 SV_EXPORT int ibv_query_qp_data_in_order(ibv_qp*, ibv_wr_opcode, uint32_t) {
-  // 0: no in-order placement is promised (ibv_query_qp_data_in_order(3) allows it).
+  // 0 for every opcode (ibv_query_qp_data_in_order(3)): bytes are placed by process_vm_writev
+  // or memcpy, and neither promises to write a buffer front to back (glibc stores the tail of a
+  // small copy first; fast-string copies may retire stores out of order): a reader must wait
+  // for the completion.
   return 0;
 }
 

@@ -8,6 +8,10 @@ namespace softverbs::fabric {
 Result<void*> Peer::At(SharedRef ref, HostRegistry& registry) {
   if (ref.segment >= SharedArena::kMaxSegments || ref.offset == 0)
     return Invalid("a shared reference outside the peer's arena");
+  if (const RemoteSegment* mapped = mapped_[ref.segment].load(std::memory_order_acquire)) {
+    if (void* p = mapped->At(ref.offset)) return p;
+    return Invalid("a shared reference outside the peer's arena");
+  }
   std::lock_guard lock(mu_);
   auto& seg = segments_[ref.segment];
   if (!seg) {
@@ -19,6 +23,7 @@ Result<void*> Peer::At(SharedRef ref, HostRegistry& registry) {
     auto mapped = RemoteSegment::Map(fd.value());
     if (!mapped.ok()) return mapped.status();
     seg = std::move(mapped.value());
+    mapped_[ref.segment].store(seg.get(), std::memory_order_release);
   }
   void* p = seg->At(ref.offset);
   if (p == nullptr) return Invalid("a shared reference outside the peer's arena");

@@ -66,8 +66,10 @@ class Peer {
  private:
   uint32_t process_slot_;
   std::shared_ptr<PeerProcess> process_;
-  std::mutex mu_;
+  std::mutex mu_;  // mapping a segment
   std::array<std::shared_ptr<RemoteSegment>, SharedArena::kMaxSegments> segments_;
+  // The mapped segments, published for lock-free lookups (owned by segments_).
+  std::array<std::atomic<const RemoteSegment*>, SharedArena::kMaxSegments> mapped_{};
 };
 
 // This process's membership of the host: its process slot, its arena, and its cache of peers.

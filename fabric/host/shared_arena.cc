@@ -25,6 +25,7 @@ Status SharedArena::AddSegment(size_t min_size) {
   seg->size = size;
   // Offset 0 stays unused so that a zero SharedRef means "none".
   seg->free.emplace_back(static_cast<uint32_t>(kAlign), static_cast<uint32_t>(size - kAlign));
+  base_[segments_.size()].store(static_cast<uint8_t*>(p), std::memory_order_release);
   segments_.push_back(std::move(seg));
   return Status::Ok();
 }
@@ -72,8 +73,7 @@ void SharedArena::Free(SharedRef ref, size_t size) {
 }
 
 void* SharedArena::At(SharedRef ref) const {
-  std::lock_guard lock(mu_);
-  return static_cast<uint8_t*>(segments_[ref.segment]->map.get()) + ref.offset;
+  return base_[ref.segment].load(std::memory_order_acquire) + ref.offset;
 }
 
 int SharedArena::SegmentFd(uint32_t index) const {

@@ -7,6 +7,8 @@
 // own address, so shared structures never hold pointers.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -60,6 +62,9 @@ class SharedArena {
 
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Segment>> segments_;
+  // Each segment's base address, published once it is mapped: At() reads it without the lock
+  // (segments are never unmapped while the arena lives).
+  std::array<std::atomic<uint8_t*>, kMaxSegments> base_{};
 };
 
 // A peer's side: the segments of other processes this process has mapped.

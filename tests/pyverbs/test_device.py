@@ -71,7 +71,8 @@ class DeviceTest(unittest.TestCase):
         self.assertFalse(a.device_cap_flags & e.IBV_DEVICE_XRC)  # ibv_open_xrcd refused
         self.assertTrue(a.device_cap_flags & e.IBV_DEVICE_SRQ_RESIZE)  # IBV_SRQ_MAX_WR works
         self.assertEqual(x.odp_caps.general_caps, 0)  # IBV_ACCESS_ON_DEMAND refused
-        self.assertEqual(x.completion_timestamp_mask, 0)  # WC timestamps refused
+        self.assertEqual(x.completion_timestamp_mask, 2**64 - 1)  # 64-bit device clock
+        self.assertEqual(x.hca_core_clock, 1000000)  # kHz: one tick per nanosecond
         self.assertEqual(x.packet_pacing_caps.qp_rate_limit_max, 0)  # rate_limit refused
         self.assertEqual(x.tso_caps.max_tso, 0)  # IBV_QP_EX_WITH_TSO refused
 
