@@ -151,6 +151,7 @@ Status Cq::Resize(int cqe) {
   r.entries = *fresh;
   r.capacity = static_cast<uint32_t>(cqe);
   r.head.store(0, std::memory_order_relaxed);
+  r.head_seen = 0;
   r.tail.store(held, std::memory_order_release);
   return Status::Ok();
 }
@@ -198,27 +199,34 @@ int Cq::Poll(Completion* out, int max) {
 
 void Cq::ScatterLanding(const CqEntry& entry, Completion* c) {
   // The sender checked the pieces against this process's keys when it delivered; the MR may
-  // have been deregistered since, so each piece is checked again before it is written.
+  // have been deregistered since, so each piece is checked again. Counted as an own write
+  // before the check (Dekker with Mr's withdrawal: it clears the key, then waits for the count).
+  std::atomic<uint32_t>& own_writes = local_->own_writes();
+  own_writes.fetch_add(1, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   const uint8_t* from = entry.landing;
   const uint8_t* const end = entry.landing + std::min(entry.landing_length, transport::kLandingBytes);
-  for (uint32_t i = 0; i < entry.landing_pieces && i < transport::kLandingPieces; ++i) {
+  bool placed = true;
+  for (uint32_t i = 0; placed && i < entry.landing_pieces && i < transport::kLandingPieces; ++i) {
     const transport::LandingPiece& p = entry.piece[i];
-    transport::KeyPin pin = transport::KeyPin::Acquire(local_->registry(), p.lkey);
-    const transport::KeyView& k = pin.view();
-    const bool fits = pin && k.owner_process_slot() == local_->slot() && (k.access & access::kLocalWrite) &&
-                      p.addr >= k.addr && p.length <= k.length && p.addr - k.addr <= k.length - p.length &&
-                      p.length <= static_cast<uint64_t>(end - from);
-    if (!fits) {
+    transport::KeyView k;
+    placed = transport::KeyPin::Peek(local_->registry(), p.lkey, &k) && k.owner_process_slot() == local_->slot() &&
+             (k.access & access::kLocalWrite) && p.addr >= k.addr && p.length <= k.length &&
+             p.addr - k.addr <= k.length - p.length && p.length <= static_cast<uint64_t>(end - from);
+    if (placed) {
+      memcpy(reinterpret_cast<void*>(p.addr), from, p.length);
+      from += p.length;
+    } else {
       // IBA 10.6.3.1: the receive buffer is no longer a valid local write target.
       SV_LOG(kError, "ibv_poll_cq(cq 0x%x): receive buffer of qp 0x%x lost its MR (lkey 0x%x) before the "
              "message was placed: IBV_WC_LOC_PROT_ERR", handle_, c->qp_num, p.lkey);
-      c->status = transport::wc_status::kLocProtErr;
-      c->byte_len = 0;
-      FailQp(c->qp_num);
-      return;
     }
-    memcpy(reinterpret_cast<void*>(p.addr), from, p.length);
-    from += p.length;
+  }
+  own_writes.fetch_sub(1, std::memory_order_release);
+  if (!placed) {
+    c->status = transport::wc_status::kLocProtErr;
+    c->byte_len = 0;
+    FailQp(c->qp_num);
   }
 }
 

@@ -1,8 +1,8 @@
 #include "core/mr.h"
 
+#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
-
 
 #include "base/memory_map.h"
 #include "base/strings.h"
@@ -76,9 +76,17 @@ void Mr::Publish() {
              KeyView{key_, layout_.access, pd_->host_id(), layout_.addr, layout_.length, layout_.iova});
 }
 
+// After a withdrawal: this process's own writes through the key (core/cq.cc's landed messages)
+// finish before the memory is given back to the application.
+void Mr::WaitForOwnWrites() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  while (pd_->context().local().own_writes().load(std::memory_order_acquire) != 0) sched_yield();
+}
+
 Mr::~Mr() {
   fabric::HostRegistry& registry = pd_->context().registry();
   WithdrawKey(registry, slot_);
+  WaitForOwnWrites();
   registry.keys().Free(slot_, fabric::ProcessToken::Self());
   pd_->users().Release();
 }
@@ -105,6 +113,7 @@ Status Mr::Reregister(uint32_t flags, Pd* new_pd, const MrLayout& layout) {
   }
   // Accesses through the old registration finish before the new one is visible.
   WithdrawKey(pd_->context().registry(), slot_);
+  WaitForOwnWrites();
   layout_ = next;  // the keys stay (ibv_rereg_mr(3): "the lkey and rkey are not changed")
   Publish();
   return Status::Ok();

@@ -48,6 +48,8 @@ class Mr {
   static Status CheckLayout(const MrLayout& layout);
   // Makes the registration visible to initiators through the host key table.
   void Publish();
+  // Waits for this process's own writes through a withdrawn key (landed messages) to finish.
+  void WaitForOwnWrites();
 
   Pd* pd_;
   MrLayout layout_;

@@ -39,7 +39,7 @@ struct LandingPiece {
   uint32_t lkey;
 };
 
-struct CqEntry {
+struct alignas(64) CqEntry {  // a small message touches the first two cache lines only
   Completion c;
   uint32_t landing_length;  // 0: nothing to scatter
   uint32_t landing_pieces;
@@ -52,18 +52,20 @@ struct CqRing {
   fabric::RobustMutex lock;  // producers, and the owner's control operations
   uint32_t capacity;         // entries the array holds
   uint32_t arm;              // CqArm
-  std::atomic<uint64_t> head;  // next entry the owner polls (owner writes)
-  std::atomic<uint64_t> tail;  // next entry a producer fills (producers write, under `lock`)
   // An event was raised and the channel has not collected it yet (CompChannel::Wait).
   std::atomic<uint32_t> fired;
   int32_t channel_fd;    // the owner's channel eventfd, or -1
   uint32_t overrun;      // a completion was lost because the ring was full
   uint32_t stamp;        // CqStamp bits
   uint64_t channel_tag;  // names this incarnation of channel_fd (fabric::LocalProcess::NewFdTag)
-  // A QP completing here has an error to apply (ERR and its flushes): the owner's next poll
-  // applies it, so a consumer that only polls sees the flushes.
-  std::atomic<uint32_t> attention;
+  uint64_t head_seen;    // producers' last read of `head` (under `lock`): re-read when full
   fabric::SharedRef entries;
+  // What the owner's poll reads, on one line: the producers' tail, and whether a QP completing
+  // here has an error to apply (ERR and its flushes: applied at the owner's next poll, so a
+  // consumer that only polls sees the flushes).
+  alignas(64) std::atomic<uint64_t> tail;  // next entry to fill (producers, under `lock`)
+  std::atomic<uint32_t> attention;
+  alignas(64) std::atomic<uint64_t> head;  // next entry to poll (the owner)
 };
 
 struct PushOutcome {
@@ -78,9 +80,12 @@ template <typename Fill>
 PushOutcome CqRingPushLocked(CqRing& ring, CqEntry* entries, const Completion& c, Fill&& fill) {
   PushOutcome out;
   const uint64_t tail = ring.tail.load(std::memory_order_relaxed);
-  if (ring.capacity == 0 || tail - ring.head.load(std::memory_order_acquire) >= ring.capacity) {
-    ring.overrun = 1;
-    return out;
+  if (tail - ring.head_seen >= ring.capacity) {
+    ring.head_seen = ring.head.load(std::memory_order_acquire);
+    if (ring.capacity == 0 || tail - ring.head_seen >= ring.capacity) {
+      ring.overrun = 1;
+      return out;
+    }
   }
   CqEntry& e = entries[tail % ring.capacity];
   e.c = c;

@@ -64,14 +64,10 @@ KeyPin& KeyPin::operator=(KeyPin&& o) noexcept {
   return *this;
 }
 
-KeyPin KeyPin::Acquire(fabric::HostRegistry& registry, uint32_t key) {
-  KeyPin pin;
-  const uint32_t slot = KeySlot(key);
-  if (key == 0 || slot >= registry.keys().count()) return pin;
-  fabric::KeyEntry& e = Entry(registry, slot);
-  // Pin first, then read a consistent copy: a withdrawal after the pin waits for us, and one
-  // before it is seen as key == 0.
-  e.users.fetch_add(1, std::memory_order_acq_rel);
+namespace {
+
+// A consistent copy of entry `e` (seqlock read); false if it does not hold `key` now.
+bool ReadView(fabric::KeyEntry& e, uint32_t key, KeyView* out) {
   for (;;) {
     uint32_t seq = e.seq.load(std::memory_order_acquire);
     if (seq & 1) {
@@ -82,13 +78,34 @@ KeyPin KeyPin::Acquire(fabric::HostRegistry& registry, uint32_t key) {
     KeyView v{e.key.load(kAcq), e.access.load(kAcq), e.pd.load(kAcq), e.addr.load(kAcq), e.length.load(kAcq),
               e.iova.load(kAcq)};
     if (e.seq.load(kAcq) != seq) continue;
-    if (v.key != key) break;  // withdrawn, or a stale variant of a reused slot
+    if (v.key != key) return false;  // withdrawn, or a stale variant of a reused slot
+    *out = v;
+    return true;
+  }
+}
+
+}  // namespace
+
+KeyPin KeyPin::Acquire(fabric::HostRegistry& registry, uint32_t key) {
+  KeyPin pin;
+  const uint32_t slot = KeySlot(key);
+  if (key == 0 || slot >= registry.keys().count()) return pin;
+  fabric::KeyEntry& e = Entry(registry, slot);
+  // Pin first, then read a consistent copy: a withdrawal after the pin waits for us, and one
+  // before it is seen as key == 0.
+  e.users.fetch_add(1, std::memory_order_acq_rel);
+  if (ReadView(e, key, &pin.view_)) {
     pin.entry_ = &e;
-    pin.view_ = v;
     return pin;
   }
   e.users.fetch_sub(1, std::memory_order_acq_rel);
   return pin;
+}
+
+bool KeyPin::Peek(fabric::HostRegistry& registry, uint32_t key, KeyView* view) {
+  const uint32_t slot = KeySlot(key);
+  if (key == 0 || slot >= registry.keys().count()) return false;
+  return ReadView(Entry(registry, slot), key, view);
 }
 
 void KeyPin::Release() {

@@ -44,6 +44,9 @@ class KeyPin {
 
   // Pins `key` if it names a live registration; otherwise an empty pin.
   static KeyPin Acquire(fabric::HostRegistry& registry, uint32_t key);
+  // The registration `key` names now, without pinning it: for checks whose access happens
+  // later under a pin of its own (a landed message is written by the owner's poll).
+  static bool Peek(fabric::HostRegistry& registry, uint32_t key, KeyView* view);
   explicit operator bool() const { return entry_ != nullptr; }
   const KeyView& view() const { return view_; }
 

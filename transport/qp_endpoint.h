@@ -32,8 +32,10 @@ struct QpEndpoint {
   int32_t async_fd;                    // the owner context's async event fd, signalled with remote_error
   uint64_t async_tag;                  // names this incarnation of async_fd
   // Initiators working on this QP right now: its owner destroys it only once they are done, so
-  // no delivery lands in memory the application has freed after ibv_destroy_qp returned.
-  std::atomic<uint32_t> users;
+  // no delivery lands in memory the application has freed after ibv_destroy_qp returned. On a
+  // line of its own: every initiator writes it, and the owner reads the fields above on every
+  // post (remote_error).
+  alignas(64) std::atomic<uint32_t> users;
 };
 
 }  // namespace softverbs::transport

@@ -31,25 +31,29 @@ RecvQueue::~RecvQueue() {
   {
     fabric::RobustLock lock(r.lock);
     local_.Free(r.entries, static_cast<size_t>(r.wqe_size) * (r.max_wr == 0 ? 1 : r.max_wr));
-    r.count = 0;
+    r.head.store(r.tail.load(std::memory_order_relaxed), std::memory_order_relaxed);
     r.max_wr = 0;
   }
   local_.Free(ref_, sizeof(RecvRing));
 }
 
 Status RecvQueue::Post(uint64_t wr_id, const RecvSge* sge, uint32_t num_sge) {
+  std::lock_guard post(post_mu_);
   RecvRing& r = ring();
-  fabric::RobustLock lock(r.lock);
   if (num_sge > r.max_sge)
     return Invalid("num_sge " + std::to_string(num_sge) + " exceeds max_recv_sge " + std::to_string(r.max_sge));
-  if (r.count >= r.max_wr)
-    return Status(ENOMEM, "the receive queue is full (" + std::to_string(r.max_wr) + " WRs outstanding)");
+  const uint64_t tail = r.tail.load(std::memory_order_relaxed);
+  if (tail - head_seen_ >= r.max_wr) {
+    head_seen_ = r.head.load(std::memory_order_acquire);
+    if (tail - head_seen_ >= r.max_wr)
+      return Status(ENOMEM, "the receive queue is full (" + std::to_string(r.max_wr) + " WRs outstanding)");
+  }
   auto* base = static_cast<uint8_t*>(local_.At(r.entries));
-  auto* w = reinterpret_cast<RecvWqe*>(base + static_cast<size_t>((r.head + r.count) % r.max_wr) * r.wqe_size);
+  auto* w = reinterpret_cast<RecvWqe*>(base + static_cast<size_t>(tail % r.max_wr) * r.wqe_size);
   w->wr_id = wr_id;
   w->num_sge = num_sge;
   if (num_sge) memcpy(w->sge, sge, sizeof(RecvSge) * num_sge);
-  ++r.count;
+  r.tail.store(tail + 1, std::memory_order_release);
   return Status::Ok();
 }
 
@@ -58,28 +62,33 @@ TakenWqe RecvQueue::Take() {
 }
 
 void RecvQueue::Clear() {
+  std::lock_guard post(post_mu_);
   RecvRing& r = ring();
   fabric::RobustLock lock(r.lock);
-  r.count = 0;
-  r.head = 0;
+  r.head.store(r.tail.load(std::memory_order_relaxed), std::memory_order_release);
 }
 
 Status RecvQueue::Resize(uint32_t max_wr) {
+  std::lock_guard post(post_mu_);
   RecvRing& r = ring();
   fabric::RobustLock lock(r.lock);
-  if (max_wr < r.count)
-    return Invalid("max_wr " + std::to_string(max_wr) + " is below the " + std::to_string(r.count) + " WRs posted");
+  const uint64_t head = r.head.load(std::memory_order_relaxed);
+  const uint32_t held = static_cast<uint32_t>(r.tail.load(std::memory_order_relaxed) - head);
+  if (max_wr < held)
+    return Invalid("max_wr " + std::to_string(max_wr) + " is below the " + std::to_string(held) + " WRs posted");
   auto fresh = local_.Allocate(static_cast<size_t>(r.wqe_size) * max_wr);
   if (!fresh.ok()) return fresh.status();
   auto* from = static_cast<uint8_t*>(local_.At(r.entries));
   auto* to = static_cast<uint8_t*>(local_.At(*fresh));
-  for (uint32_t i = 0; i < r.count; ++i)
-    memcpy(to + static_cast<size_t>(i) * r.wqe_size, from + static_cast<size_t>((r.head + i) % r.max_wr) * r.wqe_size,
+  for (uint32_t i = 0; i < held; ++i)
+    memcpy(to + static_cast<size_t>(i) * r.wqe_size, from + static_cast<size_t>((head + i) % r.max_wr) * r.wqe_size,
            r.wqe_size);
   local_.Free(r.entries, static_cast<size_t>(r.wqe_size) * (r.max_wr == 0 ? 1 : r.max_wr));
   r.entries = *fresh;
   r.max_wr = max_wr;
-  r.head = 0;
+  r.head.store(0, std::memory_order_relaxed);
+  r.tail.store(held, std::memory_order_release);
+  head_seen_ = 0;
   return Status::Ok();
 }
 
@@ -90,9 +99,8 @@ void RecvQueue::SetLimit(uint32_t limit) {
 }
 
 uint32_t RecvQueue::count() const {
-  RecvRing& r = ring();
-  fabric::RobustLock lock(r.lock);
-  return r.count;
+  const RecvRing& r = ring();
+  return static_cast<uint32_t>(r.tail.load(std::memory_order_acquire) - r.head.load(std::memory_order_acquire));
 }
 
 }  // namespace softverbs::transport

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 
 #include "base/status.h"
 #include "fabric/host/host_directory.h"
@@ -32,18 +33,22 @@ inline size_t RecvWqeSize(uint32_t max_sge) {
   return offsetof(RecvWqe, sge) + sizeof(RecvSge) * (max_sge == 0 ? 1 : max_sge);
 }
 
+// Posting is the owner's alone and takes no lock: it writes the WQE, then publishes `tail`.
+// Takers (senders in any process) serialise on the robust lock and hand slots back through
+// `head`. The two indices live on cache lines of their own, so a post and a take each move one
+// line between the processes' cores besides the WQE itself.
 struct RecvRing {
-  fabric::RobustMutex lock;
+  fabric::RobustMutex lock;  // takers, and the owner's control operations
   uint32_t max_wr;
   uint32_t max_sge;
-  uint32_t count;
-  uint32_t head;
   uint32_t srq_limit;    // armed SRQ limit; 0 = not armed (ibv_modify_srq(3))
   std::atomic<uint32_t> limit_fired;  // the limit was crossed; the owner raises IBV_EVENT_SRQ_LIMIT_REACHED
   uint32_t wqe_size;
   int32_t async_fd;  // the owner context's async event fd, signalled when the limit fires
   uint64_t async_tag;
   fabric::SharedRef entries;
+  alignas(64) std::atomic<uint64_t> head;  // next WQE to take (takers, under `lock`)
+  alignas(64) std::atomic<uint64_t> tail;  // next slot to fill (the owner)
 };
 
 // What a taker got: the WQE (copied out) or nothing.
@@ -60,19 +65,21 @@ template <typename Resolve>
 TakenWqe RecvRingTake(RecvRing& ring, Resolve&& resolve) {
   TakenWqe out;
   fabric::RobustLock lock(ring.lock);
-  if (ring.count == 0) return out;
+  const uint64_t head = ring.head.load(std::memory_order_relaxed);
+  const uint64_t tail = ring.tail.load(std::memory_order_acquire);
+  if (head == tail || ring.max_wr == 0) return out;
   auto* base = static_cast<uint8_t*>(resolve(ring.entries));
   if (base == nullptr) return out;
-  const auto* w = reinterpret_cast<const RecvWqe*>(base + static_cast<size_t>(ring.head) * ring.wqe_size);
+  const auto* w = reinterpret_cast<const RecvWqe*>(base + static_cast<size_t>(head % ring.max_wr) * ring.wqe_size);
   out.found = true;
   out.wr_id = w->wr_id;
   out.num_sge = w->num_sge <= 32 ? w->num_sge : 32;
   for (uint32_t i = 0; i < out.num_sge; ++i) out.sge[i] = w->sge[i];
-  ring.head = (ring.head + 1) % ring.max_wr;
-  --ring.count;
+  // The slot is the owner's again once head passes it (release: after the copy above).
+  ring.head.store(head + 1, std::memory_order_release);
   // ibv_modify_srq(3): the event fires when the number of WQEs drops below the limit; then
   // the limit is disarmed.
-  if (ring.srq_limit != 0 && ring.count < ring.srq_limit) {
+  if (ring.srq_limit != 0 && tail - (head + 1) < ring.srq_limit) {
     ring.srq_limit = 0;
     ring.limit_fired.store(1, std::memory_order_release);
     out.limit_crossed = true;
@@ -108,6 +115,8 @@ class RecvQueue {
   RecvQueue(fabric::LocalProcess& local, fabric::SharedRef ref) : local_(local), ref_(ref) {}
   fabric::LocalProcess& local_;
   fabric::SharedRef ref_;
+  std::mutex post_mu_;     // the owner's threads post one at a time
+  uint64_t head_seen_ = 0;  // the takers' head as last read (under post_mu_): re-read when full
 };
 
 }  // namespace softverbs::transport

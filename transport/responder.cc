@@ -50,17 +50,17 @@ void CompleteAtTarget(const Target& t, const Completion& c) {
 }
 
 // Copies the gather list into a landing (transport/cq_ring.h); the owner's poll scatters it.
-void FillLanding(CqEntry& e, const iovec* gather, size_t ng, const iovec* remote, const uint32_t* lkey,
-                 size_t nr) {
+void FillLanding(CqEntry& e, const iovec* gather, size_t ng, const ScatterList& scatter) {
   uint8_t* to = e.landing;
   for (size_t i = 0; i < ng; ++i) {
     memcpy(to, gather[i].iov_base, gather[i].iov_len);
     to += gather[i].iov_len;
   }
   e.landing_length = static_cast<uint32_t>(to - e.landing);
-  e.landing_pieces = static_cast<uint32_t>(nr);
-  for (size_t i = 0; i < nr; ++i)
-    e.piece[i] = {reinterpret_cast<uint64_t>(remote[i].iov_base), static_cast<uint32_t>(remote[i].iov_len), lkey[i]};
+  e.landing_pieces = static_cast<uint32_t>(scatter.n);
+  for (size_t i = 0; i < scatter.n; ++i)
+    e.piece[i] = {reinterpret_cast<uint64_t>(scatter.iov[i].iov_base), static_cast<uint32_t>(scatter.iov[i].iov_len),
+                  scatter.lkey[i]};
 }
 
 }  // namespace
@@ -107,63 +107,80 @@ Reply Responder::Deliver(const Target& t, uint32_t qp_type, const iovec* local, 
   c.solicited = info.solicited;
   const uint64_t need = total + (info.grh ? 40 : 0);
   c.byte_len = static_cast<uint32_t>(need);
+  if (info.rdma_write) {  // WRITE_WITH_IMM consumes the WQE without touching its buffers
+    CompleteAtTarget(t, c);
+    return Reply::kAck;
+  }
 
-  if (!info.rdma_write) {
-    // The WQE's scatter list, checked like any local access of the target: its keys, its PD,
-    // LOCAL_WRITE, in bounds (IBA 10.6.3.1).
-    iovec remote[kMaxSge];
-    uint32_t remote_lkey[kMaxSge];
-    size_t nr = 0;
-    uint64_t room = 0;
-    KeyPin pins[kMaxSge];
-    for (uint32_t i = 0; i < w.num_sge && room < need; ++i) {
-      const RecvSge& s = w.sge[i];
-      if (s.length == 0) continue;
-      pins[nr] = KeyPin::Acquire(local_.registry(), s.lkey);
-      const KeyView& k = pins[nr].view();
-      if (!pins[nr] || k.owner_process_slot() != t.process_slot() || k.pd != e.pd || !(k.access & kLocalWrite) ||
-          s.addr < k.iova || s.length > k.length || s.addr - k.iova > k.length - s.length) {
-        c.status = wc_status::kLocProtErr;
-        c.byte_len = 0;
-        CompleteAtTarget(t, c);
-        FailTarget(t);
-        return Reply::kRemoteOp;
-      }
-      uint64_t take = std::min<uint64_t>(s.length, need - room);
-      remote_lkey[nr] = s.lkey;
-      remote[nr++] = {reinterpret_cast<void*>(k.addr + (s.addr - k.iova)), take};
-      room += take;
-    }
-    if (room < need) {
-      // The message does not fit the WQE: a local length error at the target, an invalid
-      // request for the sender (IBA 9.9.3.1.2).
-      c.status = wc_status::kLocLenErr;
-      c.byte_len = 0;
-      CompleteAtTarget(t, c);
-      FailTarget(t);
-      return Reply::kInvalidRequest;
-    }
-    iovec gather[kMaxSge + 1];
-    size_t ng = 0;
-    if (info.grh) gather[ng++] = {const_cast<uint8_t*>(info.grh), 40};
-    for (size_t i = 0; i < nl; ++i) gather[ng++] = local[i];
-    // A small message for another process lands in the completion itself: no system call.
-    if (!t.is_self() && need <= kLandingBytes && nr <= kLandingPieces) {
-      // (A full receive CQ loses the completion either way: an overrun, IBA 11.4.2.1.)
-      CompleteAtTarget(t, c, [&](CqEntry& e) { FillLanding(e, gather, ng, remote, remote_lkey, nr); });
-      return Reply::kAck;
-    }
-    if (Status s = need > 0 ? t.WriteV(gather, ng, remote, nr) : Status::Ok(); !s.ok()) {
-      if (s.code() == ESRCH) return Reply::kNotReady;
-      c.status = wc_status::kLocProtErr;
-      c.byte_len = 0;
-      CompleteAtTarget(t, c);
-      FailTarget(t);
-      return Reply::kRemoteOp;
-    }
+  // A small message for another process lands in the completion itself (no system call); its
+  // buffers are then written by the owner's poll, under a pin of its own, so here they are only
+  // checked. Anything else is copied now, its buffers pinned.
+  bool landing = !t.is_self() && need <= kLandingBytes;
+  ScatterList scatter;
+  Reply r = Scatter(t, w, need, landing, &scatter);
+  if (r == Reply::kAck && landing && scatter.n > kLandingPieces) {
+    landing = false;  // too many pieces to land: copy after all
+    r = Scatter(t, w, need, false, &scatter);
+  }
+  if (r != Reply::kAck) {
+    // IBA 10.6.3.1 / 9.9.3.1.2: a receive buffer the target may not write is a local protection
+    // error at the target; one too small, a local length error there and an invalid request
+    // for the sender. Either way the target QP enters ERR.
+    c.status = r == Reply::kInvalidRequest ? wc_status::kLocLenErr : wc_status::kLocProtErr;
+    c.byte_len = 0;
+    CompleteAtTarget(t, c);
+    FailTarget(t);
+    return r;
+  }
+  iovec gather[kMaxSge + 1];
+  size_t ng = 0;
+  if (info.grh) gather[ng++] = {const_cast<uint8_t*>(info.grh), 40};
+  for (size_t i = 0; i < nl; ++i) gather[ng++] = local[i];
+  if (landing) {
+    // (A full receive CQ loses the completion either way: an overrun, IBA 11.4.2.1.)
+    CompleteAtTarget(t, c, [&](CqEntry& entry) { FillLanding(entry, gather, ng, scatter); });
+    return Reply::kAck;
+  }
+  if (Status s = need > 0 ? t.WriteV(gather, ng, scatter.iov, scatter.n) : Status::Ok(); !s.ok()) {
+    if (s.code() == ESRCH) return Reply::kNotReady;
+    c.status = wc_status::kLocProtErr;
+    c.byte_len = 0;
+    CompleteAtTarget(t, c);
+    FailTarget(t);
+    return Reply::kRemoteOp;
   }
   CompleteAtTarget(t, c);
   return Reply::kAck;
+}
+
+Reply Responder::Scatter(const Target& t, const TakenWqe& w, uint64_t need, bool peek_only, ScatterList* out) {
+  // The WQE's scatter list, checked like any local access of the target: its keys, its PD,
+  // LOCAL_WRITE, in bounds (IBA 10.6.3.1). kAck, kRemoteOp (a bad SGE) or kInvalidRequest
+  // (the message does not fit).
+  const QpEndpoint& e = t.endpoint();
+  out->n = 0;
+  uint64_t room = 0;
+  for (uint32_t i = 0; i < w.num_sge && room < need; ++i) {
+    const RecvSge& s = w.sge[i];
+    if (s.length == 0) continue;
+    KeyView k;
+    bool valid;
+    if (peek_only) {
+      valid = KeyPin::Peek(local_.registry(), s.lkey, &k);
+    } else {
+      out->pin[out->n] = KeyPin::Acquire(local_.registry(), s.lkey);
+      valid = static_cast<bool>(out->pin[out->n]);
+      k = out->pin[out->n].view();
+    }
+    if (!valid || k.owner_process_slot() != t.process_slot() || k.pd != e.pd || !(k.access & kLocalWrite) ||
+        s.addr < k.iova || s.length > k.length || s.addr - k.iova > k.length - s.length)
+      return Reply::kRemoteOp;
+    const uint64_t take = std::min<uint64_t>(s.length, need - room);
+    out->lkey[out->n] = s.lkey;
+    out->iov[out->n++] = {reinterpret_cast<void*>(k.addr + (s.addr - k.iova)), take};
+    room += take;
+  }
+  return room < need ? Reply::kInvalidRequest : Reply::kAck;
 }
 
 Reply Responder::Rdma(const Target& t, bool write, uint32_t rkey, uint64_t remote_addr, const iovec* local,

@@ -9,6 +9,8 @@
 #include <cstdint>
 
 #include "fabric/host/host_directory.h"
+#include "transport/key_table.h"
+#include "transport/recv_queue.h"
 #include "transport/target.h"
 #include "transport/work_request.h"
 
@@ -35,6 +37,14 @@ struct MessageInfo {
   const uint8_t* grh = nullptr;
 };
 
+// Where a receive WQE's buffers are in the target process, and the pins that keep them.
+struct ScatterList {
+  iovec iov[kMaxSge];
+  uint32_t lkey[kMaxSge];
+  KeyPin pin[kMaxSge];  // empty when only checked (Responder::Scatter's peek_only)
+  size_t n = 0;
+};
+
 class Responder {
  public:
   explicit Responder(fabric::LocalProcess& local) : local_(local) {}
@@ -57,7 +67,9 @@ class Responder {
   // 10.6.3's rules: the key is the target's, in the target QP's PD, grants `access`, covers the
   // range, and the QP grants the same access.
   Reply CheckRemote(const Target& t, uint32_t rkey, uint64_t remote_addr, uint64_t length, uint32_t access,
-                    uint64_t* target_va, class KeyPin* pin);
+                    uint64_t* target_va, KeyPin* pin);
+  // Resolves WQE `w`'s buffers for a message of `need` bytes (see Deliver).
+  Reply Scatter(const Target& t, const TakenWqe& w, uint64_t need, bool peek_only, ScatterList* out);
   // RDMA WRITE (write) or READ: the shared checks, then the copy.
   Reply Rdma(const Target& t, bool write, uint32_t rkey, uint64_t remote_addr, const iovec* local, size_t nl,
              uint64_t total);

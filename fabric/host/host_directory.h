@@ -97,6 +97,11 @@ class LocalProcess {
   // The peer owning process-table slot `slot` (this process included), cached.
   Result<std::shared_ptr<Peer>> PeerAt(uint32_t slot);
 
+  // Writes this process is making into its own registered memory on a peer's behalf (a landed
+  // message scattered by ibv_poll_cq, checked without a key pin): ibv_dereg_mr waits for them
+  // as it waits for peers' pins. Process-local, so counting them moves no shared cache line.
+  std::atomic<uint32_t>& own_writes() { return own_writes_; }
+
  private:
   LocalProcess(HostRegistry* registry, uint32_t slot, ProcessToken token)
       : registry_(registry), slot_(slot), token_(token) {}
@@ -108,6 +113,7 @@ class LocalProcess {
   std::mutex mu_;
   std::unordered_map<uint64_t, std::shared_ptr<Peer>> peers_;  // by the peer's token
   std::atomic<uint32_t> next_tag_{0};
+  std::atomic<uint32_t> own_writes_{0};
   uint32_t fork_generation_ = ForkGeneration();
 };
 
