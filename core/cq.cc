@@ -200,10 +200,10 @@ int Cq::Poll(Completion* out, int max) {
 void Cq::ScatterLanding(const CqEntry& entry, Completion* c) {
   // The sender checked the pieces against this process's keys when it delivered; the MR may
   // have been deregistered since, so each piece is checked again. Counted as an own write
-  // before the check (Dekker with Mr's withdrawal: it clears the key, then waits for the count).
+  // before the check: Mr's withdrawal clears the key, then reads the count with a
+  // read-modify-write, so either it sees this write in flight, or this check sees the key gone.
   std::atomic<uint32_t>& own_writes = local_->own_writes();
-  own_writes.fetch_add(1, std::memory_order_seq_cst);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  own_writes.fetch_add(1, std::memory_order_acq_rel);
   const uint8_t* from = entry.landing;
   const uint8_t* const end = entry.landing + std::min(entry.landing_length, transport::kLandingBytes);
   bool placed = true;

@@ -79,8 +79,9 @@ void Mr::Publish() {
 // After a withdrawal: this process's own writes through the key (core/cq.cc's landed messages)
 // finish before the memory is given back to the application.
 void Mr::WaitForOwnWrites() {
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  while (pd_->context().local().own_writes().load(std::memory_order_acquire) != 0) sched_yield();
+  // A read-modify-write, not a load: it reads the latest count in the counter's modification
+  // order and synchronises with the poll that incremented it (see Cq::ScatterLanding).
+  while (pd_->context().local().own_writes().fetch_add(0, std::memory_order_acq_rel) != 0) sched_yield();
 }
 
 Mr::~Mr() {

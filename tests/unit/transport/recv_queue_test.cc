@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+#include <vector>
+
 #include "fabric/host/host_directory.h"
 
 namespace softverbs::transport {
@@ -61,6 +65,62 @@ TEST_F(RecvQueueTest, ResizeKeepsOrderAndLimitFiresOnce) {
   EXPECT_FALSE(q->Take().limit_crossed);
   q->Clear();
   EXPECT_EQ(q->count(), 0u);
+}
+
+TEST_F(RecvQueueTest, OwnerPostsWhileTakersTakeEachWqeOnce) {
+  // The owner posts without the lock; takers in other threads (in other processes in real
+  // use) serialise on it: every WQE is taken exactly once, in posting order per taker.
+  constexpr uint64_t kWqes = 50000;
+  constexpr int kTakers = 2;
+  auto q = std::move(RecvQueue::Create(*local_, 16, 1).value());
+  std::atomic<uint64_t> taken{0};
+  std::vector<std::vector<uint64_t>> got(kTakers);
+  std::vector<std::thread> takers;
+  for (int t = 0; t < kTakers; ++t) {
+    takers.emplace_back([&, t] {
+      while (taken.load() < kWqes) {
+        TakenWqe w = q->Take();
+        if (!w.found) continue;
+        EXPECT_EQ(w.sge[0].lkey, static_cast<uint32_t>(w.wr_id * 3));
+        got[t].push_back(w.wr_id);
+        taken.fetch_add(1);
+      }
+    });
+  }
+  for (uint64_t id = 0; id < kWqes;) {
+    RecvSge s{id, 1, static_cast<uint32_t>(id * 3)};
+    Status st = q->Post(id, &s, 1);
+    if (st.ok()) {
+      ++id;
+    } else {
+      ASSERT_EQ(st.code(), ENOMEM);  // full until a taker hands a slot back
+    }
+  }
+  for (auto& t : takers) t.join();
+  std::vector<bool> once(kWqes, false);
+  for (const auto& ids : got) {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      ASSERT_FALSE(once[ids[i]]);
+      once[ids[i]] = true;
+      if (i > 0) {
+        EXPECT_LT(ids[i - 1], ids[i]);
+      }
+    }
+  }
+  EXPECT_EQ(q->count(), 0u);
+}
+
+TEST_F(RecvQueueTest, ClearDropsWhatIsPostedAndTheRingStaysUsable) {
+  auto q = std::move(RecvQueue::Create(*local_, 2, 1).value());
+  RecvSge s{0, 0, 0};
+  ASSERT_TRUE(q->Post(1, &s, 1).ok());
+  ASSERT_TRUE(q->Post(2, &s, 1).ok());
+  q->Clear();  // the QP moved to RESET
+  EXPECT_EQ(q->count(), 0u);
+  EXPECT_FALSE(q->Take().found);
+  ASSERT_TRUE(q->Post(3, &s, 1).ok());
+  ASSERT_TRUE(q->Post(4, &s, 1).ok());
+  EXPECT_EQ(q->Take().wr_id, 3u);
 }
 
 }  // namespace
