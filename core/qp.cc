@@ -11,6 +11,7 @@
 #include "core/device_limits.h"
 #include "core/qp_state_machine.h"
 #include "fabric/host/process_token.h"
+#include "transport/mcast_table.h"
 
 namespace softverbs::core {
 namespace {
@@ -220,6 +221,24 @@ Status Qp::CheckDestroy() const {
   // ibv_destroy_qp(3): "fails if the QP is attached to a multicast group".
   if (int n = mcast_groups_.count(); n > 0)
     return Busy("the QP is still attached to " + std::to_string(n) + " multicast group(s)");
+  return Status::Ok();
+}
+
+Status Qp::AttachMcast(const Gid& mgid, uint16_t mlid) {
+  // ibv_attach_mcast(3): "only QPs of Transport Service Type IBV_QPT_UD may be attached".
+  if (init_.type != QpType::kUd)
+    return Invalid(std::string("only UD QPs can be attached to a multicast group (this is ") + QpTypeName(init_.type) + ")");
+  if (!transport::IsMulticastGid(mgid.data()))
+    return Invalid("gid is not a multicast GID (ff00::/8, or ::ffff:224.0.0.0/4 for IPv4)");
+  auto added = transport::McastAttach(context_.local(), qpn_, mgid.data(), mlid);
+  if (!added.ok()) return added.status();
+  if (*added) mcast_groups_.Acquire();
+  return Status::Ok();
+}
+
+Status Qp::DetachMcast(const Gid& mgid) {
+  SV_RETURN_IF_ERROR(transport::McastDetach(context_.local(), qpn_, mgid.data()));
+  mcast_groups_.Release();
   return Status::Ok();
 }
 

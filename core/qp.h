@@ -104,8 +104,10 @@ class Qp : private transport::RequesterHost {
   // the flushes (called by the QP's verbs and when one of its CQs is polled).
   void ApplyPendingError();
 
-  // Multicast attachments (ibv_attach_mcast); ibv_destroy_qp refuses while any remains.
-  UseCount& mcast_groups() { return mcast_groups_; }
+  // ibv_attach_mcast(3) / ibv_detach_mcast(3): UD QPs only; ibv_destroy_qp refuses while any
+  // attachment remains.
+  Status AttachMcast(const Gid& mgid, uint16_t mlid);
+  Status DetachMcast(const Gid& mgid);
   Status CheckDestroy() const;
 
  private:

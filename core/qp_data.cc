@@ -27,6 +27,7 @@ transport::RequesterConfig Qp::RequesterConfigOf() const {
   c.max_send_wr = init_.cap.max_send_wr;
   c.max_send_sge = init_.cap.max_send_sge;
   c.max_inline = init_.cap.max_inline_data;
+  c.block_self_mcast_lb = init_.has_create_flags && (init_.create_flags & create_flag::kBlockSelfMcastLb);
   return c;
 }
 

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "transport/key_table.h"
+#include "transport/mcast_table.h"
 #include "transport/progress_thread.h"
 #include "transport/target.h"
 
@@ -217,6 +218,38 @@ void SendQueue::Fail(const SendWr& wr, uint32_t status) {
   host_.EnterError();
 }
 
+Reply SendQueue::DeliverDatagram(const Target& target, const SendWr& wr, const iovec* local, size_t nl,
+                                 uint64_t total, MessageInfo& info) {
+  // IBA 10.2.5: a Q_Key with the high bit set means "use the QP's own Q_Key"; a mismatch drops
+  // the datagram.
+  const uint32_t qkey = (wr.ud.remote_qkey & 0x80000000u) ? config_.qkey : wr.ud.remote_qkey;
+  if (qkey != target.endpoint().qkey) return Reply::kDropped;
+  uint8_t grh[40];
+  BuildGrh(grh, wr.ud, static_cast<uint32_t>(total));
+  info.grh = grh;
+  return responder_.Deliver(target, kUd, local, nl, total, info);
+}
+
+void SendQueue::SendMulticast(const SendWr& wr, const iovec* local, size_t nl, uint64_t total) {
+  // IBA 10.5 / 9.6.1.1: a multicast datagram carries the multicast QPN and reaches every QP
+  // attached to the group (each with its own Q_Key check and receive WQE); any other
+  // destination QPN on a multicast GID is dropped.
+  if (wr.ud.remote_qpn != kMulticastQpn) return;
+  MessageInfo info;
+  info.src_qp = config_.source_qpn ? config_.source_qpn : config_.qp_num;
+  info.imm_data = wr.imm_data;
+  info.with_imm = wr.opcode == WrOpcode::kSendWithImm;
+  info.solicited = (wr.flags & send_flag::kSolicited) != 0;
+  ForEachMcastMember(local_.registry(), wr.ud.dgid, [&](uint32_t qpn) {
+    // IBV_QP_CREATE_BLOCK_SELF_MCAST_LB: the sender's own attachment does not loop back.
+    if (qpn == config_.qp_num && config_.block_self_mcast_lb) return;
+    auto target = Target::Find(local_, qpn);
+    if (!target.ok() || target->endpoint().type != kUd) return;
+    MessageInfo copy = info;
+    DeliverDatagram(*target, wr, local, nl, total, copy);
+  });
+}
+
 SendQueue::Step SendQueue::Execute(Pending& p) {
   const SendWr& wr = p.wr;
   // The local side: inline bytes, or SGEs checked against this process's keys (IBA 10.6.3.1).
@@ -250,6 +283,17 @@ SendQueue::Step SendQueue::Execute(Pending& p) {
     return Step::kDone;
   }
 
+  const bool is_send = wr.opcode == WrOpcode::kSend || wr.opcode == WrOpcode::kSendWithImm;
+  if (config_.type == kUd && is_send && IsMulticastGid(wr.ud.dgid)) {
+    if (total > config_.path_mtu) {  // IBA 9.6.3: one packet
+      Fail(wr, wc_status::kLocLenErr);
+      return Step::kDone;
+    }
+    SendMulticast(wr, local, nl, total);
+    Finish(wr, wc_status::kSuccess, total);  // UD: sent is all the requester knows
+    return Step::kDone;
+  }
+
   const uint32_t dest = config_.type == kUd ? wr.ud.remote_qpn : config_.dest_qp_num;
   auto target = Target::Find(local_, dest, &peer_hint_);
   Reply reply = Reply::kNotReady;
@@ -259,7 +303,6 @@ SendQueue::Step SendQueue::Execute(Pending& p) {
     info.src_qp = config_.source_qpn ? config_.source_qpn : config_.qp_num;
     info.imm_data = wr.imm_data;
     info.solicited = (wr.flags & send_flag::kSolicited) != 0;
-    uint8_t grh[40];
     switch (wr.opcode) {
       case WrOpcode::kSend:
       case WrOpcode::kSendWithImm:
@@ -270,14 +313,8 @@ SendQueue::Step SendQueue::Execute(Pending& p) {
             Fail(wr, wc_status::kLocLenErr);
             return Step::kDone;
           }
-          // IBA 10.2.5: a Q_Key with the high bit set means "use the QP's own Q_Key".
-          const uint32_t qkey = (wr.ud.remote_qkey & 0x80000000u) ? config_.qkey : wr.ud.remote_qkey;
-          if (qkey != target->endpoint().qkey) {
-            reply = Reply::kDropped;  // IBA 10.2.5: a Q_Key mismatch drops the datagram
-            break;
-          }
-          BuildGrh(grh, wr.ud, static_cast<uint32_t>(total));
-          info.grh = grh;
+          reply = DeliverDatagram(*target, wr, local, nl, total, info);
+          break;
         }
         reply = responder_.Deliver(*target, config_.type, local, nl, total, info);
         break;

@@ -49,6 +49,7 @@ struct RequesterConfig {
   uint32_t max_send_wr = 0;
   uint32_t max_send_sge = 0;
   uint32_t max_inline = 0;
+  bool block_self_mcast_lb = false;  // IBV_QP_CREATE_BLOCK_SELF_MCAST_LB
   uint8_t sgid[16] = {};      // UD: the GRH source of sends (from the AH)
 };
 
@@ -90,6 +91,11 @@ class SendQueue {
   void Finish(const SendWr& wr, uint32_t status, uint64_t byte_len);
   void Fail(const SendWr& wr, uint32_t status);
   void RunQueue(std::unique_lock<std::mutex>& lock);
+  // UD SEND to one target: the Q_Key rule, then the delivery with the GRH.
+  Reply DeliverDatagram(const Target& target, const SendWr& wr, const iovec* local, size_t nl, uint64_t total,
+                        MessageInfo& info);
+  // UD SEND to a multicast GID: delivered to every QP attached to the group.
+  void SendMulticast(const SendWr& wr, const iovec* local, size_t nl, uint64_t total);
 
   fabric::LocalProcess& local_;
   RequesterHost& host_;

@@ -5,6 +5,7 @@
 #include "base/clock.h"
 #include "core/device.h"
 #include "core/device_limits.h"
+#include "fabric/host/host_registry.h"
 
 namespace softverbs::abi {
 
@@ -39,10 +40,10 @@ ibv_device_attr DeviceAttr() {
   a.max_qp_init_rd_atom = DeviceLimits::kMaxQpInitRdAtom;
   a.atomic_cap = IBV_ATOMIC_HCA;  // atomic against every other atomic through softverbs0
   a.max_mw = 0;                   // memory windows are not offered
-  // Multicast is not offered yet (ibv_attach_mcast fails): report none rather than limits.
-  a.max_mcast_grp = 0;
-  a.max_mcast_qp_attach = 0;
-  a.max_total_mcast_qp_attach = 0;
+  // Multicast attachments share one host table (transport/mcast_table.h): each bound is its size.
+  a.max_mcast_grp = static_cast<int>(fabric::HostRegistry::kMcastSlots);
+  a.max_mcast_qp_attach = static_cast<int>(fabric::HostRegistry::kMcastSlots);
+  a.max_total_mcast_qp_attach = static_cast<int>(fabric::HostRegistry::kMcastSlots);
   a.max_ah = DeviceLimits::kMaxAh;
   a.max_srq = DeviceLimits::kMaxSrq;
   a.max_srq_wr = DeviceLimits::kMaxSrqWr;

@@ -150,12 +150,21 @@ SV_EXPORT ibv_ah* ibv_create_ah_from_wc(ibv_pd* pd, ibv_wc* wc, ibv_grh* grh, ui
   return ibv_create_ah(pd, &attr);
 }
 
-SV_EXPORT int ibv_attach_mcast(ibv_qp* qp, const ibv_gid*, uint16_t) {
-  return ReturnErrno("ibv_attach_mcast", Name(qp), Unsupported("multicast (arrives with UD multicast)"));
+// ibv_attach_mcast(3) / ibv_detach_mcast(3): "0 on success, or the value of errno on failure".
+SV_EXPORT int ibv_attach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid) {
+  if (gid == nullptr) return ReturnErrno("ibv_attach_mcast", Name(qp), Invalid("gid is NULL"));
+  core::Gid mgid;
+  memcpy(mgid.data(), gid->raw, 16);
+  Status s = ToSv(qp)->core->AttachMcast(mgid, lid);
+  return s.ok() ? 0 : ReturnErrno("ibv_attach_mcast", Name(qp), s);
 }
 SV_DEFAULT_VERSION(ibv_attach_mcast);
 
-SV_EXPORT int ibv_detach_mcast(ibv_qp* qp, const ibv_gid*, uint16_t) {
-  return ReturnErrno("ibv_detach_mcast", Name(qp), Unsupported("multicast (arrives with UD multicast)"));
+SV_EXPORT int ibv_detach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t) {
+  if (gid == nullptr) return ReturnErrno("ibv_detach_mcast", Name(qp), Invalid("gid is NULL"));
+  core::Gid mgid;
+  memcpy(mgid.data(), gid->raw, 16);
+  Status s = ToSv(qp)->core->DetachMcast(mgid);
+  return s.ok() ? 0 : ReturnErrno("ibv_detach_mcast", Name(qp), s);
 }
 SV_DEFAULT_VERSION(ibv_detach_mcast);

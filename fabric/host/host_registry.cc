@@ -23,7 +23,8 @@ struct RegionHeader {
   std::atomic<uint64_t> key_cursor;
   std::atomic<uint64_t> srq_cursor;
   std::atomic<uint64_t> process_cursor;
-  uint8_t reserved[4096 - 5 * sizeof(uint64_t)];
+  std::atomic<uint64_t> mcast_cursor;
+  uint8_t reserved[4096 - 6 * sizeof(uint64_t)];
 };
 static_assert(sizeof(RegionHeader) == 4096);
 
@@ -32,7 +33,8 @@ constexpr size_t kKeyOffset = kQpOffset + HostRegistry::kQpSlots * sizeof(HostSl
 constexpr size_t kSrqOffset = kKeyOffset + HostRegistry::kKeySlots * sizeof(HostSlot);
 constexpr size_t kProcessOffset = kSrqOffset + HostRegistry::kSrqSlots * sizeof(HostSlot);
 constexpr size_t kStripeOffset = kProcessOffset + HostRegistry::kProcessSlots * sizeof(HostSlot);
-constexpr size_t kRegionSize = kStripeOffset + HostRegistry::kAtomicStripes * sizeof(uint64_t);
+constexpr size_t kMcastOffset = kStripeOffset + HostRegistry::kAtomicStripes * sizeof(uint64_t);
+constexpr size_t kRegionSize = kMcastOffset + HostRegistry::kMcastSlots * sizeof(HostSlot);
 
 Status Errno(const char* what, const std::string& name) {
   int e = errno;
@@ -128,6 +130,7 @@ Status HostRegistry::Open(const std::string& shm_name) {
   processes_ = SlotTable(&header->process_cursor, reinterpret_cast<HostSlot*>(base + kProcessOffset),
                          HostRegistry::kProcessSlots);
   stripes_ = reinterpret_cast<std::atomic<uint64_t>*>(base + kStripeOffset);
+  mcasts_ = SlotTable(&header->mcast_cursor, reinterpret_cast<HostSlot*>(base + kMcastOffset), HostRegistry::kMcastSlots);
   return Status::Ok();
 }
 

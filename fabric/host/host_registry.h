@@ -60,6 +60,7 @@ class HostRegistry {
   static constexpr uint32_t kSrqSlots = 65536;
   static constexpr uint32_t kProcessSlots = 4096;  // processes using softverbs at once
   static constexpr uint32_t kAtomicStripes = 4096;
+  static constexpr uint32_t kMcastSlots = 1024;    // multicast attachments (group, QP) host-wide
 
   // The registry of this process's host, opened on first use. Fails (with the reason) if the
   // region cannot be created or belongs to another user.
@@ -72,6 +73,7 @@ class HostRegistry {
   SlotTable& keys() { return keys_; }
   SlotTable& srqs() { return srqs_; }
   SlotTable& processes() { return processes_; }
+  SlotTable& mcasts() { return mcasts_; }
   // The lock word serialising atomic operations on target addresses that hash to `stripe`
   // (TokenLock: zero is unlocked, so the zeroed region needs no initialisation).
   std::atomic<uint64_t>& atomic_stripe(uint32_t stripe) { return stripes_[stripe % kAtomicStripes]; }
@@ -87,7 +89,7 @@ class HostRegistry {
   std::string name_;
   UniqueFd fd_;
   Mapping map_;
-  SlotTable qps_, keys_, srqs_, processes_;
+  SlotTable qps_, keys_, srqs_, processes_, mcasts_;
   std::atomic<uint64_t>* stripes_ = nullptr;
 };
 

@@ -280,13 +280,25 @@ TEST_F(QpModifyTest, AvPortZeroMeansTheQpsPort) {
   EXPECT_EQ(qp->Query().ah_attr.port_num, 1);
 }
 
-TEST_F(QpModifyTest, DestroyIsRefusedWhileAttachedToMulticast) {
-  auto qp = MakeRc();
-  EXPECT_TRUE(qp->CheckDestroy().ok());
-  qp->mcast_groups().Acquire();
-  EXPECT_EQ(qp->CheckDestroy().code(), EBUSY);
-  qp->mcast_groups().Release();
-  EXPECT_TRUE(qp->CheckDestroy().ok());
+TEST_F(QpModifyTest, MulticastAttachRulesAndDestroyWhileAttached) {
+  const Gid v4_group = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 239, 1, 2, 3};
+  const Gid v6_group = {0xff, 0x0e, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x42};
+  const Gid unicast = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1};
+  auto rc = MakeRc();
+  EXPECT_EQ(rc->AttachMcast(v4_group, 0).code(), EINVAL);  // UD only
+  QpInitAttributes a = Init(QpType::kUd);
+  auto ud = std::move(Qp::Create(*context_, a).value());
+  EXPECT_EQ(ud->AttachMcast(unicast, 0).code(), EINVAL);
+  EXPECT_EQ(ud->DetachMcast(v4_group).code(), EINVAL);  // not attached
+  ASSERT_TRUE(ud->AttachMcast(v4_group, 0).ok());
+  ASSERT_TRUE(ud->AttachMcast(v4_group, 0).ok());  // twice is one attachment
+  ASSERT_TRUE(ud->AttachMcast(v6_group, 0).ok());
+  EXPECT_EQ(ud->CheckDestroy().code(), EBUSY);  // ibv_destroy_qp(3)
+  ASSERT_TRUE(ud->DetachMcast(v4_group).ok());
+  EXPECT_EQ(ud->DetachMcast(v4_group).code(), EINVAL);
+  EXPECT_EQ(ud->CheckDestroy().code(), EBUSY);
+  ASSERT_TRUE(ud->DetachMcast(v6_group).ok());
+  EXPECT_TRUE(ud->CheckDestroy().ok());
 }
 
 }  // namespace
