@@ -113,8 +113,8 @@ Reply Responder::Deliver(const Target& t, uint32_t qp_type, const iovec* local, 
   }
 
   // A small message for another process lands in the completion itself (no system call); its
-  // buffers are then written by the owner's poll, under a pin of its own, so here they are only
-  // checked. Anything else is copied now, its buffers pinned.
+  // buffers are written later by the owner's poll, which checks them again, so here they are
+  // only checked. Anything else is copied now, its buffers pinned.
   bool landing = !t.is_self() && need <= kLandingBytes;
   ScatterList scatter;
   Reply r = Scatter(t, w, need, landing, &scatter);
