@@ -18,7 +18,7 @@ namespace {
 
 using std::to_string;
 
-Status CheckType(QpType type) {
+Status CheckType(QpType type, DcRole dc) {
   switch (type) {
     case QpType::kRc:
     case QpType::kUc:
@@ -30,6 +30,7 @@ Status CheckType(QpType type) {
     case QpType::kRawPacket:
       return NotSupported("IBV_QPT_RAW_PACKET is not offered: softverbs0 has no Ethernet datapath");
     case QpType::kDriver:
+      if (dc != DcRole::kNone) return Status::Ok();  // a DC QP of mlx5dv_create_qp (core/dc.h)
       return NotSupported("IBV_QPT_DRIVER QPs are created through their provider (mlx5dv_create_qp)");
   }
   return Invalid("qp_type " + to_string(static_cast<int>(type)) + " is not a QP type");
@@ -74,7 +75,7 @@ Status CheckSendOps(const QpInitAttributes& a) {
     return NotSupported("LOCAL_INV / BIND_MW / SEND_WITH_INV need memory windows, which are not offered");
   if (ops & kAtomicWrite) return NotSupported("IBV_QP_EX_WITH_ATOMIC_WRITE: ATOMIC WRITE is not offered");
   uint64_t allowed = 0;
-  switch (a.type) {  // IBA table 38: the operations of each service type
+  switch (TransportTypeOf(a.type, a.dc.role)) {  // IBA table 38: the operations of each service type
     case QpType::kRc: allowed = kRdmaWrite | kRdmaWriteWithImm | kSend | kSendWithImm | kRdmaRead |
                                 kAtomicCmpSwp | kAtomicFetchAdd; break;
     case QpType::kUc: allowed = kRdmaWrite | kRdmaWriteWithImm | kSend | kSendWithImm; break;
@@ -87,7 +88,7 @@ Status CheckSendOps(const QpInitAttributes& a) {
 }
 
 Status CheckInit(QpInitAttributes& a) {
-  SV_RETURN_IF_ERROR(CheckType(a.type));
+  SV_RETURN_IF_ERROR(CheckType(a.type, a.dc.role));
   if (a.pd == nullptr) return Invalid("pd is NULL (IBV_QP_INIT_ATTR_PD is required)");
   if (a.has_xrcd) return Invalid("an XRC domain applies to IBV_QPT_XRC_RECV QPs only");
   if (a.send_cq == nullptr) return Invalid("send_cq is NULL");
@@ -101,8 +102,10 @@ Status CheckInit(QpInitAttributes& a) {
   if (a.srq != nullptr) {
     // ibv_create_qp(3) NOTES: "will fail if it is asked to create QP of a type other than
     // IBV_QPT_RC or IBV_QPT_UD associated with an SRQ".
-    if (a.type != QpType::kRc && a.type != QpType::kUd)
-      return Invalid(std::string("only RC and UD QPs can receive through an SRQ, not ") + QpTypeName(a.type));
+    // A DCT receives through an SRQ only (mlx5dv_create_qp(3), core/dc.h).
+    if (a.type != QpType::kRc && a.type != QpType::kUd && a.dc.role != DcRole::kDct)
+      return Invalid(std::string("only RC and UD QPs and DCTs can receive through an SRQ, not ") +
+                     (a.dc.role == DcRole::kDci ? "a DCI" : QpTypeName(a.type)));
     // "max_recv_wr and max_recv_sge are ignored ... if the QP is to be associated with an SRQ."
     a.cap.max_recv_wr = 0;
     a.cap.max_recv_sge = 0;
@@ -112,7 +115,7 @@ Status CheckInit(QpInitAttributes& a) {
   }
   if (a.has_create_flags) SV_RETURN_IF_ERROR(CheckCreateFlags(a));
   if (a.has_send_ops_flags) SV_RETURN_IF_ERROR(CheckSendOps(a));
-  return Status::Ok();
+  return CheckProviderInit(a);
 }
 
 }  // namespace
@@ -149,7 +152,9 @@ Qp::Qp(Context& context, const QpInitAttributes& init, uint32_t slot, std::uniqu
   sq_->Configure(RequesterConfigOf());
   QpEndpoint& e = this->endpoint();
   e.qp_num = qpn_;
-  e.type = static_cast<uint32_t>(init.type);
+  e.type = static_cast<uint32_t>(TransportTypeOf(init.type, init.dc.role));  // DC runs RC's roles
+  e.dct = init.dc.role == DcRole::kDct;
+  e.dc_access_key = init.dc.dct_access_key;
   e.pd = init.pd->host_id();
   e.recv_cq = init.recv_cq->ring_ref();
   e.recv_queue = recv_queue().ref();
@@ -204,7 +209,9 @@ void Qp::PublishEndpoint() {
   e.access = attr_.qp_access_flags;
   e.dest_qp_num = attr_.dest_qp_num;
   e.mtu = MtuBytes(attr_.path_mtu);
-  e.max_dest_rd_atomic = attr_.max_dest_rd_atomic;
+  // A DCT has no MAX_DEST_RD_ATOMIC attribute: it serves READs and atomics of any DCI with the
+  // device's responder resources (its IBV_ACCESS_REMOTE_* flags decide what it allows).
+  e.max_dest_rd_atomic = init_.dc.role == DcRole::kDct ? DeviceLimits::kMaxQpRdAtom : attr_.max_dest_rd_atomic;
   e.min_rnr_timer = attr_.min_rnr_timer;
   if (attr_.ah_attr.is_global) memcpy(e.sgid, context_.gids().at(attr_.ah_attr.sgid_index).gid.data(), 16);
   // The state last, with release: a sender that sees RTR sees the attributes that came with it.
@@ -249,6 +256,7 @@ Status Qp::Modify(const QpAttributes& a, uint32_t mask) {
   ctx.type = init_.type;
   ctx.current = attr_.qp_state;
   ctx.has_srq = init_.srq != nullptr;
+  ctx.dc = init_.dc.role;
   if (mask & (attr::kAv | attr::kAltPath)) ctx.valid_gids = context_.gids().valid_mask();
   auto next = CheckModify(ctx, a, mask);
   if (!next.ok()) return next.status();

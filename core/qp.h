@@ -9,6 +9,7 @@
 
 #include "base/status.h"
 #include "core/cq.h"
+#include "core/dc.h"
 #include "core/pd.h"
 #include "transport/qp_endpoint.h"
 #include "transport/recv_queue.h"
@@ -67,6 +68,10 @@ struct QpInitAttributes {
   bool has_send_ops_flags = false;
   uint64_t send_ops_flags = 0;
   uint32_t source_qpn = 0;
+  // mlx5dv_create_qp(3) only (core/dc.h): the DC role and mlx5dv_qp_init_attr.create_flags.
+  DcInit dc;
+  bool has_mlx5_create_flags = false;
+  uint32_t mlx5_create_flags = 0;
 };
 
 class Qp : private transport::RequesterHost {
@@ -82,6 +87,7 @@ class Qp : private transport::RequesterHost {
 
   uint32_t qp_num() const { return qpn_; }
   QpType type() const { return init_.type; }
+  DcRole dc_role() const { return init_.dc.role; }
   const QpInitAttributes& init() const { return init_; }
   QpState state() const;
 

@@ -11,7 +11,8 @@ using transport::Completion;
 transport::RequesterConfig Qp::RequesterConfigOf() const {
   transport::RequesterConfig c;
   c.qp_num = qpn_;
-  c.type = static_cast<uint32_t>(init_.type);
+  c.type = static_cast<uint32_t>(TransportTypeOf(init_.type, init_.dc.role));  // DC: RC's requester
+  c.dc_initiator = init_.dc.role == DcRole::kDci;
   c.source_qpn = init_.has_create_flags && (init_.create_flags & create_flag::kSourceQpn) ? init_.source_qpn : 0;
   c.pd = init_.pd->host_id();
   c.process_slot = context_.local().slot();
@@ -85,6 +86,7 @@ static Status CheckNotForked(Context& context) {
 Status Qp::PostSend(const transport::SendWr& wr) {
   SV_RETURN_IF_ERROR(CheckNotForked(context_));
   ApplyPendingError();
+  SV_RETURN_IF_ERROR(CheckDcWorkRequest(init_.dc.role, wr.dc.set));
   return sq_->Post(wr, state_.load(std::memory_order_acquire));
 }
 

@@ -42,13 +42,17 @@ struct Masks {
   uint32_t opt = 0;
 };
 
-// Column of a QP type in the table.
-enum Col { kColRc, kColUc, kColUd, kColXrcSend, kColXrcRecv, kColRaw, kColCount };
+// A transition that does not exist for one QP type although it exists for others.
+constexpr uint32_t kNever = 1u << 31;
+constexpr Masks kNo = {kNever, 0};
+
+// Column of a QP type in the table. DCI and DCT are IBV_QPT_DRIVER QPs of mlx5dv_create_qp(3).
+enum Col { kColRc, kColUc, kColUd, kColXrcSend, kColXrcRecv, kColRaw, kColDci, kColDct, kColCount };
 
 struct Row {
   QpState from;
   QpState to;
-  std::array<Masks, kColCount> by_type;  // RC, UC, UD, XRC_SEND, XRC_RECV, RAW_PACKET
+  std::array<Masks, kColCount> by_type;  // RC, UC, UD, XRC_SEND, XRC_RECV, RAW_PACKET, DCI, DCT
 };
 
 constexpr QpState kAnyState = QpState::kUnknown;  // `from` of the rows valid from every state
@@ -66,6 +70,14 @@ constexpr QpState kAnyState = QpState::kUnknown;  // `from` of the rows valid fr
 //    every application tested on hardware passes them. RETRY_CNT, RNR_RETRY and
 //    MAX_QP_RD_ATOMIC are refused, as on hardware.
 //  In both cases a mask that works on a real HCA works here.
+// DC (mlx5dv_create_qp(3); core/dc.h) has no connection, so no DEST_QPN, RQ_PSN or remote path:
+//  - DCI (initiator): INIT needs PKEY_INDEX and PORT; RTR needs only PATH_MTU (an AV is accepted:
+//    each WR carries its own); RTS needs RC's requester attributes (TIMEOUT, RETRY_CNT,
+//    RNR_RETRY, SQ_PSN, MAX_QP_RD_ATOMIC). ACCESS_FLAGS is accepted and unused: a DCI serves no
+//    remote access. It then behaves like an RC requester (SQD, SQE recovery, ERR).
+//  - DCT (target): INIT needs PKEY_INDEX, PORT and ACCESS_FLAGS (what it lets DCIs do); RTR needs
+//    MIN_RNR_TIMER, PATH_MTU and the AV, and in RTR it serves. RTS and SQD do not exist for a DCT
+//    (it has no send queue; Linux's mlx5_ib_modify_dct refuses every other transition).
 // RATE_LIMIT (packet pacing) is part of RTR->RTS and RTS->RTS for RC/UC/UD/RAW_PACKET; its value
 // is then checked against the device's pacing caps (CheckModify, step f).
 constexpr Row kTable[] = {
@@ -86,6 +98,8 @@ constexpr Row kTable[] = {
         /*XRC_SEND*/ {kPkey | kPort, kAcc},
         /*XRC_RECV*/ {kPkey | kPort | kAcc, 0},
         /*RAW*/      {kPort, 0},  // ibv_modify_qp(3): raw packet INIT needs only the port
+        /*DCI*/      {kPkey | kPort, kAcc},
+        /*DCT*/      {kPkey | kPort | kAcc, 0},
     }}},
     {QpState::kInit, QpState::kInit, {{
         {0, kPkey | kPort | kAcc},
@@ -94,6 +108,8 @@ constexpr Row kTable[] = {
         {0, kPkey | kPort | kAcc},
         {0, kPkey | kPort | kAcc},
         {0, kPort},
+        {0, kPkey | kPort | kAcc},
+        {0, kPkey | kPort | kAcc},
     }}},
     {QpState::kInit, QpState::kRtr, {{
         {kAv | kMtu | kQpn | kRqPsn | kDestRd | kRnrTmr, kAlt | kAcc | kPkey},
@@ -102,6 +118,8 @@ constexpr Row kTable[] = {
         {kAv | kMtu | kQpn, kRqPsn | kAlt | kAcc | kPkey},
         {kAv | kMtu | kQpn | kRqPsn | kDestRd | kRnrTmr, kAlt | kAcc | kPkey},
         {0, 0},
+        {kMtu, kAv | kAcc | kPkey},
+        {kAv | kMtu | kRnrTmr, kAcc | kPkey},
     }}},
     {QpState::kRtr, QpState::kRts, {{
         {kSqPsn | kTmo | kRetry | kRnrRetry | kInitRd, kCur | kAcc | kRnrTmr | kAlt | kMig | kRate},
@@ -110,6 +128,8 @@ constexpr Row kTable[] = {
         {kSqPsn | kTmo | kRetry | kRnrRetry | kInitRd, kCur | kAcc | kAlt | kMig},
         {0, kCur | kAcc | kRnrTmr | kAlt | kMig | kTmo | kSqPsn},
         {0, kCur | kRate},
+        {kSqPsn | kTmo | kRetry | kRnrRetry | kInitRd, kCur | kAcc | kRnrTmr | kAlt | kMig},
+        kNo,
     }}},
     {QpState::kRts, QpState::kRts, {{
         {0, kCur | kAcc | kRnrTmr | kAlt | kMig | kRate},
@@ -118,11 +138,14 @@ constexpr Row kTable[] = {
         {0, kCur | kAcc | kAlt | kMig},
         {0, kCur | kAcc | kRnrTmr | kAlt | kMig},
         {0, kCur | kRate},
+        {0, kCur | kAcc | kRnrTmr | kAlt | kMig},
+        kNo,
     }}},
     // IBA 11.2.4.2: the SQD.drained affiliated event is requested on the way into SQD.
     {QpState::kRts, QpState::kSqd, {{
         {0, kSqdNotify}, {0, kSqdNotify}, {0, kSqdNotify},
         {0, kSqdNotify}, {0, kSqdNotify}, {0, kSqdNotify},
+        {0, kSqdNotify}, kNo,
     }}},
     {QpState::kSqd, QpState::kRts, {{
         {0, kCur | kAcc | kRnrTmr | kAlt | kMig},
@@ -131,6 +154,8 @@ constexpr Row kTable[] = {
         {0, kCur | kAcc | kAlt | kMig},
         {0, kCur | kAcc | kRnrTmr | kAlt | kMig},
         {0, kCur},
+        {0, kCur | kAcc | kAlt | kMig},
+        kNo,
     }}},
     // IBA 10.3: a drained SQD QP may change its path and its RDMA/atomic resources.
     {QpState::kSqd, QpState::kSqd, {{
@@ -141,16 +166,19 @@ constexpr Row kTable[] = {
         {0, kPort | kAv | kPkey | kAcc | kTmo | kRetry | kRnrRetry | kInitRd | kAlt | kMig},
         {0, kPort | kAv | kPkey | kAcc | kTmo | kDestRd | kRnrTmr | kAlt | kMig},
         {0, 0},
+        {0, kPort | kPkey | kAcc | kTmo | kRetry | kRnrRetry | kInitRd | kAlt | kMig},
+        kNo,
     }}},
     // SQE is entered by the device on a send error of an unreliable QP; the consumer recovers to
     // RTS (IBA 10.3). CUR_STATE lets it do so while believing the QP is still in RTS.
     {QpState::kSqe, QpState::kRts, {{
         {0, kCur}, {0, kCur | kAcc}, {0, kCur | kQkey},
         {0, kCur}, {0, kCur}, {0, kCur},
+        {0, kCur}, kNo,
     }}},
 };
 
-int Column(QpType type) {
+int Column(QpType type, DcRole dc = DcRole::kNone) {
   switch (type) {
     case QpType::kRc: return kColRc;
     case QpType::kUc: return kColUc;
@@ -158,21 +186,27 @@ int Column(QpType type) {
     case QpType::kXrcSend: return kColXrcSend;
     case QpType::kXrcRecv: return kColXrcRecv;
     case QpType::kRawPacket: return kColRaw;
-    case QpType::kDriver: break;
+    case QpType::kDriver:
+      if (dc == DcRole::kDci) return kColDci;
+      if (dc == DcRole::kDct) return kColDct;
+      break;
   }
   return -1;
 }
 
 bool Settable(QpState s) { return s <= QpState::kErr; }
 
-const Masks* Find(QpType type, QpState from, QpState to) {
-  const int col = Column(type);
+const Masks* Find(QpType type, DcRole dc, QpState from, QpState to) {
+  const int col = Column(type, dc);
   if (col < 0 || !Settable(from) || !Settable(to)) return nullptr;
   for (const Row& row : kTable) {
-    if ((row.from == from || row.from == kAnyState) && row.to == to) return &row.by_type[col];
+    if ((row.from == from || row.from == kAnyState) && row.to == to) {
+      return (row.by_type[col].req & kNever) ? nullptr : &row.by_type[col];
+    }
   }
   return nullptr;
 }
+const Masks* Find(QpType type, QpState from, QpState to) { return Find(type, DcRole::kNone, from, to); }
 
 bool Connected(QpType type) {
   return type == QpType::kRc || type == QpType::kUc || type == QpType::kXrcSend ||
@@ -229,7 +263,8 @@ std::string NameList(uint32_t mask) {
   return out;
 }
 
-std::string TypeStr(QpType t) {
+std::string TypeStr(QpType t, DcRole dc = DcRole::kNone) {
+  if (t == QpType::kDriver && dc != DcRole::kNone) return DcRoleName(dc);
   return Column(t) >= 0 || t == QpType::kDriver ? QpTypeName(t)
                                                  : "qp_type " + Num(static_cast<uint32_t>(t));
 }
@@ -352,18 +387,18 @@ Result<QpState> CheckModify(const ModifyContext& ctx, const QpAttributes& attr, 
   const bool has_state = (mask & attr::kState) != 0;
   const QpState to = has_state ? attr.qp_state : from;
   // "RC INIT->RTR ", built only when a rule is broken (modify is on the QP-lifecycle hot path).
-  auto where = [&] { return TypeStr(ctx.type) + " " + StateStr(from) + "->" + StateStr(to) + " "; };
+  auto where = [&] { return TypeStr(ctx.type, ctx.dc) + " " + StateStr(from) + "->" + StateStr(to) + " "; };
   // Value rules read "RC INIT->RTR: <rule>".
-  auto where_value = [&] { return TypeStr(ctx.type) + " " + StateStr(from) + "->" + StateStr(to) + ": "; };
+  auto where_value = [&] { return TypeStr(ctx.type, ctx.dc) + " " + StateStr(from) + "->" + StateStr(to) + ": "; };
 
   // a. Bits 21..24 are kernel-internal and anything above RATE_LIMIT does not exist.
   if (const uint32_t unknown = mask & ~attr::kAllValid) {
     return Invalid(where() + "attr_mask has unknown bits " + Hex(unknown));
   }
-  if (ctx.type == QpType::kDriver) {
+  if (ctx.type == QpType::kDriver && ctx.dc == DcRole::kNone) {
     return NotSupported("DRIVER QPs are modified through their provider");
   }
-  if (Column(ctx.type) < 0) return Invalid(where() + "is not a QP type softverbs0 implements");
+  if (Column(ctx.type, ctx.dc) < 0) return Invalid(where() + "is not a QP type softverbs0 implements");
 
   // b. IBV_QP_CUR_STATE asserts the state the consumer believes the QP is in (IBA 11.2.4.2).
   if ((mask & attr::kCurState) && attr.cur_qp_state != from) {
@@ -376,7 +411,7 @@ Result<QpState> CheckModify(const ModifyContext& ctx, const QpAttributes& attr, 
     return Invalid(where() + "qp_state " + StateStr(attr.qp_state) +
                    " is not a state a QP can be moved to");
   }
-  const Masks* m = Find(ctx.type, from, to);
+  const Masks* m = Find(ctx.type, ctx.dc, from, to);
   if (m == nullptr) return Invalid(where() + "is not a valid transition");
 
   // d. Required attributes (IBV_QP_STATE is implied when absent, see above).

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "core/dc.h"
 #include "core/types.h"
 
 namespace softverbs::core {
@@ -17,6 +18,7 @@ struct ModifyContext {
   QpState current = QpState::kReset;  // the QP's real state
   bool has_srq = false;               // the QP receives through an SRQ
   uint64_t valid_gids = 0;            // bit i set: GID index i of port 1 holds a GID
+  DcRole dc = DcRole::kNone;          // IBV_QPT_DRIVER: the DC role (DCI / DCT columns)
 };
 
 // Whether `from -> to` is a transition of the IBA state machine for QPs of `type`.

@@ -31,6 +31,9 @@ struct QpEndpoint {
   std::atomic<uint32_t> remote_error;  // an initiator hit a responder error that moves this QP to ERR
   int32_t async_fd;                    // the owner context's async event fd, signalled with remote_error
   uint64_t async_tag;                  // names this incarnation of async_fd
+  // DC (transport/dc_access.h): this QP is a DCT, reachable only by DCIs presenting its key.
+  uint32_t dct;
+  uint64_t dc_access_key;
   // Initiators working on this QP right now: its owner destroys it only once they are done, so
   // no delivery lands in memory the application has freed after ibv_destroy_qp returned. On a
   // line of its own: every initiator writes it, and the owner reads the fields above on every

@@ -24,7 +24,8 @@ Reply NotReceiving(uint32_t qp_type) { return qp_type == kRc ? Reply::kNotReady 
 // A responder-side error moves an RC target QP to ERR (IBA 9.9.3: responder class C/D errors);
 // its owner applies it on its next verb.
 void FailTarget(const Target& t) {
-  if (t.endpoint().type != kRc) return;
+  // A DCT serves many initiators: the faulty request's DCI gets the NAK, the DCT keeps serving.
+  if (t.endpoint().type != kRc || t.endpoint().dct) return;
   t.endpoint().remote_error.store(1, std::memory_order_release);
   if (auto* ring = static_cast<CqRing*>(t.Resolve(t.endpoint().recv_cq)))
     ring->attention.store(1, std::memory_order_release);

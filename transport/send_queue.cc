@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "transport/dc_access.h"
 #include "transport/key_table.h"
 #include "transport/mcast_table.h"
 #include "transport/progress_thread.h"
@@ -294,11 +295,14 @@ SendQueue::Step SendQueue::Execute(Pending& p) {
     return Step::kDone;
   }
 
-  const uint32_t dest = config_.type == kUd ? wr.ud.remote_qpn : config_.dest_qp_num;
+  const uint32_t dest = config_.type == kUd ? wr.ud.remote_qpn
+                      : config_.dc_initiator ? wr.dc.remote_dctn  // DC: the WR names its DCT
+                                             : config_.dest_qp_num;
   auto target = Target::Find(local_, dest, &peer_hint_);
   Reply reply = Reply::kNotReady;
   uint64_t byte_len = total;
-  if (target.ok()) {
+  // A DCT discards what does not present its access key (transport/dc_access.h): no answer.
+  if (target.ok() && DcAdmits(target->endpoint(), config_.dc_initiator, wr.dc)) {
     MessageInfo info;
     info.src_qp = config_.source_qpn ? config_.source_qpn : config_.qp_num;
     info.imm_data = wr.imm_data;

@@ -51,6 +51,7 @@ struct RequesterConfig {
   uint32_t max_inline = 0;
   bool block_self_mcast_lb = false;  // IBV_QP_CREATE_BLOCK_SELF_MCAST_LB
   uint8_t sgid[16] = {};      // UD: the GRH source of sends (from the AH)
+  bool dc_initiator = false;  // a DCI: each WR names its DCT (SendWr::dc)
 };
 
 class SendQueue {

@@ -85,6 +85,16 @@ struct UdDestination {
   uint32_t remote_qkey;
 };
 
+// The DC destination of a DCI's work request (mlx5dv_wr_set_dc_addr(3)): the DCT number, the
+// access key presented to it, and the AH's address (for a wire fabric; the host fabric routes
+// by the number alone).
+struct DcDestination {
+  bool set = false;
+  uint32_t remote_dctn = 0;
+  uint64_t access_key = 0;
+  uint8_t dgid[16] = {};
+};
+
 // One send work request (ibv_send_wr). Local data is either the SGE list (checked against the
 // poster's keys) or inline bytes copied at post time (IBV_SEND_INLINE: the buffer may be reused as
 // soon as ibv_post_send returns).
@@ -102,6 +112,7 @@ struct SendWr {
   uint64_t compare_add = 0;
   uint64_t swap = 0;
   UdDestination ud;  // UD only
+  DcDestination dc;  // DCI only
 };
 
 }  // namespace softverbs::transport

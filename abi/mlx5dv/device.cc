@@ -1,29 +1,47 @@
 // mlx5dv device-level entry points: identity, queries, contexts, device memory, VAR/UAR-like
-// resources, packet pacing, scheduling elements and VFIO. softverbs0 has no mlx5 identity by
-// default (DESIGN.md section 3), so everything here refuses with EOPNOTSUPP, except
-// mlx5dv_is_supported which answers the question honestly.
+// resources, packet pacing, scheduling elements and VFIO. mlx5dv_is_supported, _open_device and
+// _query_device answer for softverbs0 (through libibverbs, provider.h); device memory, VAR,
+// packet pacing, scheduling and VFIO have no softverbs counterpart and refuse with EOPNOTSUPP.
 #include <cerrno>
 #include <type_traits>
 
+#include "abi/common/errno_convention.h"
+#include "abi/mlx5dv/provider.h"
 #include "abi/mlx5dv/refuse.h"
 #include "base/log.h"
 
 // --- identity -------------------------------------------------------------------------------
 
-// mlx5dv_is_supported(3): "Returns true if device is implemented by mlx5 provider". softverbs0
-// is not (the opt-in mlx5 identity switch comes with a later issue). Not a refusal: debug only.
-// support: mlx5dv_is_supported | implemented | false: softverbs0 has no mlx5 identity (opt-in: later)
-SV_EXPORT bool mlx5dv_is_supported(struct ibv_device*) {
-  SV_LOG(kDebug, "mlx5dv_is_supported: false, softverbs0 has no mlx5 identity");
-  return false;
+// mlx5dv_is_supported(3): "Returns true if device is implemented by mlx5 provider". True only
+// under softverbs0's mlx5 identity (SOFTVERBS_MLX5_IDENTITY=1, docs/device.md), for software
+// that enables DC only on mlx5 devices; the mlx5dv verbs work on softverbs0 either way.
+// support: mlx5dv_is_supported | implemented | true only with SOFTVERBS_MLX5_IDENTITY=1
+SV_EXPORT bool mlx5dv_is_supported(struct ibv_device* device) {
+  const bool yes = sv_private_mlx5_provider()->is_supported(device);
+  SV_LOG(kDebug, "mlx5dv_is_supported: %s", yes ? "true (SOFTVERBS_MLX5_IDENTITY=1)" : "false (softverbs' own identity)");
+  return yes;
 }
 
-// mlx5dv_open_device(3): "a pointer to the allocated device context, or NULL".
-SV_MLX5_NULL(mlx5dv_open_device, struct ibv_context, struct ibv_device*,
-             struct mlx5dv_context_attr*)
+// mlx5dv_open_device(3): "a pointer to the allocated device context, or NULL". Without DEVX an
+// mlx5dv context is an ordinary verbs context.
+// support: mlx5dv_open_device | implemented | ibv_open_device; MLX5DV_CONTEXT_FLAGS_DEVX refused with EOPNOTSUPP
+SV_EXPORT struct ibv_context* mlx5dv_open_device(struct ibv_device* device, struct mlx5dv_context_attr* attr) {
+  using namespace softverbs;
+  const std::string object = device ? device->name : "device NULL";
+  if (attr != nullptr && (attr->flags & MLX5DV_CONTEXT_FLAGS_DEVX))
+    return abi::ReturnNull<ibv_context>("mlx5dv_open_device", object,
+                                        NotSupported("MLX5DV_CONTEXT_FLAGS_DEVX: DEVX (raw mlx5 firmware commands) is not emulated"));
+  if (attr != nullptr && ((attr->flags & ~MLX5DV_CONTEXT_FLAGS_DEVX) || attr->comp_mask != 0))
+    return abi::ReturnNull<ibv_context>("mlx5dv_open_device", object,
+                                        Invalid("mlx5dv_context_attr has unknown flags or comp_mask bits"));
+  return ibv_open_device(device);
+}
 
 // mlx5dv_query_device(3): "0 on success or the value of errno on failure".
-SV_MLX5_ERRNO(mlx5dv_query_device, struct ibv_context*, struct mlx5dv_context*)
+// support: mlx5dv_query_device | implemented | honest caps: DC via mlx5dv_create_qp, DCI streams 0, no offloads
+SV_EXPORT int mlx5dv_query_device(struct ibv_context* context, struct mlx5dv_context* attrs) {
+  return sv_private_mlx5_provider()->query_device(context, attrs);
+}
 
 // mlx5dv_query_port(3) is an inline wrapper of this: "the value of errno on failure".
 SV_MLX5_ERRNO(_mlx5dv_query_port, struct ibv_context*, uint32_t, struct mlx5_ib_uapi_query_port*,
@@ -36,6 +54,10 @@ SV_MLX5_ERRNO(mlx5dv_set_context_attr, struct ibv_context*, enum mlx5dv_set_ctx_
 SV_MLX5_ERRNO(mlx5dv_get_clock_info, struct ibv_context*, struct mlx5dv_clock_info*)
 
 // --- mlx5dv_init_obj: two versions ------------------------------------------------------------
+//
+// mlx5dv_init_obj exposes a QP's / CQ's / SRQ's mlx5 hardware queues (WQE buffers, doorbell
+// records, UAR pages) for software that writes WQEs itself. softverbs' queues are not mlx5
+// queues, so there is nothing meaningful to expose: EOPNOTSUPP.
 //
 // rdma-core exports mlx5dv_init_obj twice: the default MLX5_1.2 and a compat MLX5_1.0 kept for
 // programs linked before 1.2 (their CQ output differs). Both versions must exist or such

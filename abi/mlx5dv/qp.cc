@@ -1,13 +1,17 @@
 // mlx5dv queue entry points: QP (including DC: DCI/DCT), CQ, WQ and per-QP controls.
-// All refuse with EOPNOTSUPP for now; mlx5dv_create_qp with DC and the mlx5dv_qp_ex ops are a
-// later issue (DESIGN.md section 1).
+// mlx5dv_create_qp and mlx5dv_qp_ex_from_ibv_qp_ex are implemented in libibverbs (provider.h);
+// mlx5 CQs, WQs and the per-QP hardware controls refuse with EOPNOTSUPP.
+#include "abi/mlx5dv/provider.h"
 #include "abi/mlx5dv/refuse.h"
 
 // --- constructors: "on error NULL will be returned and errno will be set" ----------------------
 
-// mlx5dv_create_qp(3).
-SV_MLX5_NULL(mlx5dv_create_qp, struct ibv_qp, struct ibv_context*, struct ibv_qp_init_attr_ex*,
-             struct mlx5dv_qp_init_attr*)
+// mlx5dv_create_qp(3): RC/UC/UD and DC (DCI, DCT); core/dc.h has the rules.
+// support: mlx5dv_create_qp | implemented | RC/UC/UD/DCI/DCT; create_flags per man page; no DCI streams, no mkey send ops
+SV_EXPORT struct ibv_qp* mlx5dv_create_qp(struct ibv_context* context, struct ibv_qp_init_attr_ex* qp_attr,
+                                          struct mlx5dv_qp_init_attr* mlx5_qp_attr) {
+  return sv_private_mlx5_provider()->create_qp(context, qp_attr, mlx5_qp_attr);
+}
 
 // mlx5dv_create_cq(3): "NULL if the request fails and errno will be set".
 SV_MLX5_NULL(mlx5dv_create_cq, struct ibv_cq_ex, struct ibv_context*, struct ibv_cq_init_attr_ex*,
@@ -17,10 +21,12 @@ SV_MLX5_NULL(mlx5dv_create_cq, struct ibv_cq_ex, struct ibv_context*, struct ibv
 SV_MLX5_NULL(mlx5dv_create_wq, struct ibv_wq, struct ibv_context*, struct ibv_wq_init_attr*,
              struct mlx5dv_wq_init_attr*)
 
-// mlx5dv_wr_post(3) documents no failure: rdma-core only casts a QP that mlx5dv_create_qp made.
-// No QP of softverbs0 has mlx5dv_qp_ex ops yet, so NULL + errno rather than a table of NULL
-// function pointers the caller would jump through.
-SV_MLX5_NULL(mlx5dv_qp_ex_from_ibv_qp_ex, struct mlx5dv_qp_ex, struct ibv_qp_ex*)
+// mlx5dv_wr_post(3) documents no failure: rdma-core only casts. A QP without ibv_qp_ex ops gets
+// NULL + EINVAL rather than a table the caller would jump through.
+// support: mlx5dv_qp_ex_from_ibv_qp_ex | implemented | wr_set_dc_addr(_stream 0); mkey/raw/memcpy builders refuse the batch
+SV_EXPORT struct mlx5dv_qp_ex* mlx5dv_qp_ex_from_ibv_qp_ex(struct ibv_qp_ex* qp) {
+  return sv_private_mlx5_provider()->qp_ex_from_ibv_qp_ex(qp);
+}
 
 // --- per-QP controls: "0 on success, or the value of errno on failure" --------------------------
 

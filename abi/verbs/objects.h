@@ -2,6 +2,7 @@
 // owns the core object. Only abi/ sees these structs (DESIGN.md section 4).
 #pragma once
 
+#include <infiniband/mlx5dv.h>
 #include <infiniband/verbs.h>
 
 #include <memory>
@@ -88,6 +89,10 @@ struct SvQp {
   };
   std::vector<BatchedWr> batch;
   Status batch_status;
+  // The mlx5dv_qp_ex ops (mlx5dv_qp_ex_from_ibv_qp_ex(3)), filled by abi/mlx5dv/dv_qp_ex.cc on
+  // first use; they add to the batch above.
+  mlx5dv_qp_ex dv{};
+  bool has_dv = false;
 };
 
 inline SvContext* ToSv(ibv_context* c) {
@@ -102,6 +107,9 @@ inline SvSrq* ToSv(ibv_srq* s) { return reinterpret_cast<SvSrq*>(s); }
 inline SvAh* ToSv(ibv_ah* a) { return reinterpret_cast<SvAh*>(a); }
 inline SvQp* ToSv(ibv_qp* q) { return reinterpret_cast<SvQp*>(q); }
 inline SvQp* ToSv(ibv_qp_ex* q) { return reinterpret_cast<SvQp*>(q); }
+inline SvQp* ToSv(mlx5dv_qp_ex* q) {
+  return reinterpret_cast<SvQp*>(reinterpret_cast<uint8_t*>(q) - offsetof(SvQp, dv));
+}
 
 // "qp 0x11", "cq 0x3", ... for refusal log lines.
 std::string Name(const ibv_qp* qp);
@@ -109,6 +117,11 @@ std::string Name(const ibv_cq* cq);
 std::string Name(const ibv_pd* pd);
 std::string Name(const ibv_srq* srq);
 std::string Name(const ibv_mr* mr);
+
+// Creates a QP (qp.cc): ibv_create_qp_ex(3)'s conversion and checks, with `provider` carrying
+// what mlx5dv_create_qp(3) adds (DC role, mlx5 create flags) -- nullptr for plain verbs.
+ibv_qp* CreateQpWith(const char* verb, ibv_context* context, ibv_qp_init_attr_ex* attr,
+                     const core::QpInitAttributes* provider);
 
 // Fills the function tables of a new context (context_ops.cc).
 void InitContextOps(SvContext* ctx);

@@ -20,7 +20,8 @@ namespace {
 
 // One path for both create calls: ibv_qp_init_attr_ex in, the QP (or NULL + errno) out. Refusals
 // name the verb the application called and the PD (or the context when there is none).
-ibv_qp* CreateQp(const char* verb, ibv_context* context, ibv_qp_init_attr_ex* attr) {
+ibv_qp* CreateQp(const char* verb, ibv_context* context, ibv_qp_init_attr_ex* attr,
+                 const core::QpInitAttributes* provider) {
   ibv_pd* pd = (attr->comp_mask & IBV_QP_INIT_ATTR_PD) ? attr->pd : nullptr;
   const std::string object = pd ? Name(pd) : std::string(context->device->name);
   constexpr uint32_t kKnownMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_CREATE_FLAGS |
@@ -30,6 +31,11 @@ ibv_qp* CreateQp(const char* verb, ibv_context* context, ibv_qp_init_attr_ex* at
     return ReturnNull<ibv_qp>(verb, object, Invalid("comp_mask has unknown bits " + std::to_string(attr->comp_mask & ~kKnownMask)));
 
   core::QpInitAttributes init;
+  if (provider != nullptr) {  // mlx5dv_create_qp's own fields (core/dc.h)
+    init.dc = provider->dc;
+    init.has_mlx5_create_flags = provider->has_mlx5_create_flags;
+    init.mlx5_create_flags = provider->mlx5_create_flags;
+  }
   init.type = static_cast<core::QpType>(attr->qp_type);
   // Every object the QP uses must belong to the context it is created on.
   for (ibv_context* owner : {pd ? pd->context : context, attr->send_cq ? attr->send_cq->context : context,
@@ -77,8 +83,9 @@ ibv_qp* CreateQp(const char* verb, ibv_context* context, ibv_qp_init_attr_ex* at
   InitQpEx(qp, init.send_ops_flags);
   // The seeds: the actual capabilities (>= the request) are written back.
   attr->cap = ToIbv(init.cap);
-  SV_LOG(kDebug, "%s: %s qp 0x%x created (send_wr %u, recv_wr %u, inline %u)", verb,
-         core::QpTypeName(init.type), q.qp_num, init.cap.max_send_wr, init.cap.max_recv_wr,
+  SV_LOG(kDebug, "%s: %s%s%s qp 0x%x created (send_wr %u, recv_wr %u, inline %u)", verb,
+         core::QpTypeName(init.type), init.dc.role != core::DcRole::kNone ? " " : "",
+         init.dc.role != core::DcRole::kNone ? core::DcRoleName(init.dc.role) : "", q.qp_num, init.cap.max_send_wr, init.cap.max_recv_wr,
          init.cap.max_inline_data);
   return &q;
 }
@@ -86,7 +93,12 @@ ibv_qp* CreateQp(const char* verb, ibv_context* context, ibv_qp_init_attr_ex* at
 }  // namespace
 
 ibv_qp* CreateQpEx(ibv_context* context, ibv_qp_init_attr_ex* attr) {
-  return CreateQp("ibv_create_qp_ex", context, attr);
+  return CreateQp("ibv_create_qp_ex", context, attr, nullptr);
+}
+
+ibv_qp* CreateQpWith(const char* verb, ibv_context* context, ibv_qp_init_attr_ex* attr,
+                     const core::QpInitAttributes* provider) {
+  return CreateQp(verb, context, attr, provider);
 }
 
 }  // namespace softverbs::abi
@@ -102,7 +114,7 @@ SV_EXPORT ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
   ex.sq_sig_all = attr->sq_sig_all;
   ex.comp_mask = IBV_QP_INIT_ATTR_PD;
   ex.pd = pd;
-  ibv_qp* qp = CreateQp("ibv_create_qp", pd->context, &ex);
+  ibv_qp* qp = CreateQp("ibv_create_qp", pd->context, &ex, nullptr);
   if (qp != nullptr) attr->cap = ex.cap;
   return qp;
 }

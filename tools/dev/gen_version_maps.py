@@ -20,6 +20,9 @@ LIBS = {
 }
 # Private symbols real programs reference (pyverbs, librdmacm): exported too.
 EXTRA_PRIVATE = {"IBVERBS_PRIVATE_34": ["ibv_query_gid_type"]}
+# softverbs' own private bridge between its libraries (abi/mlx5dv/provider.h): libmlx5.so.1
+# reaches the verbs objects in libibverbs.so.1 through it.
+SOFTVERBS_PRIVATE = {"libibverbs.so.1": ("SOFTVERBS_PRIVATE_1", ["sv_private_mlx5_provider"])}
 
 
 def version_key(v):
@@ -61,6 +64,11 @@ def main():
             if v.startswith(prefix):
                 body = "\n".join(f"    {s};" for s in names)
                 lines.append(f"{v} {{\n  global:\n{body}\n}} {prev};")
+                prev = v
+        if lib in SOFTVERBS_PRIVATE:
+            v, names = SOFTVERBS_PRIVATE[lib]
+            body = "\n".join(f"    {s};" for s in names)
+            lines.append(f"{v} {{\n  global:\n{body}\n}} {prev};")
         (root / mapfile).write_text("\n".join(lines) + "\n")
         print(f"{mapfile}: {sum(len(syms[v]) for v in public)} symbols in {len(public)} versions")
 

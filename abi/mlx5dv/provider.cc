@@ -1,0 +1,112 @@
+// The mlx5dv entry points that act on softverbs' verbs objects, behind SvMlx5Provider
+// (provider.h): identity, device caps, mlx5dv_create_qp and mlx5dv_qp_ex_from_ibv_qp_ex.
+// Compiled into libibverbs.so.1.
+#include "abi/mlx5dv/provider.h"
+
+#include <cstring>
+
+#include "abi/common/errno_convention.h"
+#include "abi/common/export.h"
+#include "abi/verbs/objects.h"
+#include "base/log.h"
+#include "core/device.h"
+
+namespace softverbs::abi {
+namespace {
+
+// mlx5dv_is_supported(3): "Returns true if device is implemented by mlx5 provider". softverbs0
+// says so only under its mlx5 identity (SOFTVERBS_MLX5_IDENTITY=1, docs/device.md); the mlx5dv
+// verbs below work on it either way.
+bool IsSupported(ibv_device*) { return core::Identity().mlx5_identity; }
+
+// mlx5dv_query_device(3). Every capability block the caller asks for that softverbs can answer
+// is answered, most of them with "none" (zero caps); comp_mask returns the blocks answered.
+int QueryDevice(ibv_context*, mlx5dv_context* out) {
+  constexpr uint64_t kAnswered = MLX5DV_CONTEXT_MASK_CQE_COMPRESION | MLX5DV_CONTEXT_MASK_SWP |
+                                 MLX5DV_CONTEXT_MASK_STRIDING_RQ | MLX5DV_CONTEXT_MASK_TUNNEL_OFFLOADS |
+                                 MLX5DV_CONTEXT_MASK_DC_ODP_CAPS | MLX5DV_CONTEXT_MASK_SIGNATURE_OFFLOAD |
+                                 MLX5DV_CONTEXT_MASK_DCI_STREAMS | MLX5DV_CONTEXT_MASK_WR_MEMCPY_LENGTH |
+                                 MLX5DV_CONTEXT_MASK_CRYPTO_OFFLOAD;
+  const uint64_t asked = out->comp_mask;
+  out->version = 0;
+  // The one optional behaviour of mlx5dv_create_qp(3) it offers: packet-based credits (RC).
+  out->flags = MLX5DV_CONTEXT_FLAGS_PACKET_BASED_CREDIT_MODE;
+  out->comp_mask = asked & kAnswered;
+  if (asked & MLX5DV_CONTEXT_MASK_CQE_COMPRESION) out->cqe_comp_caps = {};     // no compressed CQEs
+  if (asked & MLX5DV_CONTEXT_MASK_SWP) out->sw_parsing_caps = {};              // no raw packet QPs
+  if (asked & MLX5DV_CONTEXT_MASK_STRIDING_RQ) out->striding_rq_caps = {};     // no WQs
+  if (asked & MLX5DV_CONTEXT_MASK_TUNNEL_OFFLOADS) out->tunnel_offloads_caps = 0;
+  if (asked & MLX5DV_CONTEXT_MASK_DC_ODP_CAPS) out->dc_odp_caps = 0;           // no ODP
+  if (asked & MLX5DV_CONTEXT_MASK_SIGNATURE_OFFLOAD) out->sig_caps = {};
+  // DCI streams are not implemented: one ordered stream per DCI (mlx5dv_create_qp(3)).
+  if (asked & MLX5DV_CONTEXT_MASK_DCI_STREAMS) out->dci_streams_caps = {};
+  if (asked & MLX5DV_CONTEXT_MASK_WR_MEMCPY_LENGTH) out->max_wr_memcpy_length = 0;
+  if (asked & MLX5DV_CONTEXT_MASK_CRYPTO_OFFLOAD) out->crypto_caps = {};
+  return 0;
+}
+
+// mlx5dv_create_qp(3): ibv_create_qp_ex(3) plus mlx5dv_qp_init_attr. "on error NULL will be
+// returned and errno will be set".
+ibv_qp* CreateQp(ibv_context* context, ibv_qp_init_attr_ex* attr, mlx5dv_qp_init_attr* mlx5) {
+  constexpr const char* kVerb = "mlx5dv_create_qp";
+  const std::string object = context->device->name;
+  core::QpInitAttributes provider;
+  if (mlx5 != nullptr) {
+    constexpr uint64_t kKnown = MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS | MLX5DV_QP_INIT_ATTR_MASK_DC |
+                                MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS | MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS;
+    if (mlx5->comp_mask & ~kKnown)
+      return ReturnNull<ibv_qp>(kVerb, object, Invalid("mlx5_qp_attr->comp_mask has unknown bits " +
+                                                      std::to_string(mlx5->comp_mask & ~kKnown)));
+    if (mlx5->comp_mask & MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS) {
+      provider.has_mlx5_create_flags = true;
+      provider.mlx5_create_flags = mlx5->create_flags;
+    }
+    if (mlx5->comp_mask & MLX5DV_QP_INIT_ATTR_MASK_DC) {
+      switch (mlx5->dc_init_attr.dc_type) {
+        case MLX5DV_DCTYPE_DCT:
+          provider.dc.role = core::DcRole::kDct;
+          provider.dc.dct_access_key = mlx5->dc_init_attr.dct_access_key;
+          break;
+        case MLX5DV_DCTYPE_DCI:
+          provider.dc.role = core::DcRole::kDci;
+          break;
+        default:
+          return ReturnNull<ibv_qp>(kVerb, object, Invalid("dc_init_attr.dc_type " +
+                                    std::to_string(mlx5->dc_init_attr.dc_type) + " is not DCT (1) or DCI (2)"));
+      }
+    }
+    if (mlx5->comp_mask & MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS)
+      return ReturnNull<ibv_qp>(kVerb, object,
+                                NotSupported("DCI streams are not implemented (mlx5dv_query_device reports "
+                                             "dci_streams_caps 0): omit MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS"));
+    // MR_INTERLEAVED / MR_LIST / MKEY_CONFIGURE need indirect mkeys (mlx5dv_create_mkey), which
+    // are not offered; RAW_WQE and MEMCPY need mlx5 WQEs and a DMA engine.
+    if ((mlx5->comp_mask & MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS) && mlx5->send_ops_flags != 0)
+      return ReturnNull<ibv_qp>(kVerb, object,
+                                NotSupported("mlx5 send_ops_flags " + std::to_string(mlx5->send_ops_flags) +
+                                             ": MR_INTERLEAVED, MR_LIST, MKEY_CONFIGURE (indirect mkeys), "
+                                             "RAW_WQE and MEMCPY are not offered"));
+  }
+  ibv_qp* qp = CreateQpWith(kVerb, context, attr, &provider);
+  if (qp != nullptr && ToSv(qp)->has_qp_ex) InitDvQpEx(ToSv(qp));
+  return qp;
+}
+
+// mlx5dv_qp_ex_from_ibv_qp_ex(3): the mlx5dv send-op table of a QP that has ibv_qp_ex ops.
+mlx5dv_qp_ex* QpExFromIbvQpEx(ibv_qp_ex* qpx) {
+  SvQp* qp = ToSv(qpx);
+  if (!qp->has_qp_ex)
+    return ReturnNull<mlx5dv_qp_ex>("mlx5dv_qp_ex_from_ibv_qp_ex", Name(&qpx->qp_base),
+                                    Invalid("the QP was created without IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: "
+                                            "it has no ibv_qp_ex ops (mlx5dv_create_qp(3) NOTES)"));
+  if (!qp->has_dv) InitDvQpEx(qp);
+  return &qp->dv;
+}
+
+constexpr SvMlx5Provider kProvider = {sizeof(SvMlx5Provider), IsSupported, QueryDevice, CreateQp, QpExFromIbvQpEx};
+
+}  // namespace
+}  // namespace softverbs::abi
+
+// libmlx5.so.1's bridge (provider.h); listed in docs/support-matrix.md as a private export.
+SV_EXPORT const SvMlx5Provider* sv_private_mlx5_provider(void) { return &softverbs::abi::kProvider; }
