@@ -94,6 +94,10 @@ ibv_qp* CreateQp(ibv_context* context, ibv_qp_init_attr_ex* attr, mlx5dv_qp_init
 
 // mlx5dv_qp_ex_from_ibv_qp_ex(3): the mlx5dv send-op table of a QP that has ibv_qp_ex ops.
 mlx5dv_qp_ex* QpExFromIbvQpEx(ibv_qp_ex* qpx) {
+  // perftest passes what ibv_qp_to_qp_ex returned for its DCT (NULL: a DCT has no send ops) and
+  // never uses the result; rdma-core's cast does not dereference it either.
+  if (qpx == nullptr)
+    return ReturnNull<mlx5dv_qp_ex>("mlx5dv_qp_ex_from_ibv_qp_ex", "qp NULL", Invalid("qp is NULL"));
   SvQp* qp = ToSv(qpx);
   if (!qp->has_qp_ex)
     return ReturnNull<mlx5dv_qp_ex>("mlx5dv_qp_ex_from_ibv_qp_ex", Name(&qpx->qp_base),
