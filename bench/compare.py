@@ -222,11 +222,12 @@ def parse_perftest(out, size):
 PERFTEST_API = set()
 
 
-def run_perftest(test, size, args, env):
+def run_perftest(test, size, args, env, extra=()):
     port = free_port()
     n = perftest_iters(test, size, args.quick)
-    base = [test, "-d", "softverbs0", "-x", "1", "-p", str(port), "-s", str(size), "-n", str(n), "-F"]
-    ok, out = client_server(f"{test} -s {size}", pin(base, 0, args), pin(base + ["127.0.0.1"], 1, args),
+    base = [test, "-d", "softverbs0", "-x", "1", "-p", str(port), "-s", str(size), "-n", str(n), "-F"] + list(extra)
+    label = " ".join([test] + list(extra))  # names the run in the log
+    ok, out = client_server(f"{label} -s {size}", pin(base, 0, args), pin(base + ["127.0.0.1"], 1, args),
                             env, port, args.timeout)
     if not ok:
         return None
@@ -235,9 +236,9 @@ def run_perftest(test, size, args, env):
             PERFTEST_API.add(line.split(":", 1)[1].strip())
     row = parse_perftest(out, size)
     if row is None:
-        log(f"FAIL {test} -s {size}: no result row\n{indent(out)}")
+        log(f"FAIL {label} -s {size}: no result row\n{indent(out)}")
         return None
-    log(f"ok   {test} -s {size} -n {n}: {' '.join(f'{x:g}' for x in row)}")
+    log(f"ok   {label} -s {size} -n {n}: {' '.join(f'{x:g}' for x in row)}")
     if test.endswith("_lat"):
         return row[4]  # t_typical (median), usec
     if test == "ib_atomic_bw":
@@ -497,10 +498,17 @@ def main():
     # ---- perftest vs ucx_perftest, interleaved so that load drift hits both alike.
     plan = [(t, s) for t in ("ib_send_lat", "ib_write_lat", "ib_write_bw", "ib_read_bw") for s in SIZES]
     plan.append(("ib_atomic_bw", 8))
+    # DC (perftest -c DC: DCIs and DCTs through mlx5dv) against RC, both under the mlx5 identity so
+    # that perftest takes the same ibv_wr* posting path for both; UCX has no shared-memory DC.
+    dc_plan = [("ib_send_lat", 8), ("ib_write_lat", 8), ("ib_write_bw", MIB), ("ib_read_bw", MIB),
+               ("ib_atomic_bw", 8)]
+    dc_env = dict(sv_env, SOFTVERBS_MLX5_IDENTITY="1")
+    dc = {k: [] for k in dc_plan}
+    rc_id = {k: [] for k in dc_plan}
     sv = {k: [] for k in plan}
     ux = {k: [] for k in plan}
     fadd = []
-    total = len(plan) * args.repeat
+    total = (len(plan) + 2 * len(dc_plan)) * args.repeat
     done = 0
     tty = sys.stdout.isatty()
     for rep in range(args.repeat):
@@ -516,11 +524,20 @@ def main():
                 ux[key].append(run_ucx(UCX_TEST[test], size, args, ucx_env))
                 if test == "ib_atomic_bw":  # perftest's default atomic fetches: also the fetching UCX op
                     fadd.append(run_ucx("ucp_fadd", size, args, ucx_env))
+        for key in dc_plan:
+            test, size = key
+            done += 2
+            if tty:
+                print(f"\r  [{done}/{total}] {test} -s {size} -c DC / RC   ", end="", flush=True)
+            dc[key].append(run_perftest(test, size, args, dc_env, ["-c", "DC"]))
+            rc_id[key].append(run_perftest(test, size, args, dc_env, ["-c", "RC"]))
     print(f"{chr(13) if tty else ''}  perftest and ucx_perftest: {total} points in "
           f"{time.monotonic() - t_start:.0f} s        ")
     print("  memcpy, QP lifecycle, QP scale", flush=True)
     svm = {k: median(v) for k, v in sv.items()}
     uxm = {k: median(v) for k, v in ux.items()}
+    dcm = {k: median(v) for k, v in dc.items()}
+    rcm = {k: median(v) for k, v in rc_id.items()}
 
     # ---- memcpy, QP lifecycle, QP scale.
     memcpy = {}
@@ -598,6 +615,19 @@ def main():
               f"{scale.get('destroy_s')} s; VmRSS {scale.get('rss_before_kb')} -> "
               f"{scale.get('rss_connected_kb')} kB; RDMA WRITE on first and last pair "
               f"{scale.get('write_check', 'not checked')}")
+    print("\nDC vs RC (perftest -c DC / -c RC, both with SOFTVERBS_MLX5_IDENTITY=1)")
+    dc_rows = []
+    for key in dc_plan:
+        test, size = key
+        unit = "us" if test.endswith("_lat") else "Mops/s" if test == "ib_atomic_bw" else "GB/s"
+        a, b = dcm[key], rcm[key]
+        dc_rows.append((f"{test} {size if size < MIB else '1 MiB'}{' B' if size < MIB else ''}", unit, a, b,
+                        a / b if a is not None and b else None, test, size))
+    dw = max(len(r[0]) for r in dc_rows)
+    print(f"  {'metric'.ljust(dw)}  unit    {'DC':>8}  {'RC':>8}  DC/RC")
+    for name, unit, a, b, ratio, _, _ in dc_rows:
+        print(f"  {name.ljust(dw)}  {unit.ljust(6)}  {fmt(a):>8}  {fmt(b):>8}  "
+              f"{f'{ratio:.2f}x' if ratio is not None else 'n/a'}")
     if PERFTEST_API:
         print(f"perftest reported 'ibv_wr* API: {', '.join(sorted(PERFTEST_API))}'")
     print(f"CPU busy before the run {info['cpu_busy_before']}; load average {info['load_start']} at start, "
@@ -624,6 +654,8 @@ def main():
                         a / b if a is not None and b else None, "", ""])
         for s, v in sorted(memcpy.items()):
             w.writerow(["sweep", "memcpy", s, "GB/s", v, "", "", "", ""])
+        for name, unit, a, b, ratio, test, size in dc_rows:  # the "ucx" column holds RC here
+            w.writerow(["dc_vs_rc", f"{test} -c DC vs -c RC", size, unit, a, b, ratio, "", ""])
         for k, v in life.items():
             w.writerow(["qp_lifecycle", k, "", "", v, "", "", "", ""])
         for k, v in scale.items():
