@@ -18,6 +18,11 @@
 namespace softverbs::transport {
 
 // Whether a request from a QP (a DCI when `from_dci`, carrying `dest`) is accepted by `target`.
-bool DcAdmits(const QpEndpoint& target, bool from_dci, const DcDestination& dest);
+// Inline: the requester asks it for every operation.
+inline bool DcAdmits(const QpEndpoint& target, bool from_dci, const DcDestination& dest) {
+  if (!from_dci && !target.dct) return true;        // RC/UC/UD to a non-DC QP: not DC's business
+  if (from_dci != (target.dct != 0)) return false;  // a DCI meets DCTs only, and only DCIs reach a DCT
+  return target.dc_access_key == dest.access_key;
+}
 
 }  // namespace softverbs::transport
