@@ -229,6 +229,23 @@ class DcTrafficTest(base.DataTestCase):
         self.assertEqual(sorted(w.src_qp for w in imms), sorted(expect_src))
         self.assertTrue(self.mem.guards_intact())
 
+    def test_one_dci_reaches_several_dcts_each_with_its_key(self):
+        # The point of DC: one initiator, a destination per work request.
+        dct2 = dc.create_dct(self.ctx, self.pd, self.cq, self.srq, key=dc.DC_KEY + 2)
+        a = self.agent()
+        d = a.call('dci', timeout=dc.FAST_TIMEOUT, retry_cnt=dc.FAST_RETRY)
+        for i, (dctn, key) in enumerate([(self.dctn, dc.DC_KEY), (dct2.qp_num, dc.DC_KEY + 2)] * 2):
+            a.call('write', id=d['id'], offset=8 * i, data=f'to-dct{i}'.ljust(8, '.').encode().hex())
+            [wc] = a.call('post', id=d['id'], op='write', dctn=dctn, key=key, offset=8 * i,
+                          rkey=self.mem.rkey, raddr=self.mem.addr + 512 + 8 * i)
+            self.assertEqual(wc['status'], e.IBV_WC_SUCCESS, (i, wc))
+        self.assertEqual(self.mem.read(512, 32), b'to-dct0.to-dct1.to-dct2.to-dct3.')
+        # Each DCT checks its own key: the first DCT's key does not open the second.
+        [wc] = a.call('post', id=d['id'], op='write', dctn=dct2.qp_num, key=dc.DC_KEY,
+                      rkey=self.mem.rkey, raddr=self.mem.addr + 600)
+        self.assertEqual(wc['status'], e.IBV_WC_RETRY_EXC_ERR)
+        self.assertEqual(self.mem.read(600, 8), b'\0' * 8)
+
     def test_wrong_key_and_unknown_dct_end_in_retry_exceeded(self):
         a = self.agent()
         before = self.mem.snapshot()
