@@ -81,7 +81,6 @@ void InitDvQpEx(SvQp* qp) {
   x.wr_set_dc_addr_stream = SetDcAddrStream;
   x.wr_memcpy = Memcpy;
   x.wr_set_mkey_crypto = SetMkeyCrypto;
-  qp->has_dv = true;
 }
 
 }  // namespace softverbs::abi

@@ -87,9 +87,7 @@ ibv_qp* CreateQp(ibv_context* context, ibv_qp_init_attr_ex* attr, mlx5dv_qp_init
                                              ": MR_INTERLEAVED, MR_LIST, MKEY_CONFIGURE (indirect mkeys), "
                                              "RAW_WQE and MEMCPY are not offered"));
   }
-  ibv_qp* qp = CreateQpWith(kVerb, context, attr, &provider);
-  if (qp != nullptr && ToSv(qp)->has_qp_ex) InitDvQpEx(ToSv(qp));
-  return qp;
+  return CreateQpWith(kVerb, context, attr, &provider);
 }
 
 // mlx5dv_qp_ex_from_ibv_qp_ex(3): the mlx5dv send-op table of a QP that has ibv_qp_ex ops.
@@ -103,7 +101,6 @@ mlx5dv_qp_ex* QpExFromIbvQpEx(ibv_qp_ex* qpx) {
     return ReturnNull<mlx5dv_qp_ex>("mlx5dv_qp_ex_from_ibv_qp_ex", Name(&qpx->qp_base),
                                     Invalid("the QP was created without IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: "
                                             "it has no ibv_qp_ex ops (mlx5dv_create_qp(3) NOTES)"));
-  if (!qp->has_dv) InitDvQpEx(qp);
   return &qp->dv;
 }
 

@@ -89,10 +89,9 @@ struct SvQp {
   };
   std::vector<BatchedWr> batch;
   Status batch_status;
-  // The mlx5dv_qp_ex ops (mlx5dv_qp_ex_from_ibv_qp_ex(3)), filled by abi/mlx5dv/dv_qp_ex.cc on
-  // first use; they add to the batch above.
+  // The mlx5dv_qp_ex ops (mlx5dv_qp_ex_from_ibv_qp_ex(3)) of a QP with ibv_qp_ex ops, filled at
+  // creation by abi/mlx5dv/dv_qp_ex.cc; they add to the batch above.
   mlx5dv_qp_ex dv{};
-  bool has_dv = false;
 };
 
 inline SvContext* ToSv(ibv_context* c) {

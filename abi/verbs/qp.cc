@@ -4,6 +4,7 @@
 #include <new>
 
 #include "abi/common/errno_convention.h"
+#include "abi/mlx5dv/provider.h"
 #include "abi/verbs/convert.h"
 #include "abi/verbs/objects.h"
 #include "abi/verbs/ops.h"
@@ -81,6 +82,7 @@ ibv_qp* CreateQp(const char* verb, ibv_context* context, ibv_qp_init_attr_ex* at
   pthread_cond_init(&q.cond, nullptr);
   qp->has_qp_ex = init.has_send_ops_flags;
   InitQpEx(qp, init.send_ops_flags);
+  if (qp->has_qp_ex) InitDvQpEx(qp);  // its mlx5dv_qp_ex too (mlx5dv_qp_ex_from_ibv_qp_ex(3))
   // The seeds: the actual capabilities (>= the request) are written back.
   attr->cap = ToIbv(init.cap);
   SV_LOG(kDebug, "%s: %s%s%s qp 0x%x created (send_wr %u, recv_wr %u, inline %u)", verb,
