@@ -86,11 +86,9 @@ Status CheckProviderInit(QpInitAttributes& a) {
   return Invalid("dc_type is not MLX5DV_DCTYPE_DCT or MLX5DV_DCTYPE_DCI");
 }
 
-Status CheckDcWorkRequest(DcRole role, bool has_dc_destination) {
-  if (role == DcRole::kDci && !has_dc_destination)
-    return Invalid("a DCI work request needs its destination: call mlx5dv_wr_set_dc_addr after the "
-                   "ibv_wr_* operation (mlx5dv_wr_post(3)); ibv_post_send cannot address a DCT");
-  return Status::Ok();
+Status MissingDcDestination() {
+  return Invalid("a DCI work request needs its destination: call mlx5dv_wr_set_dc_addr after the "
+                 "ibv_wr_* operation (mlx5dv_wr_post(3)); ibv_post_send cannot address a DCT");
 }
 
 }  // namespace softverbs::core

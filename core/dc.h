@@ -47,8 +47,11 @@ QpType TransportTypeOf(QpType type, DcRole role);
 // that apply to every QP; may adjust `a.cap` (a DCT has no send queue, a DCI no receive queue).
 Status CheckProviderInit(QpInitAttributes& a);
 
-// What a work request of a DCI must carry: its destination (mlx5dv_wr_post(3): "a DCI QP must
-// set the DC address with mlx5dv_wr_set_dc_addr for each WR").
-Status CheckDcWorkRequest(DcRole role, bool has_dc_destination);
+// What a work request of a DCI must carry: its destination, set by mlx5dv_wr_set_dc_addr on each
+// WR (mlx5dv_wr_post(3)). Inline: asked on every post.
+Status MissingDcDestination();
+inline Status CheckDcWorkRequest(DcRole role, bool has_dc_destination) {
+  return role != DcRole::kDci || has_dc_destination ? Status::Ok() : MissingDcDestination();
+}
 
 }  // namespace softverbs::core
