@@ -18,8 +18,8 @@ void Refuse(SvQp* qp, Status status) {
 
 void SetDcAddr(mlx5dv_qp_ex* mqp, ibv_ah* ah, uint32_t remote_dctn, uint64_t remote_dc_key) {
   SvQp* qp = ToSv(mqp);
-  // mlx5dv_wr_post(3): "mlx5dv_wr_set_dc_addr ... available just for the MLX5 DC QP type"
-  // (a DCI) and, like every setter, applies to the work request just started.
+  // mlx5dv_wr_post(3): "This setter is available when the QP transport is DCI"; like every
+  // setter it applies to the work request just started ("Attach a DC info to the last work request").
   if (qp->core->dc_role() != core::DcRole::kDci)
     return Refuse(qp, Invalid("mlx5dv_wr_set_dc_addr applies to DCIs only"));
   if (qp->batch.empty()) return Refuse(qp, Invalid("mlx5dv_wr_set_dc_addr called before any ibv_wr_* operation"));
@@ -35,7 +35,8 @@ void SetDcAddr(mlx5dv_qp_ex* mqp, ibv_ah* ah, uint32_t remote_dctn, uint64_t rem
 // refused), so no DCI has streams and stream_id has nothing to select, as on an mlx5 DCI created
 // without them: every WR runs in the DCI's one stream, in posting order -- which keeps the only
 // promise streams make ("All work request of a specific stream_id are handled in order",
-// mlx5dv_create_qp(3)). perftest -c DC cycles stream ids on every DCI.
+// mlx5dv_create_qp(3)); mlx5dv_wr_post(3): set_dc_addr is "equivalent to using stream_id=0".
+// perftest -c DC cycles stream ids on every DCI.
 void SetDcAddrStream(mlx5dv_qp_ex* mqp, ibv_ah* ah, uint32_t remote_dctn, uint64_t remote_dc_key, uint16_t) {
   SetDcAddr(mqp, ah, remote_dctn, remote_dc_key);
 }
