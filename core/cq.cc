@@ -233,7 +233,8 @@ void Cq::ScatterLanding(const CqEntry& entry, Completion* c) {
 void Cq::FailQp(uint32_t qp_num) {
   std::lock_guard lock(qps_mu_);
   for (Qp* qp : qps_) {
-    if (qp->qp_num() != qp_num) continue;
+    // A DCT serves many initiators and never enters ERR for one of them (core/dc.h).
+    if (qp->qp_num() != qp_num || qp->endpoint().dct) continue;
     qp->endpoint().remote_error.store(1, std::memory_order_release);
     ring().attention.store(1, std::memory_order_release);
   }
