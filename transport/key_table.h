@@ -13,6 +13,11 @@
 
 namespace softverbs::transport {
 
+// Set in a KeyView's access bits for an indirect key (transport/indirect_key.h): its `addr` then
+// holds the SharedRef of its layout in the owner's arena, its `length` the layout's total length,
+// and its addresses are zero-based. No ibv_access_flags bit uses it.
+inline constexpr uint32_t kIndirectKey = 1u << 31;
+
 // A registration as an initiator checks it.
 struct KeyView {
   uint32_t key = 0;
@@ -22,6 +27,10 @@ struct KeyView {
   uint64_t length = 0;
   uint64_t iova = 0;    // the address remote peers use for the first byte
   uint32_t owner_process_slot() const { return static_cast<uint32_t>(pd >> 32); }
+  bool indirect() const { return (access & kIndirectKey) != 0; }
+  fabric::SharedRef layout() const {
+    return {static_cast<uint32_t>(addr >> 32), static_cast<uint32_t>(addr)};
+  }
 };
 
 // Key index in the host table: keys are (slot + 1) << 8 | variant.

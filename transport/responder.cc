@@ -58,28 +58,25 @@ void FillLanding(CqEntry& e, const iovec* gather, size_t ng, const ScatterList& 
     to += gather[i].iov_len;
   }
   e.landing_length = static_cast<uint32_t>(to - e.landing);
-  e.landing_pieces = static_cast<uint32_t>(scatter.n);
-  for (size_t i = 0; i < scatter.n; ++i)
-    e.piece[i] = {reinterpret_cast<uint64_t>(scatter.iov[i].iov_base), static_cast<uint32_t>(scatter.iov[i].iov_len),
+  const iovec* piece = scatter.pieces.data();
+  e.landing_pieces = static_cast<uint32_t>(scatter.pieces.size());
+  for (size_t i = 0; i < scatter.pieces.size(); ++i)
+    e.piece[i] = {reinterpret_cast<uint64_t>(piece[i].iov_base), static_cast<uint32_t>(piece[i].iov_len),
                   scatter.lkey[i]};
 }
 
 }  // namespace
 
 Reply Responder::CheckRemote(const Target& t, uint32_t rkey, uint64_t remote_addr, uint64_t length,
-                             uint32_t access, uint64_t* target_va, KeyPin* pin) {
+                             uint32_t access, PinnedPieces* pieces) {
   const QpEndpoint& e = t.endpoint();
   // IBA 10.6.3 / 9.7.5.1.3: the QP must allow the operation, and the R_Key must be valid, be
   // the target's, belong to the QP's PD, allow the access and cover the whole range.
   if (!(e.access & access)) return Reply::kRemoteAccess;
-  *pin = KeyPin::Acquire(local_.registry(), rkey);
-  if (!*pin) return Reply::kRemoteAccess;
-  const KeyView& k = pin->view();
-  if (k.owner_process_slot() != t.process_slot() || k.pd != e.pd || !(k.access & access))
+  const KeyRule rule{t.process_slot(), e.pd, access, access != kRemoteRead};
+  if (!ResolveKey(local_.registry(), rkey, remote_addr, length, length, rule,
+                  [&t](fabric::SharedRef ref) { return t.Resolve(ref); }, pieces))
     return Reply::kRemoteAccess;
-  if (remote_addr < k.iova || length > k.length || remote_addr - k.iova > k.length - length)
-    return Reply::kRemoteAccess;
-  *target_va = k.addr + (remote_addr - k.iova);
   return Reply::kAck;
 }
 
@@ -119,8 +116,10 @@ Reply Responder::Deliver(const Target& t, uint32_t qp_type, const iovec* local, 
   bool landing = !t.is_self() && need <= kLandingBytes;
   ScatterList scatter;
   Reply r = Scatter(t, w, need, landing, &scatter);
-  if (r == Reply::kAck && landing && scatter.n > kLandingPieces) {
-    landing = false;  // too many pieces to land: copy after all
+  if (r == Reply::kAck && landing && (scatter.indirect || scatter.pieces.size() > kLandingPieces)) {
+    // Too many pieces to land, or an indirect key (whose layout the owner's poll would have to
+    // walk again): copy after all.
+    landing = false;
     r = Scatter(t, w, need, false, &scatter);
   }
   if (r != Reply::kAck) {
@@ -133,7 +132,15 @@ Reply Responder::Deliver(const Target& t, uint32_t qp_type, const iovec* local, 
     FailTarget(t);
     return r;
   }
-  iovec gather[kMaxSge + 1];
+  // The message's bytes: the GRH, then the sender's pieces (more than kMaxSge through an
+  // indirect key).
+  iovec fixed[kMaxSge + 1];
+  std::vector<iovec> grown;
+  iovec* gather = fixed;
+  if (nl > kMaxSge) {
+    grown.resize(nl + 1);
+    gather = grown.data();
+  }
   size_t ng = 0;
   if (info.grh) gather[ng++] = {const_cast<uint8_t*>(info.grh), 40};
   for (size_t i = 0; i < nl; ++i) gather[ng++] = local[i];
@@ -142,7 +149,12 @@ Reply Responder::Deliver(const Target& t, uint32_t qp_type, const iovec* local, 
     CompleteAtTarget(t, c, [&](CqEntry& entry) { FillLanding(entry, gather, ng, scatter); });
     return Reply::kAck;
   }
-  if (Status s = need > 0 ? t.WriteV(gather, ng, scatter.iov, scatter.n) : Status::Ok(); !s.ok()) {
+  if (Status s = need > 0 ? CopyInChunks(gather, ng, scatter.pieces.data(), scatter.pieces.size(),
+                                          [&t](const iovec* l, size_t ln, const iovec* r, size_t rn) {
+                                            return t.WriteV(l, ln, r, rn);
+                                          })
+                           : Status::Ok();
+      !s.ok()) {
     if (s.code() == ESRCH) return Reply::kNotReady;
     c.status = wc_status::kLocProtErr;
     c.byte_len = 0;
@@ -159,27 +171,32 @@ Reply Responder::Scatter(const Target& t, const TakenWqe& w, uint64_t need, bool
   // LOCAL_WRITE, in bounds (IBA 10.6.3.1). kAck, kRemoteOp (a bad SGE) or kInvalidRequest
   // (the message does not fit).
   const QpEndpoint& e = t.endpoint();
-  out->n = 0;
+  out->pieces.Clear();
+  out->indirect = false;
+  const KeyRule rule{t.process_slot(), e.pd, kLocalWrite, true};
   uint64_t room = 0;
   for (uint32_t i = 0; i < w.num_sge && room < need; ++i) {
     const RecvSge& s = w.sge[i];
     if (s.length == 0) continue;
-    KeyView k;
-    bool valid;
-    if (peek_only) {
-      valid = KeyPin::Peek(local_.registry(), s.lkey, &k);
-    } else {
-      out->pin[out->n] = KeyPin::Acquire(local_.registry(), s.lkey);
-      valid = static_cast<bool>(out->pin[out->n]);
-      k = out->pin[out->n].view();
+    const uint64_t take = std::min<uint64_t>(s.length, need - room);
+    room += take;
+    if (!peek_only) {
+      if (!ResolveKey(local_.registry(), s.lkey, s.addr, s.length, take, rule,
+                      [&t](fabric::SharedRef ref) { return t.Resolve(ref); }, &out->pieces))
+        return Reply::kRemoteOp;
+      continue;
     }
-    if (!valid || k.owner_process_slot() != t.process_slot() || k.pd != e.pd || !(k.access & kLocalWrite) ||
+    KeyView k;
+    if (!KeyPin::Peek(local_.registry(), s.lkey, &k)) return Reply::kRemoteOp;
+    if (k.indirect()) {
+      out->indirect = true;  // checked when scattered for real (never landed)
+      continue;
+    }
+    if (k.owner_process_slot() != t.process_slot() || k.pd != e.pd || !(k.access & kLocalWrite) ||
         s.addr < k.iova || s.length > k.length || s.addr - k.iova > k.length - s.length)
       return Reply::kRemoteOp;
-    const uint64_t take = std::min<uint64_t>(s.length, need - room);
-    out->lkey[out->n] = s.lkey;
-    out->iov[out->n++] = {reinterpret_cast<void*>(k.addr + (s.addr - k.iova)), take};
-    room += take;
+    out->lkey[out->pieces.size()] = s.lkey;
+    out->pieces.Add({reinterpret_cast<void*>(k.addr + (s.addr - k.iova)), take});
   }
   return room < need ? Reply::kInvalidRequest : Reply::kAck;
 }
@@ -194,15 +211,16 @@ Reply Responder::Rdma(const Target& t, bool write, uint32_t rkey, uint64_t remot
     return Reply::kInvalidRequest;
   }
   if (total == 0) return Reply::kAck;  // IBA 9.4.3.1 / 9.4.4: a zero-length transfer checks no R_Key
-  uint64_t va = 0;
-  KeyPin pin;
-  if (Reply r = CheckRemote(t, rkey, remote_addr, total, write ? kRemoteWrite : kRemoteRead, &va, &pin);
+  PinnedPieces remote;
+  if (Reply r = CheckRemote(t, rkey, remote_addr, total, write ? kRemoteWrite : kRemoteRead, &remote);
       r != Reply::kAck) {
     FailTarget(t);
     return r;
   }
-  iovec remote{reinterpret_cast<void*>(va), total};
-  Status s = write ? t.WriteV(local, nl, &remote, 1) : t.ReadV(local, nl, &remote, 1);
+  Status s = CopyInChunks(local, nl, remote.data(), remote.size(),
+                          [&t, write](const iovec* l, size_t ln, const iovec* r, size_t rn) {
+                            return write ? t.WriteV(l, ln, r, rn) : t.ReadV(l, ln, r, rn);
+                          });
   return s.ok() ? Reply::kAck : CopyFailed(s);
 }
 
@@ -229,11 +247,19 @@ Reply Responder::Atomic(const Target& t, WrOpcode op, uint32_t rkey, uint64_t re
     FailTarget(t);
     return Reply::kInvalidRequest;
   }
-  uint64_t va = 0;
-  KeyPin pin;
-  if (Reply r = CheckRemote(t, rkey, remote_addr, 8, kRemoteAtomic, &va, &pin); r != Reply::kAck) {
+  PinnedPieces pieces;
+  if (Reply r = CheckRemote(t, rkey, remote_addr, 8, kRemoteAtomic, &pieces); r != Reply::kAck) {
     FailTarget(t);
     return r;
+  }
+  // Through an indirect key the 8 bytes must be one naturally aligned word of one underlying MR:
+  // the responder cannot apply an atomic to bytes of two places at once. Like a misaligned
+  // address it is an invalid request (IBA 9.4.5: atomics act on naturally aligned 8 bytes; the
+  // responder NAKs what it cannot execute with Invalid Request, 9.7.5.2.2).
+  const uint64_t va = reinterpret_cast<uint64_t>(pieces.data()[0].iov_base);
+  if (pieces.size() != 1 || va % 8 != 0) {
+    FailTarget(t);
+    return Reply::kInvalidRequest;
   }
   // IBV_ATOMIC_HCA: atomic against every other atomic through softverbs on this host. The lock
   // stripe is chosen by (process, address) so all initiators meet on the same word.

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "fabric/host/host_directory.h"
+#include "transport/indirect_key.h"
 #include "transport/key_table.h"
 #include "transport/recv_queue.h"
 #include "transport/target.h"
@@ -39,10 +40,9 @@ struct MessageInfo {
 
 // Where a receive WQE's buffers are in the target process, and the pins that keep them.
 struct ScatterList {
-  iovec iov[kMaxSge];
-  uint32_t lkey[kMaxSge];
-  KeyPin pin[kMaxSge];  // empty when only checked (Responder::Scatter's peek_only)
-  size_t n = 0;
+  PinnedPieces pieces;   // no pins when only checked (Responder::Scatter's peek_only)
+  uint32_t lkey[kMaxSge];  // peek_only: the key of each piece (one per SGE)
+  bool indirect = false;   // peek_only: an SGE names an indirect key (not checked: never landed)
 };
 
 class Responder {
@@ -63,11 +63,11 @@ class Responder {
                uint64_t swap, uint64_t* original);
 
  private:
-  // Resolves [remote_addr, +length) of `rkey` to the target's virtual address, checking IBA
-  // 10.6.3's rules: the key is the target's, in the target QP's PD, grants `access`, covers the
-  // range, and the QP grants the same access.
+  // Resolves [remote_addr, +length) of `rkey` to pieces of the target's memory (one, or several
+  // through an indirect key), checking IBA 10.6.3's rules: the key is the target's, in the target
+  // QP's PD, grants `access`, covers the range, and the QP grants the same access.
   Reply CheckRemote(const Target& t, uint32_t rkey, uint64_t remote_addr, uint64_t length, uint32_t access,
-                    uint64_t* target_va, KeyPin* pin);
+                    PinnedPieces* pieces);
   // Resolves WQE `w`'s buffers for a message of `need` bytes (see Deliver).
   Reply Scatter(const Target& t, const TakenWqe& w, uint64_t need, bool peek_only, ScatterList* out);
   // RDMA WRITE (write) or READ: the shared checks, then the copy.

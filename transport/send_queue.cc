@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "transport/dc_access.h"
+#include "transport/indirect_key.h"
 #include "transport/key_table.h"
 #include "transport/mcast_table.h"
 #include "transport/progress_thread.h"
@@ -71,6 +72,7 @@ uint32_t WcOpcode(WrOpcode op) {
     case WrOpcode::kRdmaRead: return wc_opcode::kRdmaRead;
     case WrOpcode::kAtomicCmpSwp: return wc_opcode::kCompSwap;
     case WrOpcode::kAtomicFetchAdd: return wc_opcode::kFetchAdd;
+    case WrOpcode::kDriver1: return wc_opcode::kDriver1;  // MLX5DV_WC_UMR (mlx5dv_wr_post(3))
     default: return wc_opcode::kSend;
   }
 }
@@ -93,7 +95,8 @@ Status SendQueue::Check(const SendWr& wr, uint32_t qp_state) const {
     return Invalid("the QP must be in RTS to post sends (IBA 10.8.2)");
   if (wr.num_sge > config_.max_send_sge)
     return Invalid("num_sge " + std::to_string(wr.num_sge) + " exceeds max_send_sge " + std::to_string(config_.max_send_sge));
-  if ((wr.flags & send_flag::kInline) && wr.inline_length > config_.max_inline)
+  // (A UMR's layout travels as its inline bytes: not the application's inline data.)
+  if ((wr.flags & send_flag::kInline) && wr.opcode != WrOpcode::kDriver1 && wr.inline_length > config_.max_inline)
     return Invalid("inline data of " + std::to_string(wr.inline_length) + " bytes exceeds max_inline_data " +
                    std::to_string(config_.max_inline));
   switch (wr.opcode) {
@@ -118,6 +121,13 @@ Status SendQueue::Check(const SendWr& wr, uint32_t qp_state) const {
       return NotSupported("memory windows are not offered (LOCAL_INV, BIND_MW, SEND_WITH_INV)");
     case WrOpcode::kAtomicWrite:
       return NotSupported("ATOMIC WRITE is not offered");
+    case WrOpcode::kDriver1:
+      // mlx5dv_wr_post(3) lists mlx5dv_wr_mr_interleaved / mlx5dv_wr_mr_list under "RC QPs".
+      if (!wr.umr)
+        return Invalid("opcode IBV_WR_DRIVER1 is posted by mlx5dv_wr_mr_list / mlx5dv_wr_mr_interleaved only");
+      if (config_.type != kRc) return Invalid("UMR work requests (indirect mkeys) are for RC QPs (mlx5dv_wr_post(3))");
+      if (wr.inline_length < sizeof(UmrRequest)) return Invalid("a UMR work request without its layout");
+      return Status::Ok();
     default:
       return Invalid("opcode " + std::to_string(static_cast<uint32_t>(wr.opcode)) + " is not a send opcode of this QP");
   }
@@ -251,34 +261,54 @@ void SendQueue::SendMulticast(const SendWr& wr, const iovec* local, size_t nl, u
   });
 }
 
+SendQueue::Step SendQueue::ExecuteUmr(const SendWr& wr) {
+  UmrRequest req;
+  memcpy(&req, wr.inline_data, sizeof req);
+  if (wr.inline_length != sizeof req + static_cast<uint64_t>(req.entries) * sizeof(LayoutEntry)) {
+    Fail(wr, wc_status::kLocQpOpErr);  // not what the builders write: a malformed WQE
+    return Step::kDone;
+  }
+  std::vector<LayoutEntry> entries(req.entries);
+  if (req.entries) memcpy(entries.data(), wr.inline_data + sizeof req, req.entries * sizeof(LayoutEntry));
+  // The builder checked the mkey when it was posted; it may have been destroyed since, which
+  // makes the UMR a local protection error (the mkey is not valid for this QP).
+  std::shared_ptr<IndirectKey> mkey = IndirectKey::Find(req.mkey);
+  if (mkey == nullptr || mkey->pd() != config_.pd || req.entries > mkey->max_entries()) {
+    Fail(wr, wc_status::kLocProtErr);
+    return Step::kDone;
+  }
+  mkey->Configure(req.access, req.repeat_count, entries.data(), req.entries);
+  Finish(wr, wc_status::kSuccess, 0);
+  return Step::kDone;
+}
+
 SendQueue::Step SendQueue::Execute(Pending& p) {
   const SendWr& wr = p.wr;
-  // The local side: inline bytes, or SGEs checked against this process's keys (IBA 10.6.3.1).
-  iovec local[kMaxSge];
-  size_t nl = 0;
+  if (wr.opcode == WrOpcode::kDriver1) return ExecuteUmr(wr);
+  // The local side: inline bytes, or SGEs checked against this process's keys (IBA 10.6.3.1),
+  // each resolved into pieces of memory (one per SGE, or several through an indirect key).
+  PinnedPieces pieces;
   uint64_t total = 0;
-  KeyPin pins[kMaxSge];
   const bool writes_local =
       wr.opcode == WrOpcode::kRdmaRead || wr.opcode == WrOpcode::kAtomicCmpSwp || wr.opcode == WrOpcode::kAtomicFetchAdd;
   if ((wr.flags & send_flag::kInline) && !writes_local) {
-    if (wr.inline_length) local[nl++] = {wr.inline_data, wr.inline_length};
+    if (wr.inline_length) pieces.Add({wr.inline_data, wr.inline_length});
     total = wr.inline_length;
   } else {
+    const KeyRule rule{config_.process_slot, config_.pd, writes_local ? kLocalWrite : 0, writes_local};
     for (uint32_t i = 0; i < wr.num_sge; ++i) {
       const Sge& s = wr.sge[i];
       if (s.length == 0) continue;
-      pins[nl] = KeyPin::Acquire(local_.registry(), s.lkey);
-      const KeyView& k = pins[nl].view();
-      if (!pins[nl] || k.owner_process_slot() != config_.process_slot || k.pd != config_.pd ||
-          (writes_local && !(k.access & kLocalWrite)) || s.addr < k.iova || s.length > k.length ||
-          s.addr - k.iova > k.length - s.length) {
+      if (!ResolveKey(local_.registry(), s.lkey, s.addr, s.length, s.length, rule,
+                      [this](fabric::SharedRef ref) { return local_.At(ref); }, &pieces)) {
         Fail(wr, wc_status::kLocProtErr);
         return Step::kDone;
       }
-      local[nl++] = {reinterpret_cast<void*>(k.addr + (s.addr - k.iova)), s.length};
       total += s.length;
     }
   }
+  const iovec* local = pieces.data();
+  const size_t nl = pieces.size();
   if (total > (1ull << 31)) {  // IBA: 2^31 bytes per message
     Fail(wr, wc_status::kLocLenErr);
     return Step::kDone;
@@ -344,7 +374,11 @@ SendQueue::Step SendQueue::Execute(Pending& p) {
         }
         uint64_t original = 0;
         reply = responder_.Atomic(*target, wr.opcode, wr.rkey, wr.remote_addr, wr.compare_add, wr.swap, &original);
-        if (reply == Reply::kAck) memcpy(local[0].iov_base, &original, 8);
+        if (reply == Reply::kAck) {
+          // The 8 bytes may span pieces of an indirect local key.
+          const auto* from = reinterpret_cast<const uint8_t*>(&original);
+          for (size_t i = 0; i < nl; from += local[i].iov_len, ++i) memcpy(local[i].iov_base, from, local[i].iov_len);
+        }
         byte_len = 8;
         break;
       }

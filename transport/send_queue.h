@@ -89,6 +89,8 @@ class SendQueue {
   void Enqueue(Pending&& p);
   // Runs the head of the queue once; kWait if it must be retried later.
   Step Execute(Pending& p);
+  // A UMR (kDriver1): configures an indirect mkey of this process (transport/indirect_key.h).
+  Step ExecuteUmr(const SendWr& wr);
   void Finish(const SendWr& wr, uint32_t status, uint64_t byte_len);
   void Fail(const SendWr& wr, uint32_t status);
   void RunQueue(std::unique_lock<std::mutex>& lock);

@@ -29,7 +29,7 @@ enum class WrOpcode : uint32_t {
   kBindMw = 8,
   kSendWithInv = 9,
   kTso = 10,
-  kDriver1 = 11,
+  kDriver1 = 11,  // mlx5: a UMR configuring an indirect mkey (transport/indirect_key.h)
   kAtomicWrite = 15,
 };
 
@@ -51,6 +51,7 @@ inline constexpr uint32_t kCompSwap = 3;
 inline constexpr uint32_t kFetchAdd = 4;
 inline constexpr uint32_t kRecv = 1u << 7;
 inline constexpr uint32_t kRecvRdmaWithImm = kRecv + 1;
+inline constexpr uint32_t kDriver1 = kRecv + 7;  // IBV_WC_DRIVER1 = MLX5DV_WC_UMR
 }  // namespace wc_opcode
 
 // ibv_wc_status
@@ -113,6 +114,9 @@ struct SendWr {
   uint64_t swap = 0;
   UdDestination ud;  // UD only
   DcDestination dc;  // DCI only
+  // kDriver1: set by the mlx5dv_wr_mr_* builders, whose UMR layout is the inline bytes
+  // (transport/indirect_key.h); ibv_post_send cannot post one.
+  bool umr = false;
 };
 
 }  // namespace softverbs::transport

@@ -1,10 +1,14 @@
 // The mlx5dv_qp_ex ops (mlx5dv_wr_post(3)): setters and builders that extend the ibv_qp_ex batch
 // of the same QP (abi/verbs/qp_ex.cc). mlx5dv_wr_set_dc_addr gives a DCI's current work request
-// its destination; the mkey, signature, crypto, raw-WQE and memcpy builders refuse the batch:
-// they can only be requested through send_ops_flags that mlx5dv_create_qp refuses. Compiled into
+// its destination; mlx5dv_wr_mr_list / mlx5dv_wr_mr_interleaved configure an indirect mkey (a UMR
+// work request). The signature/crypto mkey, raw-WQE and memcpy builders refuse the batch: they
+// can only be requested through send_ops_flags that mlx5dv_create_qp refuses. Compiled into
 // libibverbs.so.1 (provider.h).
 #include <cstring>
 
+#include <vector>
+
+#include "abi/mlx5dv/mkey.h"
 #include "abi/mlx5dv/provider.h"
 #include "abi/verbs/objects.h"
 
@@ -42,12 +46,47 @@ void SetDcAddrStream(mlx5dv_qp_ex* mqp, ibv_ah* ah, uint32_t remote_dctn, uint64
 }
 
 void RefuseMkey(mlx5dv_qp_ex* mqp, const char* verb) {
-  Refuse(ToSv(mqp), NotSupported(std::string(verb) + ": indirect mkeys are not offered"));
+  Refuse(ToSv(mqp), NotSupported(std::string(verb) + ": signature/crypto mkeys (MKEY_CONFIGURE) are not offered"));
 }
-void MrInterleaved(mlx5dv_qp_ex* q, mlx5dv_mkey*, uint32_t, uint32_t, uint16_t, mlx5dv_mr_interleaved*) {
-  RefuseMkey(q, "mlx5dv_wr_mr_interleaved");
+
+// mlx5dv_wr_mr_list / mlx5dv_wr_mr_interleaved: a UMR work request that configures `mkey`
+// (core/mkey.h checks it; the send queue executes it in order, transport/indirect_key.h).
+void BeginUmr(mlx5dv_qp_ex* mqp, const char* verb, uint64_t flag, mlx5dv_mkey* mkey, uint32_t access,
+              bool interleaved, uint32_t repeat_count, const std::vector<transport::LayoutEntry>& entries) {
+  SvQp* qp = ToSv(mqp);
+  const std::string v = verb;
+  if (!(qp->mlx5_send_ops_flags & flag))
+    return Refuse(qp, Invalid(v + " was not requested in mlx5dv_qp_init_attr.send_ops_flags at creation"));
+  // mlx5dv_wr_post(3): "Current implementation requires the IBV_SEND_INLINE option to be on in
+  // ibv_qp_ex->wr_flags field."
+  if (!(qp->qpx.wr_flags & IBV_SEND_INLINE))
+    return Refuse(qp, Invalid(v + " needs IBV_SEND_INLINE in ibv_qp_ex->wr_flags (mlx5dv_wr_post(3))"));
+  SvMkey* sv = mkey != nullptr ? FindMkey(mkey) : nullptr;
+  if (sv == nullptr)
+    return Refuse(qp, Invalid(v + ": mkey is not an indirect mkey of mlx5dv_create_mkey (or was destroyed)"));
+  auto payload = sv->core->BuildUmr(*ToSv(qp->qpx.qp_base.pd)->core, access, interleaved, repeat_count, entries);
+  if (!payload.ok()) return Refuse(qp, Status(payload.status().code(), v + ": " + payload.status().rule()));
+  SvQp::BatchedWr& b = qp->batch.emplace_back();
+  b.wr.wr_id = qp->qpx.wr_id;
+  b.wr.flags = qp->qpx.wr_flags;
+  b.wr.opcode = transport::WrOpcode::kDriver1;
+  b.wr.umr = true;
+  b.inline_data = std::move(payload.value());
 }
-void MrList(mlx5dv_qp_ex* q, mlx5dv_mkey*, uint32_t, uint16_t, ibv_sge*) { RefuseMkey(q, "mlx5dv_wr_mr_list"); }
+
+void MrInterleaved(mlx5dv_qp_ex* q, mlx5dv_mkey* mkey, uint32_t access, uint32_t repeat_count, uint16_t n,
+                   mlx5dv_mr_interleaved* data) {
+  std::vector<transport::LayoutEntry> entries(n);
+  for (uint16_t i = 0; i < n && data != nullptr; ++i)
+    entries[i] = {data[i].addr, data[i].bytes_count, data[i].bytes_skip, data[i].lkey, 0};
+  BeginUmr(q, "mlx5dv_wr_mr_interleaved", MLX5DV_QP_EX_WITH_MR_INTERLEAVED, mkey, access, true, repeat_count,
+           entries);
+}
+void MrList(mlx5dv_qp_ex* q, mlx5dv_mkey* mkey, uint32_t access, uint16_t n, ibv_sge* sge) {
+  std::vector<transport::LayoutEntry> entries(n);
+  for (uint16_t i = 0; i < n && sge != nullptr; ++i) entries[i] = {sge[i].addr, sge[i].length, 0, sge[i].lkey, 0};
+  BeginUmr(q, "mlx5dv_wr_mr_list", MLX5DV_QP_EX_WITH_MR_LIST, mkey, access, false, 1, entries);
+}
 void MkeyConfigure(mlx5dv_qp_ex* q, mlx5dv_mkey*, uint8_t, mlx5dv_mkey_conf_attr*) {
   RefuseMkey(q, "mlx5dv_wr_mkey_configure");
 }

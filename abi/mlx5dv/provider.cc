@@ -51,6 +51,7 @@ ibv_qp* CreateQp(ibv_context* context, ibv_qp_init_attr_ex* attr, mlx5dv_qp_init
   constexpr const char* kVerb = "mlx5dv_create_qp";
   const std::string object = context->device->name;
   core::QpInitAttributes provider;
+  uint64_t mlx5_send_ops = 0;
   if (mlx5 != nullptr) {
     constexpr uint64_t kKnown = MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS | MLX5DV_QP_INIT_ATTR_MASK_DC |
                                 MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS | MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS;
@@ -79,15 +80,30 @@ ibv_qp* CreateQp(ibv_context* context, ibv_qp_init_attr_ex* attr, mlx5dv_qp_init
       return ReturnNull<ibv_qp>(kVerb, object,
                                 NotSupported("DCI streams are not implemented (mlx5dv_query_device reports "
                                              "dci_streams_caps 0): omit MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS"));
-    // MR_INTERLEAVED / MR_LIST / MKEY_CONFIGURE need indirect mkeys (mlx5dv_create_mkey), which
-    // are not offered; RAW_WQE and MEMCPY need mlx5 WQEs and a DMA engine.
-    if ((mlx5->comp_mask & MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS) && mlx5->send_ops_flags != 0)
-      return ReturnNull<ibv_qp>(kVerb, object,
-                                NotSupported("mlx5 send_ops_flags " + std::to_string(mlx5->send_ops_flags) +
-                                             ": MR_INTERLEAVED, MR_LIST, MKEY_CONFIGURE (indirect mkeys), "
-                                             "RAW_WQE and MEMCPY are not offered"));
+    // MR_INTERLEAVED and MR_LIST configure indirect mkeys (mlx5dv_create_mkey); MKEY_CONFIGURE
+    // (signature/crypto mkeys), RAW_WQE and MEMCPY need mlx5 WQEs, offload engines and a DMA engine.
+    constexpr uint64_t kOffered = MLX5DV_QP_EX_WITH_MR_INTERLEAVED | MLX5DV_QP_EX_WITH_MR_LIST;
+    if (mlx5->comp_mask & MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS) {
+      if (mlx5->send_ops_flags & ~kOffered)
+        return ReturnNull<ibv_qp>(kVerb, object,
+                                  NotSupported("mlx5 send_ops_flags " + std::to_string(mlx5->send_ops_flags & ~kOffered) +
+                                               ": MKEY_CONFIGURE, RAW_WQE and MEMCPY are not offered"));
+      // mlx5dv_wr_post(3) lists the mkey builders under "RC QPs".
+      if (mlx5->send_ops_flags != 0 && attr->qp_type != IBV_QPT_RC)
+        return ReturnNull<ibv_qp>(kVerb, object,
+                                  Invalid("MLX5DV_QP_EX_WITH_MR_INTERLEAVED/MR_LIST are for RC QPs (mlx5dv_wr_post(3))"));
+      // The mlx5dv ops extend the ibv_qp_ex batch: they need the QP's ibv_qp_ex ops.
+      if (mlx5->send_ops_flags != 0 && !(attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS))
+        return ReturnNull<ibv_qp>(kVerb, object,
+                                  Invalid("mlx5 send_ops_flags need IBV_QP_INIT_ATTR_SEND_OPS_FLAGS (mlx5dv_wr_post(3): "
+                                          "\"a QP must be created using mlx5dv_create_qp() with send_ops_flags of "
+                                          "struct ibv_qp_init_attr_ex set\")"));
+      mlx5_send_ops = mlx5->send_ops_flags;
+    }
   }
-  return CreateQpWith(kVerb, context, attr, &provider);
+  ibv_qp* qp = CreateQpWith(kVerb, context, attr, &provider);
+  if (qp != nullptr) ToSv(qp)->mlx5_send_ops_flags = mlx5_send_ops;
+  return qp;
 }
 
 // mlx5dv_qp_ex_from_ibv_qp_ex(3): the mlx5dv send-op table of a QP that has ibv_qp_ex ops.
@@ -104,7 +120,8 @@ mlx5dv_qp_ex* QpExFromIbvQpEx(ibv_qp_ex* qpx) {
   return &qp->dv;
 }
 
-constexpr SvMlx5Provider kProvider = {sizeof(SvMlx5Provider), IsSupported, QueryDevice, CreateQp, QpExFromIbvQpEx};
+constexpr SvMlx5Provider kProvider = {sizeof(SvMlx5Provider), IsSupported,  QueryDevice, CreateQp,
+                                      QpExFromIbvQpEx,        CreateMkey,   DestroyMkey};
 
 }  // namespace
 }  // namespace softverbs::abi

@@ -19,6 +19,8 @@ struct SvMlx5Provider {
   struct ibv_qp* (*create_qp)(struct ibv_context* context, struct ibv_qp_init_attr_ex* qp_attr,
                               struct mlx5dv_qp_init_attr* mlx5_qp_attr);
   struct mlx5dv_qp_ex* (*qp_ex_from_ibv_qp_ex)(struct ibv_qp_ex* qp);
+  struct mlx5dv_mkey* (*create_mkey)(struct mlx5dv_mkey_init_attr* mkey_init_attr);
+  int (*destroy_mkey)(struct mlx5dv_mkey* mkey);
 };
 
 extern "C" const SvMlx5Provider* sv_private_mlx5_provider(void);
@@ -26,4 +28,7 @@ extern "C" const SvMlx5Provider* sv_private_mlx5_provider(void);
 namespace softverbs::abi {
 // The ops of an mlx5dv_qp_ex (dv_qp_ex.cc).
 void InitDvQpEx(struct SvQp* qp);
+// mlx5dv_create_mkey / mlx5dv_destroy_mkey (mkey_ops.cc).
+struct mlx5dv_mkey* CreateMkey(struct mlx5dv_mkey_init_attr* attr);
+int DestroyMkey(struct mlx5dv_mkey* mkey);
 }  // namespace softverbs::abi

@@ -92,6 +92,7 @@ struct SvQp {
   // The mlx5dv_qp_ex ops (mlx5dv_qp_ex_from_ibv_qp_ex(3)) of a QP with ibv_qp_ex ops, filled at
   // creation by abi/mlx5dv/dv_qp_ex.cc; they add to the batch above.
   mlx5dv_qp_ex dv{};
+  uint64_t mlx5_send_ops_flags = 0;  // mlx5dv_qp_init_attr.send_ops_flags (MR_LIST / MR_INTERLEAVED)
 };
 
 inline SvContext* ToSv(ibv_context* c) {

@@ -116,7 +116,7 @@ class CreateTest(base.SoftverbsTestCase):
         self.assertRDMAError(errno.EOPNOTSUPP, self.create, e.IBV_QPT_DRIVER, send_ops=dc.DCI_OPS,
                              dc_type=dve.MLX5DV_DCTYPE_DCI, comp_mask=dve.MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS)
         self.assertRDMAError(errno.EOPNOTSUPP, self.create, e.IBV_QPT_DRIVER, send_ops=dc.DCI_OPS,
-                             dc_type=dve.MLX5DV_DCTYPE_DCI, send_ops_flags=dve.MLX5DV_QP_EX_WITH_MR_LIST)
+                             dc_type=dve.MLX5DV_DCTYPE_DCI, send_ops_flags=dve.MLX5DV_QP_EX_WITH_MEMCPY)
         dct = self.create(e.IBV_QPT_DRIVER, srq=self.srq, dc_type=dve.MLX5DV_DCTYPE_DCT, key=7)
         self.assertEqual(dct.qp_type, e.IBV_QPT_DRIVER)
 

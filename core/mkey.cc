@@ -1,0 +1,80 @@
+#include "core/mkey.h"
+
+#include <cstring>
+
+#include "base/strings.h"
+#include "core/context.h"
+#include "core/types.h"
+#include "transport/key_table.h"
+
+namespace softverbs::core {
+
+Result<std::unique_ptr<Mkey>> Mkey::Create(Pd& pd, uint32_t max_entries) {
+  if (max_entries == 0) return Invalid("max_entries is 0");
+  const uint32_t rounded = (max_entries + 3) & ~3u;
+  if (rounded > kMaxEntries)
+    return Invalid("max_entries " + std::to_string(max_entries) + " exceeds " + std::to_string(kMaxEntries));
+  auto key = transport::IndirectKey::Create(pd.context().local(), pd.host_id(), rounded);
+  if (!key.ok()) return key.status();
+  pd.users().Acquire();
+  return std::unique_ptr<Mkey>(new Mkey(pd, std::move(key.value())));
+}
+
+Mkey::~Mkey() {
+  key_.reset();  // withdrawn and freed (a UMR still queued for it fails: transport/send_queue.cc)
+  pd_->users().Release();
+}
+
+Result<std::vector<uint8_t>> Mkey::BuildUmr(const Pd& qp_pd, uint32_t access, bool interleaved, uint32_t repeat_count,
+                                            const std::vector<transport::LayoutEntry>& entries) const {
+  if (&qp_pd != pd_) return Invalid("the mkey's PD is not the QP's PD");
+  // The access flags an mkey takes: what an MR grants the data path (ibv_reg_mr(3)), nothing else.
+  constexpr uint32_t kKnown = access::kLocalWrite | access::kRemoteWrite | access::kRemoteRead | access::kRemoteAtomic;
+  if (access & ~kKnown)
+    return Invalid("access_flags " + Hex(access & ~kKnown) +
+                   ": an mkey takes LOCAL_WRITE, REMOTE_READ, REMOTE_WRITE, REMOTE_ATOMIC only");
+  // ibv_reg_mr(3): "If IBV_ACCESS_REMOTE_WRITE or IBV_ACCESS_REMOTE_ATOMIC is set, then
+  // IBV_ACCESS_LOCAL_WRITE must be set too."
+  if ((access & (access::kRemoteWrite | access::kRemoteAtomic)) && !(access & access::kLocalWrite))
+    return Invalid("access_flags REMOTE_WRITE/REMOTE_ATOMIC need LOCAL_WRITE (ibv_reg_mr(3))");
+  const size_t n = entries.size();
+  if (n == 0) return Invalid(interleaved ? "num_interleaved is 0" : "num_sges is 0");
+  // mlx5dv_wr_post(3): "As one entry will be consumed for strided header, the mkey should be
+  // created with one more entry than the required num_interleaved."
+  const size_t needed = interleaved ? n + 1 : n;
+  if (needed > max_entries())
+    return Invalid(std::string(interleaved ? "num_interleaved " : "num_sges ") + std::to_string(n) +
+                   " needs " + std::to_string(needed) + " entries; the mkey has max_entries " +
+                   std::to_string(max_entries()));
+  if (interleaved && repeat_count == 0) return Invalid("repeat_count is 0");
+  fabric::HostRegistry& registry = pd_->context().registry();
+  for (size_t i = 0; i < n; ++i) {
+    const transport::LayoutEntry& e = entries[i];
+    const std::string which = "entry " + std::to_string(i) + " (lkey " + Hex(e.lkey) + ")";
+    transport::KeyView k;
+    if (!transport::KeyPin::Peek(registry, e.lkey, &k)) return Invalid(which + " names no memory region");
+    if (k.indirect()) return Invalid(which + " is an indirect mkey: layouts point at MRs");
+    if (k.owner_process_slot() != pd_->context().local().slot() || k.pd != pd_->host_id())
+      return Invalid(which + " is not an MR of the mkey's PD");
+    // The last byte the entry reaches: repetition repeat_count - 1 at addr + r * (count + skip).
+    const uint64_t reps = interleaved ? repeat_count : 1;
+    const uint64_t span = (reps - 1) * (static_cast<uint64_t>(e.count) + e.skip) + e.count;
+    if (e.addr < k.iova || span > k.length || e.addr - k.iova > k.length - span)
+      return Invalid(which + " reaches [" + Hex(e.addr) + ", +" + std::to_string(span) + ") outside its MR");
+  }
+  transport::UmrRequest req;
+  req.mkey = key();
+  req.access = access;
+  req.repeat_count = interleaved ? repeat_count : 1;
+  req.entries = static_cast<uint32_t>(n);
+  transport::LayoutHeader h;
+  h.entries = req.entries;
+  h.repeat_count = req.repeat_count;
+  if (!transport::ComputeLayoutLengths(h, entries.data())) return Invalid("the layout's total length overflows");
+  std::vector<uint8_t> payload(sizeof req + n * sizeof(transport::LayoutEntry));
+  memcpy(payload.data(), &req, sizeof req);
+  memcpy(payload.data() + sizeof req, entries.data(), n * sizeof(transport::LayoutEntry));
+  return payload;
+}
+
+}  // namespace softverbs::core

@@ -1,0 +1,41 @@
+// Indirect mkeys (mlx5dv_create_mkey(3)) and the UMR work requests that configure them
+// (mlx5dv_wr_mr_list / mlx5dv_wr_mr_interleaved, mlx5dv_wr_post(3)). The data path is
+// transport/indirect_key.h; here are the objects' rules.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "base/status.h"
+#include "core/pd.h"
+#include "transport/indirect_key.h"
+
+namespace softverbs::core {
+
+class Mkey {
+ public:
+  // The most layout entries one mkey holds (mlx5dv_create_mkey may round max_entries up).
+  static constexpr uint32_t kMaxEntries = 4096;
+
+  // An indirect mkey of `pd` for up to `max_entries` entries (rounded up to a multiple of 4,
+  // as mlx5 does: "it will be greater than or equal to the value requested").
+  static Result<std::unique_ptr<Mkey>> Create(Pd& pd, uint32_t max_entries);
+  ~Mkey();
+
+  // Checks a UMR for QP PD `qp_pd` and returns its payload (transport::UmrRequest + entries).
+  // `interleaved`: mlx5dv_wr_mr_interleaved (else mlx5dv_wr_mr_list, repeat_count 1).
+  Result<std::vector<uint8_t>> BuildUmr(const Pd& qp_pd, uint32_t access, bool interleaved, uint32_t repeat_count,
+                                        const std::vector<transport::LayoutEntry>& entries) const;
+
+  uint32_t key() const { return key_->key(); }
+  uint32_t max_entries() const { return key_->max_entries(); }
+  Pd& pd() const { return *pd_; }
+
+ private:
+  Mkey(Pd& pd, std::shared_ptr<transport::IndirectKey> key) : pd_(&pd), key_(std::move(key)) {}
+  Pd* pd_;
+  std::shared_ptr<transport::IndirectKey> key_;
+};
+
+}  // namespace softverbs::core

@@ -1,0 +1,188 @@
+#include "transport/indirect_key.h"
+
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "fabric/host/process_token.h"
+
+namespace softverbs::transport {
+
+bool ComputeLayoutLengths(LayoutHeader& h, const LayoutEntry* entries) {
+  uint64_t pattern = 0;
+  for (uint32_t i = 0; i < h.entries; ++i) pattern += entries[i].count;  // <= 2^16 * 2^32: no overflow
+  h.pattern_length = pattern;
+  if (pattern != 0 && h.repeat_count > UINT64_MAX / pattern) return false;
+  h.total_length = pattern * h.repeat_count;
+  return true;
+}
+
+void PinnedPieces::Add(iovec piece) {
+  if (grown_.empty() && n_ < kMaxSge) {
+    fixed_[n_++] = piece;
+    return;
+  }
+  if (grown_.empty()) grown_.assign(fixed_, fixed_ + n_);
+  grown_.push_back(piece);
+}
+
+void PinnedPieces::Keep(KeyPin&& pin) {
+  if (pins_ < kMaxSge)
+    fixed_pins_[pins_++] = std::move(pin);
+  else
+    more_pins_.push_back(std::move(pin));
+}
+
+const KeyPin* PinnedPieces::Find(uint32_t key) const {
+  for (size_t i = 0; i < pins_; ++i)
+    if (fixed_pins_[i].view().key == key) return &fixed_pins_[i];
+  for (const KeyPin& p : more_pins_)
+    if (p.view().key == key) return &p;
+  return nullptr;
+}
+
+void PinnedPieces::Clear() {
+  n_ = 0;
+  grown_.clear();
+  for (size_t i = 0; i < pins_; ++i) fixed_pins_[i] = KeyPin();
+  pins_ = 0;
+  more_pins_.clear();
+}
+
+bool ResolveIndirect(fabric::HostRegistry& registry, const KeyView& k, const void* layout, uint64_t addr,
+                     uint64_t length, uint64_t use, const KeyRule& rule, PinnedPieces* out) {
+  // The key is pinned: its owner cannot rewrite the layout until the pin is released.
+  LayoutHeader h;
+  memcpy(&h, layout, sizeof h);
+  const auto* entries = reinterpret_cast<const LayoutEntry*>(static_cast<const uint8_t*>(layout) + sizeof h);
+  // Beyond the layout's end is out of the key's bounds, like any key (IBA 10.6.3.1 / 9.7.5.1.3).
+  if (h.total_length != k.length || addr > h.total_length || length > h.total_length - addr) return false;
+  bool ok = true;
+  // Each piece is checked against its underlying key, which
+  // this access pins once however many pieces use it.
+  WalkLayout(h, entries, addr, use, [&](uint32_t i, uint64_t piece_addr, uint64_t piece_length) {
+    if (!ok) return;
+    const uint32_t lkey = entries[i].lkey;
+    const KeyPin* pin = out->Find(lkey);
+    if (pin == nullptr) {
+      KeyPin p = KeyPin::Acquire(registry, lkey);
+      if (!p) {
+        ok = false;
+        return;
+      }
+      out->Keep(std::move(p));
+      pin = out->Find(lkey);
+    }
+    // The underlying MR is the owner's, in the mkey's PD, direct (no nesting), writable if the
+    // access writes, and holds the piece.
+    const KeyView& u = pin->view();
+    if (u.indirect() || u.owner_process_slot() != rule.owner_slot || u.pd != rule.pd ||
+        (rule.writes && !(u.access & 1u /* IBV_ACCESS_LOCAL_WRITE */)) || piece_addr < u.iova ||
+        piece_length > u.length || piece_addr - u.iova > u.length - piece_length) {
+      ok = false;
+      return;
+    }
+    out->Add({reinterpret_cast<void*>(u.addr + (piece_addr - u.iova)), piece_length});
+  });
+  return ok;
+}
+
+Status CopyInChunksImpl(const iovec* local, size_t nl, const iovec* remote, size_t nr,
+                        Status (*copy)(void*, const iovec*, size_t, const iovec*, size_t), void* ctx) {
+  // Two cursors in step: each chunk takes up to kMaxIov pieces of either side, cut where the
+  // shorter side runs out.
+  std::vector<iovec> lv, rv;
+  size_t li = 0, lo = 0, ri = 0, ro = 0;
+  while (li < nl && ri < nr) {
+    lv.clear();
+    rv.clear();
+    while (li < nl && ri < nr && lv.size() < kMaxIov && rv.size() < kMaxIov) {
+      const size_t n = std::min(local[li].iov_len - lo, remote[ri].iov_len - ro);
+      auto append = [](std::vector<iovec>& v, const iovec& base, size_t off, size_t len) {
+        uint8_t* p = static_cast<uint8_t*>(base.iov_base) + off;
+        if (!v.empty() && static_cast<uint8_t*>(v.back().iov_base) + v.back().iov_len == p)
+          v.back().iov_len += len;
+        else
+          v.push_back({p, len});
+      };
+      append(lv, local[li], lo, n);
+      append(rv, remote[ri], ro, n);
+      lo += n;
+      ro += n;
+      if (lo == local[li].iov_len) ++li, lo = 0;
+      if (ro == remote[ri].iov_len) ++ri, ro = 0;
+    }
+    SV_RETURN_IF_ERROR(copy(ctx, lv.data(), lv.size(), rv.data(), rv.size()));
+  }
+  return Status::Ok();
+}
+
+// --- the owner's side ------------------------------------------------------------------------
+
+namespace {
+
+// This process's indirect keys by key: a UMR names its mkey by key, and the send queue that
+// executes it finds the mkey here (or learns it was destroyed).
+struct Directory {
+  std::mutex mu;
+  std::unordered_map<uint32_t, std::weak_ptr<IndirectKey>> keys;
+};
+Directory& Keys() {
+  static Directory* d = new Directory;  // never destroyed: mkeys may outlive static destructors
+  return *d;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<IndirectKey>> IndirectKey::Create(fabric::LocalProcess& local, uint64_t pd,
+                                                         uint32_t max_entries) {
+  auto block = local.Allocate(LayoutBytes(max_entries));
+  if (!block.ok()) return Status(ENOMEM, "no shared memory for the mkey's layout: " + block.status().rule());
+  auto& keys = local.registry().keys();
+  auto slot = keys.Allocate(fabric::ProcessToken::Self());
+  if (!slot.ok()) {
+    local.Free(*block, LayoutBytes(max_entries));
+    return Status(ENOMEM, "no memory key left: " + slot.status().rule());
+  }
+  // The key's variant portion, as for an MR (core/mr.h): a stale key of a freed slot never matches.
+  const uint32_t generation = keys.slot(*slot).generation.load(std::memory_order_relaxed);
+  const uint32_t key = (*slot + 1) << 8 | (generation & 0xff);
+  std::shared_ptr<IndirectKey> k(new IndirectKey(local, pd, max_entries, *slot, key, *block));
+  // Not published until its first UMR: until then every access through it fails.
+  std::lock_guard lock(Keys().mu);
+  Keys().keys[key] = k;
+  return k;
+}
+
+IndirectKey::~IndirectKey() {
+  {
+    std::lock_guard lock(Keys().mu);
+    Keys().keys.erase(key_);
+  }
+  fabric::HostRegistry& registry = local_.registry();
+  WithdrawKey(registry, slot_);
+  registry.keys().Free(slot_, fabric::ProcessToken::Self());
+  local_.Free(block_, LayoutBytes(max_entries_));
+}
+
+std::shared_ptr<IndirectKey> IndirectKey::Find(uint32_t key) {
+  std::lock_guard lock(Keys().mu);
+  auto it = Keys().keys.find(key);
+  return it == Keys().keys.end() ? nullptr : it->second.lock();
+}
+
+void IndirectKey::Configure(uint32_t access, uint32_t repeat_count, const LayoutEntry* entries, uint32_t n) {
+  // Accesses through the old layout finish before it changes (as ibv_rereg_mr).
+  WithdrawKey(local_.registry(), slot_);
+  auto* base = static_cast<uint8_t*>(local_.At(block_));
+  LayoutHeader h;
+  h.entries = n;
+  h.repeat_count = repeat_count;
+  ComputeLayoutLengths(h, entries);
+  memcpy(base, &h, sizeof h);
+  memcpy(base + sizeof h, entries, n * sizeof(LayoutEntry));
+  const uint64_t ref = static_cast<uint64_t>(block_.segment) << 32 | block_.offset;
+  PublishKey(local_.registry(), slot_, KeyView{key_, access | kIndirectKey, pd_, ref, h.total_length, 0});
+}
+
+}  // namespace softverbs::transport

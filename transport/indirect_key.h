@@ -1,0 +1,203 @@
+// Indirect keys (mlx5dv indirect mkeys, mlx5dv_create_mkey(3)): a key whose bytes are not one
+// range of the owner's memory but a layout over other keys, configured by a UMR work request
+// (mlx5dv_wr_mr_list / mlx5dv_wr_mr_interleaved, mlx5dv_wr_post(3)).
+//
+// The owner keeps the layout in its shared arena and publishes the key in the host key table
+// with kIndirectKey in its access bits and the layout's SharedRef in its address (key_table.h);
+// an initiator in any process pins the key, reads the layout and walks the byte range it
+// accesses into pieces of the underlying keys, each pinned and checked like a direct access.
+// Reconfiguring withdraws the key first (waiting for the accesses in flight), rewrites the
+// layout, then publishes it again -- as ibv_rereg_mr does -- so a layout never changes under an
+// access.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "base/status.h"
+#include "fabric/host/host_directory.h"
+#include "transport/key_table.h"
+#include "transport/work_request.h"
+
+namespace softverbs::transport {
+
+// One entry of a layout. MR_LIST: an SGE (count = its length, skip = 0). INTERLEAVED: an
+// mlx5dv_mr_interleaved (bytes_count, bytes_skip). `addr` is in the underlying key's address
+// space, as in an ibv_sge.
+struct LayoutEntry {
+  uint64_t addr = 0;
+  uint32_t count = 0;
+  uint32_t skip = 0;
+  uint32_t lkey = 0;
+  uint32_t reserved = 0;
+};
+static_assert(sizeof(LayoutEntry) == 24);
+
+// The layout in the owner's arena: the header, then `entries` LayoutEntry.
+// mlx5dv_wr_post(3): "The data as described by struct mlx5dv_mr_interleaved will hold real data
+// defined by bytes_count and then a padding of bytes_skip ... This single layout representation
+// is repeated by repeat_count". So repetition r of entry i starts at addr_i + r * (count_i +
+// skip_i). MR_LIST is the same with repeat_count 1: "the concatenation of the SGEs".
+struct LayoutHeader {
+  uint32_t entries = 0;
+  uint32_t repeat_count = 0;
+  uint64_t pattern_length = 0;  // sum of the entries' counts: one repetition
+  uint64_t total_length = 0;    // pattern_length * repeat_count
+};
+static_assert(sizeof(LayoutHeader) == 24);
+
+// Bytes a layout of `max_entries` entries occupies in the arena.
+inline size_t LayoutBytes(uint32_t max_entries) { return sizeof(LayoutHeader) + max_entries * sizeof(LayoutEntry); }
+
+// Fills `h`'s lengths from its entries and repeat count; false if they overflow 64 bits.
+bool ComputeLayoutLengths(LayoutHeader& h, const LayoutEntry* entries);
+
+// Walks [offset, +length) of the layout (offset is zero-based: "The mkey should be used in a
+// zero-based mode. The addr field in its ibv_sge is an offset in the total data",
+// mlx5dv_wr_post(3)). Calls piece(entry_index, addr_in_underlying_key, piece_length) in order;
+// false (calling nothing) if the range ends beyond the layout. Zero-length entries are skipped.
+template <typename Piece>
+bool WalkLayout(const LayoutHeader& h, const LayoutEntry* entries, uint64_t offset, uint64_t length, Piece&& piece) {
+  if (offset > h.total_length || length > h.total_length - offset) return false;
+  if (length == 0) return true;
+  uint64_t rep = offset / h.pattern_length;
+  uint64_t within = offset % h.pattern_length;
+  uint32_t i = 0;
+  while (within >= entries[i].count) within -= entries[i++].count;  // the entry holding `offset`
+  while (length > 0) {
+    const LayoutEntry& e = entries[i];
+    const uint64_t take = std::min<uint64_t>(e.count - within, length);
+    if (take > 0) piece(i, e.addr + rep * (static_cast<uint64_t>(e.count) + e.skip) + within, take);
+    length -= take;
+    within = 0;
+    if (++i == h.entries) i = 0, ++rep;
+  }
+  return true;
+}
+
+// The pieces of an access in the owner's memory and the pins that keep them valid: room for
+// kMaxSge of each inline (the direct-key case), growing on the heap for indirect keys.
+class PinnedPieces {
+ public:
+  void Add(iovec piece);
+  void Keep(KeyPin&& pin);
+  // A pin this list holds on `key`, or nullptr.
+  const KeyPin* Find(uint32_t key) const;
+  const iovec* data() const { return grown_.empty() ? fixed_ : grown_.data(); }
+  size_t size() const { return grown_.empty() ? n_ : grown_.size(); }
+  void Clear();
+
+ private:
+  iovec fixed_[kMaxSge];
+  size_t n_ = 0;
+  std::vector<iovec> grown_;
+  KeyPin fixed_pins_[kMaxSge];
+  size_t pins_ = 0;
+  std::vector<KeyPin> more_pins_;
+};
+
+// What an access through a key must satisfy (IBA 10.6.3): the key belongs to `owner_slot`'s
+// process and to PD `pd`, and grants `access` (ibv_access_flags; 0 for a local read). `writes`:
+// the bytes are written, so each underlying MR of an indirect key must grant LOCAL_WRITE too.
+struct KeyRule {
+  uint32_t owner_slot = 0;
+  uint64_t pd = 0;
+  uint32_t access = 0;
+  bool writes = false;
+};
+
+// Resolves [addr, +length) of `key` under `rule` and appends the first `use` bytes of it
+// (use <= length) to `out` as pieces of the owner's memory, with their pins. `layout_at` gives
+// this process's address of a block of the owner's arena (Target::Resolve, or LocalProcess::At
+// for the owner itself). False if any rule is broken or the range leaves the key.
+template <typename LayoutAt>
+bool ResolveKey(fabric::HostRegistry& registry, uint32_t key, uint64_t addr, uint64_t length, uint64_t use,
+                const KeyRule& rule, LayoutAt&& layout_at, PinnedPieces* out);
+
+// The indirect half of ResolveKey: `pin` holds an indirect key, `layout` its layout block.
+bool ResolveIndirect(fabric::HostRegistry& registry, const KeyView& k, const void* layout, uint64_t addr,
+                     uint64_t length, uint64_t use, const KeyRule& rule, PinnedPieces* out);
+
+template <typename LayoutAt>
+bool ResolveKey(fabric::HostRegistry& registry, uint32_t key, uint64_t addr, uint64_t length, uint64_t use,
+                const KeyRule& rule, LayoutAt&& layout_at, PinnedPieces* out) {
+  KeyPin pin = KeyPin::Acquire(registry, key);
+  if (!pin) return false;
+  const KeyView& k = pin.view();
+  if (k.owner_process_slot() != rule.owner_slot || k.pd != rule.pd || (k.access & rule.access) != rule.access)
+    return false;
+  if (k.indirect()) {
+    const void* layout = layout_at(k.layout());
+    if (layout == nullptr || !ResolveIndirect(registry, k, layout, addr, length, use, rule, out)) return false;
+  } else {
+    if (addr < k.iova || length > k.length || addr - k.iova > k.length - length) return false;
+    if (use > 0) out->Add({reinterpret_cast<void*>(k.addr + (addr - k.iova)), use});
+  }
+  out->Keep(std::move(pin));
+  return true;
+}
+
+// Copies between `local` and `remote` pieces through `copy(lv, ln, rv, rn)` in chunks of at most
+// kMaxIov pieces a side (process_vm_writev/readv take at most IOV_MAX).
+inline constexpr size_t kMaxIov = 1024;
+template <typename Copy>
+Status CopyInChunks(const iovec* local, size_t nl, const iovec* remote, size_t nr, Copy&& copy);
+Status CopyInChunksImpl(const iovec* local, size_t nl, const iovec* remote, size_t nr,
+                        Status (*copy)(void*, const iovec*, size_t, const iovec*, size_t), void* ctx);
+template <typename Copy>
+Status CopyInChunks(const iovec* local, size_t nl, const iovec* remote, size_t nr, Copy&& copy) {
+  if (nl <= kMaxIov && nr <= kMaxIov) return copy(local, nl, remote, nr);
+  return CopyInChunksImpl(local, nl, remote, nr,
+                          [](void* c, const iovec* l, size_t ln, const iovec* r, size_t rn) {
+                            return (*static_cast<Copy*>(c))(l, ln, r, rn);
+                          },
+                          &copy);
+}
+
+// The owner's side of one indirect mkey: its key slot, its layout block, its configuration.
+class IndirectKey {
+ public:
+  // A new unconfigured key of PD `pd` (host id) with room for `max_entries` layout entries;
+  // registered in this process's directory (Find) until destroyed.
+  static Result<std::shared_ptr<IndirectKey>> Create(fabric::LocalProcess& local, uint64_t pd, uint32_t max_entries);
+  ~IndirectKey();
+  IndirectKey(const IndirectKey&) = delete;
+  IndirectKey& operator=(const IndirectKey&) = delete;
+
+  // The indirect key of this process that `key` names, or nullptr.
+  static std::shared_ptr<IndirectKey> Find(uint32_t key);
+
+  // Executes a UMR: withdraws the key (waiting for accesses in flight), writes the layout and
+  // publishes the key with `access`. The caller checked the entries (count, lengths).
+  void Configure(uint32_t access, uint32_t repeat_count, const LayoutEntry* entries, uint32_t n);
+
+  uint32_t key() const { return key_; }
+  uint64_t pd() const { return pd_; }
+  uint32_t max_entries() const { return max_entries_; }
+
+ private:
+  IndirectKey(fabric::LocalProcess& local, uint64_t pd, uint32_t max_entries, uint32_t slot, uint32_t key,
+              fabric::SharedRef block)
+      : local_(local), pd_(pd), max_entries_(max_entries), slot_(slot), key_(key), block_(block) {}
+  fabric::LocalProcess& local_;
+  uint64_t pd_;
+  uint32_t max_entries_;
+  uint32_t slot_;
+  uint32_t key_;
+  fabric::SharedRef block_;
+};
+
+// The UMR work request's payload (SendWr::inline_data of a kDriver1 WR): a header naming the
+// mkey, its access flags and repeat count, then the entries. Built by the mlx5dv builders,
+// executed in order by the send queue.
+struct UmrRequest {
+  uint32_t mkey = 0;
+  uint32_t access = 0;
+  uint32_t repeat_count = 0;
+  uint32_t entries = 0;
+};
+
+}  // namespace softverbs::transport
