@@ -8,7 +8,7 @@
 
 #include <vector>
 
-#include "abi/mlx5dv/mkey.h"
+#include "abi/mlx5dv/mkey_ops.h"
 #include "abi/mlx5dv/provider.h"
 #include "abi/verbs/objects.h"
 

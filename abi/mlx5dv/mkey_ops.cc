@@ -5,7 +5,7 @@
 #include <unordered_set>
 
 #include "abi/common/errno_convention.h"
-#include "abi/mlx5dv/mkey.h"
+#include "abi/mlx5dv/mkey_ops.h"
 #include "abi/mlx5dv/provider.h"
 #include "abi/verbs/objects.h"
 #include "base/strings.h"

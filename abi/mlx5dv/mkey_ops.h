@@ -1,5 +1,5 @@
 // The mlx5dv_mkey handed to applications (mlx5dv_create_mkey(3)), wrapping the core object; the
-// libibverbs side of the mkey verbs (mkey_ops.cc). Only files compiled into libibverbs include it.
+// libibverbs side of the mkey verbs (mkey_ops.cc; libmlx5 exports them from mkey.cc). Only files compiled into libibverbs include it.
 #pragma once
 
 #include <infiniband/mlx5dv.h>
