@@ -317,6 +317,27 @@ class OtherProcessTest(MkeyTestCase):
     def test_mr_list_across_processes(self):
         self.check_all_ops(interleaved=False)
 
+    def test_more_pieces_than_one_system_call_takes(self):
+        # 1 byte of each of two buffers, alternately, 1024 times: 2048 pieces (IOV_MAX is 1024).
+        bufs = [Buffer(self.pd, 1024), Buffer(self.pd, 1024)]
+        layout = Layout(bufs, [(0, 0, 1, 0), (1, 0, 1, 0)], repeat=1024)
+        child = Agent()
+        self.addCleanup(child.close)
+        info = child.call('qp', qpt=e.IBV_QPT_RC, size=2048)
+        base.connect_qp(self.ctx, self.qp, info['qpn'])
+        child.call('connect', id=info['id'], remote_qpn=self.qp.qp_num)
+        mkey = self.mkey(max_entries=3)
+        self.assertWC(self.umr(mkey, layout, interleaved=True), status=OK, opcode=UMR)
+        data = payload(2048, 21)
+        before = [b.snapshot() for b in bufs]
+        child.call('write', id=info['id'], offset=0, data=data.hex())
+        child.call('post_send', id=info['id'], opcode=e.IBV_WR_RDMA_WRITE, wr_id=1, offset=0, length=2048,
+                   rkey=mkey.rkey, raddr=0)
+        [wc] = child.call('poll', id=info['id'], n=1)
+        self.assertEqual(wc['status'], OK, wc)
+        self.assertEqual([b.snapshot() for b in bufs], layout.expect_written(before, 0, data))
+        self.assertEqual((bufs[0].read(0, 4), bufs[1].read(0, 4)), (data[0:8:2], data[1:8:2]))
+
     def test_mr_interleaved_across_processes(self):
         self.check_all_ops(interleaved=True)
 
