@@ -15,6 +15,11 @@
 namespace softverbs::abi {
 namespace {
 
+// The UMR work request and its completion in rdma-core's values (mlx5dv.h: MLX5DV_WC_UMR is
+// IBV_WC_DRIVER1).
+static_assert(static_cast<uint32_t>(transport::WrOpcode::kDriver1) == IBV_WR_DRIVER1);
+static_assert(transport::wc_opcode::kDriver1 == MLX5DV_WC_UMR);
+
 // Records the first refusal of the batch; ibv_wr_complete returns it (the builders are void).
 void Refuse(SvQp* qp, Status status) {
   if (qp->batch_status.ok()) qp->batch_status = std::move(status);
