@@ -1,6 +1,7 @@
 #include "cm/id.h"
 
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <random>
@@ -44,6 +45,7 @@ uint32_t RandomPsn() {
 // the IBA CM is concerned (REQ/REP retries exhausted): the kernel's rdma_cm reports that as
 // RDMA_CM_EVENT_UNREACHABLE with status -ETIMEDOUT (cma_ib_handler, IB_CM_REQ_ERROR/REP_ERROR).
 constexpr int kTimedOut = -ETIMEDOUT;
+constexpr int kBoundRetryMs = 500;
 
 }  // namespace
 
@@ -272,7 +274,18 @@ Status Id::Connect(const ConnParam& param) {
   m.private_data_len = static_cast<uint8_t>(param.private_data.size());
   memcpy(m.private_data.data(), param.private_data.data(), param.private_data.size());
 
-  Status reached = ConnectService(socket_.get(), reinterpret_cast<const sockaddr*>(&dst_));
+  const sockaddr* dst = reinterpret_cast<const sockaddr*>(&dst_);
+  Status reached = ConnectService(socket_.get(), dst);
+  // A port that is bound but not listening yet: on a fabric the REQ spends its flight time and
+  // retransmissions (IBA 12.6.x, 4.096 us * 2^timeout each) before the remote CM answers, and
+  // programs rely on that window (qperf -cm1 sends its port to the client before it calls
+  // rdma_listen). Give the owner of the port up to kBoundRetryMs to listen.
+  for (int waited = 0; reached.code() == ECONNREFUSED && waited < kBoundRetryMs &&
+                       ServiceBound(dst);
+       ++waited) {
+    usleep(1000);
+    reached = ConnectService(socket_.get(), dst);
+  }
   if (reached.code() == ECONNREFUSED) {
     // Nothing listens: the remote CM answers a REQ for an unknown service ID with REJ reason 8
     // (IBA 12.6.7.2 "Invalid Service ID"), a SIDR_REQ with SIDR_REP status 2 ("Service ID not

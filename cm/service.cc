@@ -42,6 +42,11 @@ bool IsIpv4Like(const sockaddr* addr) {
   return IN6_IS_ADDR_V4MAPPED(&reinterpret_cast<const sockaddr_in6*>(addr)->sin6_addr);
 }
 
+// The listeners a connection to `dst` may reach, most specific first.
+std::vector<std::string> KeysReaching(const sockaddr* dst) {
+  return {AddressText(dst), IsIpv4Like(dst) ? "any4" : "any6", "anyd"};
+}
+
 }  // namespace
 
 Result<UniqueFd> BindService(sockaddr_storage* addr, bool v6only) {
@@ -71,15 +76,20 @@ Result<UniqueFd> BindService(sockaddr_storage* addr, bool v6only) {
   return Status(EADDRNOTAVAIL, "no free ephemeral port");
 }
 
-Status ConnectService(int fd, const sockaddr* dst) {
-  std::vector<std::string> keys = {AddressText(dst)};
-  if (IsIpv4Like(dst)) {
-    keys.push_back("any4");
-  } else {
-    keys.push_back("any6");
+bool ServiceBound(const sockaddr* dst) {
+  for (const std::string& key : KeysReaching(dst)) {
+    UniqueFd probe(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+    socklen_t len;
+    sockaddr_un un = NameFor(key, PortOf(dst), &len);
+    if (probe.valid() && bind(probe.get(), reinterpret_cast<sockaddr*>(&un), len) != 0 &&
+        errno == EADDRINUSE)
+      return true;
   }
-  keys.push_back("anyd");
-  for (const std::string& key : keys) {
+  return false;
+}
+
+Status ConnectService(int fd, const sockaddr* dst) {
+  for (const std::string& key : KeysReaching(dst)) {
     socklen_t len;
     sockaddr_un un = NameFor(key, PortOf(dst), &len);
     if (connect(fd, reinterpret_cast<sockaddr*>(&un), len) == 0) return Status::Ok();

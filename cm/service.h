@@ -24,4 +24,8 @@ Result<UniqueFd> BindService(sockaddr_storage* addr, bool v6only);
 // listeners that cover it. ECONNREFUSED when nothing listens there.
 Status ConnectService(int fd, const sockaddr* dst);
 
+// Whether some identifier holds the port `dst` would reach (bound, perhaps not listening yet):
+// probed by binding the names, which fails with EADDRINUSE while they are held.
+bool ServiceBound(const sockaddr* dst);
+
 }  // namespace softverbs::cm

@@ -9,6 +9,7 @@
 #include "abi/rdmacm/qp.h"
 #include "abi/rdmacm/refuse.h"
 #include "abi/rdmacm/sync.h"
+#include "base/log.h"
 
 namespace softverbs::abi::rdmacm {
 namespace {
@@ -82,6 +83,8 @@ Result<rdma_cm_event*> NextEvent(CmChannel* channel) {
     c.qp_num = e.conn.qp_num;
   }
   Register(event);
+  SV_LOG(kDebug, "rdma_get_cm_event: %s status %d for %s", rdma_event_str(event->pub.event),
+         event->pub.status, IdName(event->pub.id).c_str());
   return &event->pub;
 }
 
@@ -258,6 +261,7 @@ SV_EXPORT int rdma_create_id(struct rdma_event_channel* channel, struct rdma_cm_
 namespace softverbs::abi::rdmacm {
 
 void DestroyId(CmId* id) {
+  SV_LOG(kDebug, "rdma_destroy_id(%s)", IdName(&id->pub).c_str());
   Unregister(id);
   if (id->sync_event != nullptr) (void)AckEvent(id->sync_event);
   CmChannel* channel = id->channel;

@@ -7,6 +7,7 @@
 #include "abi/rdmacm/objects.h"
 #include "abi/rdmacm/refuse.h"
 #include "abi/rdmacm/sync.h"
+#include "base/log.h"
 
 namespace softverbs::abi::rdmacm {
 
@@ -44,6 +45,8 @@ int Run(const char* name, rdma_cm_id* id, bool waits, F verb) {
     Status s;
     {
       std::lock_guard<std::mutex> lock(ours->core->channel()->mutex());
+      SV_LOG(kDebug, "%s(%s) in state %s", name, IdName(id).c_str(),
+             cm::IdStateName(ours->core->state()));
       s = verb(ours);
       SyncPublicFields(ours);
     }

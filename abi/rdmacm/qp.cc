@@ -7,6 +7,7 @@
 #include "abi/common/errno_convention.h"
 #include "abi/rdmacm/objects.h"
 #include "abi/rdmacm/refuse.h"
+#include "base/log.h"
 
 namespace softverbs::abi::rdmacm {
 
@@ -191,6 +192,7 @@ Status CreateQp(CmId* id, ibv_qp_init_attr_ex* attr) {
   p.pd = attr->pd;
   p.qp = qp;
   p.srq = attr->srq;
+  SV_LOG(kDebug, "rdma_create_qp(%s): qp %u", IdName(&id->pub).c_str(), qp->qp_num);
   id->qp = std::make_unique<CmQp>(qp);
   std::lock_guard<std::mutex> lock(id->core->channel()->mutex());
   id->core->AttachQp(id->qp.get());
