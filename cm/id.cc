@@ -88,6 +88,10 @@ void Id::EmitConnection(EventType type, int status, const Message& from) {
   // depth and the reverse (rdma_accept(3) takes CONNECT_REQUEST's values as they are).
   e.conn.private_data.assign(from.private_data.begin(),
                              from.private_data.begin() + from.private_data_len);
+  // The IBA CM carries no private data length: the consumer receives the message's whole
+  // private data area, zero-padded (the kernel's rdma_cm reports 56 bytes for a REQ, 196 for a
+  // REP, 148 for a REJ...). Programs written for hardware read their own header from it.
+  e.conn.private_data.resize(MaxPrivateData(from.type), 0);
   e.conn.responder_resources = from.initiator_depth;
   e.conn.initiator_depth = from.responder_resources;
   e.conn.flow_control = from.flow_control;
@@ -148,6 +152,15 @@ Status Id::ResolveAddr(const sockaddr* src, const sockaddr* dst, const DeviceVie
     return Invalid("rdma_resolve_addr with src_addr on an already bound identifier");
   sockaddr_storage target = ConcreteDestination(dst);
   const sockaddr* t = reinterpret_cast<const sockaddr*>(&target);
+  if (!IsHostAddress(t)) {
+    // softverbs0 reaches the addresses of this host only (same-host fabric, DESIGN.md 5): for
+    // any other destination neighbour resolution fails, which rdma_cm reports as ADDR_ERROR;
+    // the identifier stays as it was (the kernel's addr_handler returns it to bound/idle).
+    SV_LOG(kInfo, "rdma_resolve_addr: %s is not an address of this host (softverbs is same-host)",
+           AddressText(t).c_str());
+    Emit(EventType::kAddrError, -EHOSTUNREACH);
+    return Status::Ok();
+  }
   if (state_ == IdState::kIdle) {
     sockaddr_storage from{};
     if (src != nullptr && !IsWildcard(src))
@@ -159,14 +172,6 @@ Status Id::ResolveAddr(const sockaddr* src, const sockaddr* dst, const DeviceVie
   }
   dst_ = target;
   state_ = IdState::kAddrResolved;
-  if (!IsHostAddress(t)) {
-    // softverbs0 reaches the addresses of this host only (same-host fabric, DESIGN.md 5): any
-    // other destination has no route, which rdma_cm reports as ADDR_ERROR.
-    SV_LOG(kError, "rdma_resolve_addr: %s is not an address of this host (softverbs is same-host)",
-           AddressText(t).c_str());
-    Emit(EventType::kAddrError, -EHOSTUNREACH);
-    return Status::Ok();
-  }
   if (!has_device_) {
     // Bound to a wildcard: the source the routing picks decides the device and GID.
     sockaddr_storage source = SourceFor(t);
@@ -195,8 +200,15 @@ Status Id::ResolveRoute() {
 
 // --- passive side -------------------------------------------------------------------------------
 
-Status Id::Listen(int backlog) {
+Status Id::Listen(int backlog, const DeviceView& device) {
   SV_RETURN_IF_ERROR(Check(IdVerb::kListen));
+  if (state_ == IdState::kIdle) {
+    // The kernel's rdma_listen binds an unbound identifier to the IPv4 wildcard and an
+    // ephemeral port first (cma's rdma_listen: RDMA_CM_IDLE → rdma_bind_addr(any)).
+    sockaddr_in any{};
+    any.sin_family = AF_INET;
+    SV_RETURN_IF_ERROR(BindAddr(reinterpret_cast<const sockaddr*>(&any), device));
+  }
   if (listen(socket_.get(), backlog > 0 ? backlog : SOMAXCONN) != 0)
     return Status(errno, std::string("listen: ") + strerror(errno));
   SV_RETURN_IF_ERROR(channel_->Watch(socket_.get(), this));
@@ -527,12 +539,12 @@ void Id::OnMessage(const Message& m) {
       if (state_ != IdState::kConnected && state_ != IdState::kAccepting &&
           state_ != IdState::kConnectResponse && state_ != IdState::kDisconnecting)
         break;
+      // Also when our own DREQ crossed this one (IBA 12.9.6: DREQ received in DREQ Sent →
+      // DREP and TimeWait); our DREP, if it comes, finds the identifier disconnected.
       if (qp_ != nullptr) (void)qp_->ToError();
       (void)SendMessage(socket_.get(), Compose(MessageType::kDrep));
-      if (state_ != IdState::kDisconnecting) {
-        state_ = IdState::kDisconnected;
-        Emit(EventType::kDisconnected, 0);
-      }
+      state_ = IdState::kDisconnected;
+      Emit(EventType::kDisconnected, 0);
       return;
     case MessageType::kDrep:
       if (state_ != IdState::kDisconnecting) break;

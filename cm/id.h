@@ -88,7 +88,7 @@ class Id : public Source {
   Status BindAddr(const sockaddr* addr, const DeviceView& device);
   Status ResolveAddr(const sockaddr* src, const sockaddr* dst, const DeviceView& device);
   Status ResolveRoute();
-  Status Listen(int backlog);
+  Status Listen(int backlog, const DeviceView& device);
   Status Connect(const ConnParam& param);
   Status Accept(const ConnParam& param);
   Status Reject(const std::vector<uint8_t>& private_data);

@@ -21,8 +21,9 @@ constexpr std::array<uint32_t, kVerbs> kTable = {
     Bit(S::kIdle) | Bit(S::kBound),
     // rdma_resolve_route(3): "The destination address must have already been resolved".
     Bit(S::kAddrResolved),
-    // rdma_listen(3): "Users must have bound the rdma_cm_id to a local address".
-    Bit(S::kBound),
+    // rdma_listen(3): "Users must have bound the rdma_cm_id to a local address"; the kernel
+    // binds an idle one to the wildcard itself.
+    Bit(S::kIdle) | Bit(S::kBound),
     // rdma_connect(3): "Users must have resolved a route to the destination address".
     Bit(S::kRouteResolved),
     // rdma_accept(3) / rdma_reject(3): on the identifier of a connection request.

@@ -195,8 +195,11 @@ SV_EXPORT int rdma_set_option(struct rdma_cm_id* id, int level, int optname, voi
 
 // support: rdma_listen | implemented | on a bound id; a wildcard listens on every address of the host
 SV_EXPORT int rdma_listen(struct rdma_cm_id* id, int backlog) {
-  return rdmacm::Run("rdma_listen", id, false,
-                     [&](rdmacm::CmId* ours) { return ours->core->Listen(backlog); });
+  return rdmacm::Run("rdma_listen", id, false, [&](rdmacm::CmId* ours) -> Status {
+    Result<softverbs::cm::DeviceView> device = rdmacm::DeviceView();
+    if (!device.ok()) return device.status();
+    return ours->core->Listen(backlog, device.value());
+  });
 }
 
 // support: rdma_connect | implemented | REQ (UD: SIDR_REQ); QP moved to RTR/RTS on REP; nobody listening → REJECTED status 8 (UD: UNREACHABLE status 2)
@@ -266,7 +269,18 @@ SV_EXPORT int rdma_establish(struct rdma_cm_id* id) {
 
 // support: rdma_disconnect | implemented | QP → ERR, DREQ; both sides get DISCONNECTED
 SV_EXPORT int rdma_disconnect(struct rdma_cm_id* id) {
-  return rdmacm::Run("rdma_disconnect", id, false,
+  // A synchronous identifier waits for its DISCONNECTED when a DREQ leaves (rdma-core's
+  // rdma_disconnect completes like connect); one already disconnected has nothing to wait for.
+  rdmacm::CmId* ours = rdmacm::Lookup(id);
+  bool sends = false;
+  if (ours != nullptr) {
+    std::lock_guard<std::mutex> lock(ours->core->channel()->mutex());
+    softverbs::cm::IdState state = ours->core->state();
+    sends = state == softverbs::cm::IdState::kConnected ||
+            state == softverbs::cm::IdState::kConnectResponse ||
+            state == softverbs::cm::IdState::kAccepting;
+  }
+  return rdmacm::Run("rdma_disconnect", id, sends,
                      [&](rdmacm::CmId* ours) { return ours->core->Disconnect(); });
 }
 
