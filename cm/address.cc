@@ -34,6 +34,26 @@ bool IsLoopback(const sockaddr* addr) {
   return IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(addr)->sin6_addr);
 }
 
+bool IsMulticast(const sockaddr* addr) {
+  if (addr->sa_family == AF_INET)
+    return IN_MULTICAST(ntohl(reinterpret_cast<const sockaddr_in*>(addr)->sin_addr.s_addr));
+  return IN6_IS_ADDR_MULTICAST(&reinterpret_cast<const sockaddr_in6*>(addr)->sin6_addr);
+}
+
+sockaddr_storage LoopbackOf(sa_family_t family) {
+  sockaddr_storage out{};
+  if (family == AF_INET) {
+    auto* in = reinterpret_cast<sockaddr_in*>(&out);
+    in->sin_family = AF_INET;
+    in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  } else {
+    auto* in6 = reinterpret_cast<sockaddr_in6*>(&out);
+    in6->sin6_family = AF_INET6;
+    in6->sin6_addr = in6addr_loopback;
+  }
+  return out;
+}
+
 uint16_t PortOf(const sockaddr* addr) {
   if (addr->sa_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in*>(addr)->sin_port);
   if (addr->sa_family == AF_INET6)

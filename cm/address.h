@@ -26,6 +26,9 @@ bool IsIpFamily(const sockaddr* addr);  // AF_INET or AF_INET6
 socklen_t AddressLength(const sockaddr* addr);
 bool IsWildcard(const sockaddr* addr);
 bool IsLoopback(const sockaddr* addr);
+bool IsMulticast(const sockaddr* addr);
+// 127.0.0.1 or ::1, port 0.
+sockaddr_storage LoopbackOf(sa_family_t family);
 uint16_t PortOf(const sockaddr* addr);  // host order
 void SetPort(sockaddr_storage* addr, uint16_t port);
 // The RoCEv2 GID of an address (IPv4-mapped for IPv4).

@@ -148,11 +148,15 @@ Status Id::ResolveAddr(const sockaddr* src, const sockaddr* dst, const DeviceVie
     return Status(EAFNOSUPPORT, "dst_addr is not AF_INET or AF_INET6 (rdma_resolve_addr(3))");
   if (src != nullptr && !IsIpFamily(src))
     return Status(EAFNOSUPPORT, "src_addr is not AF_INET or AF_INET6 (rdma_resolve_addr(3))");
-  if (src != nullptr && state_ == IdState::kBound)
-    return Invalid("rdma_resolve_addr with src_addr on an already bound identifier");
+  // An identifier already bound keeps its address: src_addr only binds an idle one (the
+  // kernel's rdma_resolve_addr binds in RDMA_CM_IDLE only).
+  if (state_ == IdState::kBound) src = nullptr;
   sockaddr_storage target = ConcreteDestination(dst);
   const sockaddr* t = reinterpret_cast<const sockaddr*>(&target);
-  if (!IsHostAddress(t)) {
+  // A multicast group resolves on the device of the source (rdma_join_multicast(3) needs it);
+  // joining is what softverbs0 refuses (no multicast delivery yet).
+  bool multicast = IsMulticast(t);
+  if (!multicast && !IsHostAddress(t)) {
     // softverbs0 reaches the addresses of this host only (same-host fabric, DESIGN.md 5): for
     // any other destination neighbour resolution fails, which rdma_cm reports as ADDR_ERROR;
     // the identifier stays as it was (the kernel's addr_handler returns it to bound/idle).
@@ -166,7 +170,7 @@ Status Id::ResolveAddr(const sockaddr* src, const sockaddr* dst, const DeviceVie
     if (src != nullptr && !IsWildcard(src))
       memcpy(&from, src, AddressLength(src));
     else
-      from = SourceFor(t);
+      from = multicast ? LoopbackOf(t->sa_family) : SourceFor(t);
     if (src != nullptr) SetPort(&from, PortOf(src));
     SV_RETURN_IF_ERROR(BindAddr(reinterpret_cast<const sockaddr*>(&from), device));
   }
@@ -174,7 +178,7 @@ Status Id::ResolveAddr(const sockaddr* src, const sockaddr* dst, const DeviceVie
   state_ = IdState::kAddrResolved;
   if (!has_device_) {
     // Bound to a wildcard: the source the routing picks decides the device and GID.
-    sockaddr_storage source = SourceFor(t);
+    sockaddr_storage source = multicast ? LoopbackOf(t->sa_family) : SourceFor(t);
     int gid_index = device.GidIndex(GidOf(reinterpret_cast<const sockaddr*>(&source)));
     if (gid_index < 0) {
       Emit(EventType::kAddrError, -ENODEV);

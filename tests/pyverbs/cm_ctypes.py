@@ -10,7 +10,8 @@ import os
 import socket
 import struct
 
-import base  # noqa: F401  (sets SOFTVERBS_HOST before the libraries load)
+# Test modules import base (SOFTVERBS_HOST, library path) before this module; the children of
+# test_cm_* import it alone, with the environment base.child_env() gave them.
 
 RDMA_PS_TCP, RDMA_PS_UDP, RDMA_PS_IPOIB, RDMA_PS_IB = 0x0106, 0x0111, 0x0002, 0x013F
 EVENTS = ['ADDR_RESOLVED', 'ADDR_ERROR', 'ROUTE_RESOLVED', 'ROUTE_ERROR', 'CONNECT_REQUEST',
