@@ -62,7 +62,8 @@ struct Event {
   UdParam ud_param;
 };
 
-// IBA 12.6.7.2 REJ reasons and 12.11.5 SIDR_REP statuses the CM reports as event status.
+// IBA chapter 12 REJ reasons and SIDR_REP statuses (the kernel's enum ib_cm_rej_reason and
+// ib_cm_sidr_status) that rdma_cm reports as the event's status.
 constexpr int kRejInvalidServiceId = 8;    // REQ for a service nobody listens to
 constexpr int kRejConsumerDefined = 28;    // rdma_reject()
 constexpr int kSidrReject = 1;             // rdma_reject() of a SIDR_REQ

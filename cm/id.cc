@@ -293,7 +293,7 @@ Status Id::Connect(const ConnParam& param) {
   const sockaddr* dst = reinterpret_cast<const sockaddr*>(&dst_);
   Status reached = ConnectService(socket_.get(), dst);
   // A port that is bound but not listening yet: on a fabric the REQ spends its flight time and
-  // retransmissions (IBA 12.6.x, 4.096 us * 2^timeout each) before the remote CM answers, and
+  // retransmissions (4.096 us * 2^timeout each) before the remote CM answers, and
   // programs rely on that window (qperf -cm1 sends its port to the client before it calls
   // rdma_listen). Give the owner of the port up to kBoundRetryMs to listen.
   for (int waited = 0; reached.code() == ECONNREFUSED && waited < kBoundRetryMs &&
@@ -304,8 +304,8 @@ Status Id::Connect(const ConnParam& param) {
   }
   if (reached.code() == ECONNREFUSED) {
     // Nothing listens: the remote CM answers a REQ for an unknown service ID with REJ reason 8
-    // (IBA 12.6.7.2 "Invalid Service ID"), a SIDR_REQ with SIDR_REP status 2 ("Service ID not
-    // supported", 12.11.5); rdma_cm reports them as REJECTED / UNREACHABLE with that status.
+    // (IB_CM_REJ_INVALID_SERVICE_ID), a SIDR_REQ with SIDR_REP status 2 (IB_SIDR_UNSUPPORTED);
+    // rdma_cm reports them as REJECTED / UNREACHABLE with that status.
     SV_LOG(kInfo, "rdma_connect: %s", reached.rule().c_str());
     state_ = IdState::kDisconnected;
     if (ud_)
@@ -350,7 +350,7 @@ Result<ConnectedPath> Id::Path() const {
   switch (state_) {
     // Passive: the REQ is known; our values are those rdma_accept will send (or the REQ's
     // mirrored ones before accept). Each side uses the retry counts of the other's message
-    // (IBA 12.7.38/12.7.39: the counts are what the sender wants the receiver to use).
+    // (the kernel CM: cm_req_handler / cm_rep_handler take the counts from the peer's message).
     case IdState::kRequestReceived:
     case IdState::kAccepting:
       if (passive_) {
@@ -543,7 +543,7 @@ void Id::OnMessage(const Message& m) {
       if (state_ != IdState::kConnected && state_ != IdState::kAccepting &&
           state_ != IdState::kConnectResponse && state_ != IdState::kDisconnecting)
         break;
-      // Also when our own DREQ crossed this one (IBA 12.9.6: DREQ received in DREQ Sent →
+      // Also when our own DREQ crossed this one (the IB CM: DREQ received in DREQ Sent →
       // DREP and TimeWait); our DREP, if it comes, finds the identifier disconnected.
       if (qp_ != nullptr) (void)qp_->ToError();
       (void)SendMessage(socket_.get(), Compose(MessageType::kDrep));

@@ -33,7 +33,7 @@ const char* MessageName(MessageType type);
 // rdma_accept(3): "private_data_len ... maximum size ... 56 bytes for REQ").
 size_t MaxPrivateData(MessageType type);
 
-// What the QP of each side needs from the other (IBA 12.7.x REQ/REP fields).
+// What the QP of each side needs from the other (IBA chapter 12 REQ/REP fields).
 struct Message {
   MessageType type = MessageType::kReq;
   uint8_t responder_resources = 0;
@@ -46,7 +46,7 @@ struct Message {
   uint32_t qpn = 0;
   uint32_t psn = 0;
   uint32_t qkey = 0;
-  uint32_t status = 0;  // REJ reason (IBA 12.6.7.2) or SIDR_REP status (IBA 12.11.5)
+  uint32_t status = 0;  // REJ reason or SIDR_REP status (cm/event.h)
   Gid gid{};            // the sender's GID (its source address)
   sockaddr_storage src{};  // the sender's address and port
   sockaddr_storage dst{};  // the address the sender talks to

@@ -91,7 +91,7 @@ Result<cm::ConnParam> ToParam(const rdma_conn_param* param, const cm::ConnParam&
     return Invalid("initiator_depth " + std::to_string(p.initiator_depth) +
                    " exceeds the device's max_qp_init_rd_atom " + std::to_string(MaxInitiatorDepth()));
   p.flow_control = param->flow_control;
-  p.retry_count = std::min<uint8_t>(param->retry_count, 7);      // 3-bit fields (IBA 12.7.38)
+  p.retry_count = std::min<uint8_t>(param->retry_count, 7);      // 3-bit fields of REQ/REP
   p.rnr_retry_count = std::min<uint8_t>(param->rnr_retry_count, 7);
   p.srq = param->srq;
   p.qp_num = param->qp_num & 0xffffff;
