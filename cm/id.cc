@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 
@@ -288,7 +289,7 @@ Status Id::Connect(const ConnParam& param) {
   m.rnr_retry_count = param.rnr_retry_count;
   m.srq = param.srq;
   m.private_data_len = static_cast<uint8_t>(param.private_data.size());
-  memcpy(m.private_data.data(), param.private_data.data(), param.private_data.size());
+  std::copy(param.private_data.begin(), param.private_data.end(), m.private_data.begin());
 
   const sockaddr* dst = reinterpret_cast<const sockaddr*>(&dst_);
   Status reached = ConnectService(socket_.get(), dst);
@@ -382,7 +383,7 @@ Status Id::Accept(const ConnParam& param) {
   Message m = Compose(type);
   m.qpn = qp_ != nullptr ? qp_->qp_num() : param.qp_num;
   m.private_data_len = static_cast<uint8_t>(param.private_data.size());
-  memcpy(m.private_data.data(), param.private_data.data(), param.private_data.size());
+  std::copy(param.private_data.begin(), param.private_data.end(), m.private_data.begin());
   if (ud_) {
     // SIDR: the REP carries the QPN and Q_Key; no RTU follows, and the passive side gets no
     // ESTABLISHED (the kernel's cma_accept for UD sends SIDR_REP only).
@@ -428,7 +429,7 @@ Status Id::Reject(const std::vector<uint8_t>& private_data) {
   Message m = Compose(type);
   m.status = ud_ ? kSidrReject : kRejConsumerDefined;
   m.private_data_len = static_cast<uint8_t>(private_data.size());
-  memcpy(m.private_data.data(), private_data.data(), private_data.size());
+  std::copy(private_data.begin(), private_data.end(), m.private_data.begin());
   if (!peer_gone_) (void)SendMessage(socket_.get(), m);  // a gone peer needs no answer
   StopWatching();
   socket_.reset();
