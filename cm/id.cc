@@ -325,6 +325,7 @@ Status Id::Connect(const ConnParam& param) {
   SV_RETURN_IF_ERROR(channel_->Watch(socket_.get(), this));
   watched_ = true;
   state_ = IdState::kConnecting;
+  ArmTimeout(exchange_timeout_ms_);
   return Status::Ok();
 }
 
@@ -419,6 +420,7 @@ Status Id::Accept(const ConnParam& param) {
     OnPeerGone();
     return Status::Ok();
   }
+  ArmTimeout(exchange_timeout_ms_);  // for the RTU
   return Status::Ok();
 }
 
@@ -453,7 +455,10 @@ Status Id::Disconnect() {
   // rdma_disconnect(3): "transitions any associated QP to the error state".
   if (qp_ != nullptr) (void)qp_->ToError();
   state_ = IdState::kDisconnecting;
-  if (!SendMessage(socket_.get(), Compose(MessageType::kDreq)).ok()) OnPeerGone();
+  if (!SendMessage(socket_.get(), Compose(MessageType::kDreq)).ok())
+    OnPeerGone();
+  else
+    ArmTimeout(dreq_timeout_ms_);
   return Status::Ok();
 }
 
@@ -461,6 +466,7 @@ Status Id::NotifyCommEstablished() {
   SV_RETURN_IF_ERROR(Check(IdVerb::kNotify));
   // rdma_notify(3): IBV_EVENT_COMM_EST "forces the connection into an established state".
   if (state_ == IdState::kAccepting) {
+    timer_.Disarm(channel_);
     state_ = IdState::kConnected;
     Emit(EventType::kEstablished, 0);
   }
@@ -489,6 +495,7 @@ void Id::OnReadable() {
 }
 
 void Id::OnMessage(const Message& m) {
+  timer_.Disarm(channel_);  // whatever was awaited has been answered (or is obsolete)
   SV_LOG(kDebug, "rdma_cm: %s received in state %s", MessageName(m.type), IdStateName(state_));
   switch (m.type) {
     case MessageType::kRep:
@@ -563,6 +570,7 @@ void Id::OnMessage(const Message& m) {
 }
 
 void Id::OnPeerGone() {
+  timer_.Disarm(channel_);
   StopWatching();
   socket_.reset();
   switch (state_) {
@@ -589,6 +597,36 @@ void Id::OnPeerGone() {
   }
 }
 
+void Id::ArmTimeout(int milliseconds) {
+  Status armed = timer_.Arm(channel_, milliseconds);
+  if (!armed.ok()) SV_LOG(kWarn, "rdma_cm: no timeout for this exchange: %s", armed.rule().c_str());
+}
+
+// The answer never came while the peer's socket stayed open (a live process that does not read
+// its channel): what the kernel's CM reports once its retries are exhausted.
+void Id::OnTimeout() {
+  switch (state_) {
+    case IdState::kConnecting:
+    case IdState::kAccepting:
+      // IB_CM_REQ_ERROR / IB_CM_REP_ERROR → RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT.
+      StopWatching();
+      socket_.reset();
+      if (qp_ != nullptr) (void)qp_->ToError();
+      state_ = IdState::kDisconnected;
+      Emit(EventType::kUnreachable, kTimedOut);
+      return;
+    case IdState::kDisconnecting:
+      // IB_CM_DREQ_ERROR → RDMA_CM_EVENT_DISCONNECTED.
+      StopWatching();
+      socket_.reset();
+      state_ = IdState::kDisconnected;
+      Emit(EventType::kDisconnected, 0);
+      return;
+    default:
+      return;
+  }
+}
+
 void Id::StopWatching() {
   if (watched_ && socket_.valid()) channel_->Unwatch(socket_.get());
   watched_ = false;
@@ -599,6 +637,7 @@ void Id::MoveTo(Channel* channel) {
   bool was_watched = watched_;
   StopWatching();
   for (auto& p : pending_) channel_->Unwatch(p->fd().get());
+  timer_.MoveTo(channel_, channel);
   channel_->RemoveId();
   channel_ = channel;
   channel_->AddId();
@@ -615,6 +654,7 @@ void Id::Close() {
     delete e.id;
   }
   StopWatching();
+  timer_.Disarm(channel_);
   for (auto& p : pending_) channel_->Unwatch(p->fd().get());
   pending_.clear();
   socket_.reset();

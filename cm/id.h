@@ -15,6 +15,7 @@
 #include "cm/channel.h"
 #include "cm/event.h"
 #include "cm/id_state.h"
+#include "cm/timer.h"
 #include "cm/wire.h"
 
 namespace softverbs::cm {
@@ -52,7 +53,7 @@ enum class PortSpace : uint16_t { kIpoib = 0x0002, kTcp = 0x0106, kUdp = 0x0111,
 // The default Q_Key of RDMA_PS_UDP identifiers (rdma_cma.h RDMA_UDP_QKEY).
 constexpr uint32_t kUdpQkey = 0x01234567;
 
-class Id : public Source {
+class Id : public Source, private Timer::Owner {
  public:
   Id(Channel* channel, PortSpace ps, bool ud);
   ~Id() override;
@@ -105,7 +106,15 @@ class Id : public Source {
 
   void OnReadable() override;
 
+  // How long a REQ / REP and a DREQ wait for their answer (tests shorten them).
+  void set_timeouts_for_testing(int exchange_ms, int dreq_ms) {
+    exchange_timeout_ms_ = exchange_ms;
+    dreq_timeout_ms_ = dreq_ms;
+  }
+
  private:
+  void OnTimeout() override;
+  void ArmTimeout(int milliseconds);
   class PendingRequest;
   Status Check(IdVerb verb) const;
   void Emit(EventType type, int status);
@@ -144,6 +153,12 @@ class Id : public Source {
   Message peer_{};               // the peer's REQ (passive) or REP (active)
   ConnParam local_;              // what this side sent in its REQ / REP
   int unacked_ = 0;
+  Timer timer_{this};
+  // The kernel's rdma_cm: a REQ or REP is sent CMA_MAX_CM_RETRIES (15) more times, each after
+  // CMA_CM_RESPONSE_TIMEOUT (20: 4.096 us * 2^20 = 4.3 s) → about 69 s. A DREQ is retried on
+  // the packet life time (RoCE: CMA_IBOE_PACKET_LIFETIME 16, 2 * 268 ms per try) → about 9 s.
+  int exchange_timeout_ms_ = 16 * 4295;
+  int dreq_timeout_ms_ = 16 * 537;
   std::vector<std::unique_ptr<PendingRequest>> pending_;
 };
 

@@ -197,6 +197,35 @@ TEST_F(CmIdTest, PeerGoneBeforeTheReplyIsUnreachable) {
   EXPECT_EQ(e.status, -ETIMEDOUT);
 }
 
+TEST_F(CmIdTest, UnansweredReqTimesOutAsUnreachable) {
+  auto [listener, client] = ListenerAndClient();
+  client->set_timeouts_for_testing(50, 50);
+  ASSERT_TRUE(Locked(client, [&] { return client->Connect(ConnParam{}); }).ok());
+  // The server never reads its channel: its CM never answers.
+  Event e = Next(client_.get());
+  EXPECT_EQ(e.type, EventType::kUnreachable);
+  EXPECT_EQ(e.status, -ETIMEDOUT);
+  EXPECT_EQ(client->state(), IdState::kDisconnected);
+}
+
+TEST_F(CmIdTest, UnansweredDreqEndsInDisconnected) {
+  auto [listener, client] = ListenerAndClient();
+  client->set_timeouts_for_testing(5000, 50);
+  ASSERT_TRUE(Locked(client, [&] { return client->Connect(ConnParam{}); }).ok());
+  Event request = Next(server_.get());
+  Id* child = request.id;
+  ids_.push_back(child);
+  ASSERT_TRUE(Locked(child, [&] { return child->Accept(ConnParam{}); }).ok());
+  ASSERT_EQ(Next(client_.get()).type, EventType::kConnectResponse);
+  ASSERT_TRUE(Locked(client, [&] { return client->Establish(); }).ok());
+  ASSERT_TRUE(Locked(client, [&] { return client->Disconnect(); }).ok());
+  // The server does not read its channel now, so no DREP comes.
+  EXPECT_EQ(Next(client_.get()).type, EventType::kDisconnected);
+  // Once it reads, it sees the RTU and the DREQ in order.
+  EXPECT_EQ(Next(server_.get()).type, EventType::kEstablished);
+  EXPECT_EQ(Next(server_.get()).type, EventType::kDisconnected);
+}
+
 TEST_F(CmIdTest, VerbsInTheWrongStateChangeNothing) {
   Id* id = NewId(client_.get());
   EXPECT_EQ(Locked(id, [&] { return id->ResolveRoute(); }).code(), EINVAL);
