@@ -1,6 +1,6 @@
 // The convenience layer of librdmacm: rdma_getaddrinfo(3), rdma_create_ep(3) /
-// rdma_destroy_ep, rdma_get_request(3), rdma_get_devices(3); and the verbs softverbs refuses
-// (SRQ on an identifier, multicast, ECE).
+// rdma_destroy_ep, rdma_get_request(3), rdma_get_devices(3), rdma_create_srq(3); and the
+// multicast verbs, which softverbs refuses.
 #include <netdb.h>
 
 #include <cerrno>
@@ -226,6 +226,7 @@ SV_EXPORT void rdma_destroy_ep(struct rdma_cm_id* id) {
     return;
   }
   if (id->qp != nullptr) rdma_destroy_qp(id);
+  if (id->srq != nullptr) rdma_destroy_srq(id);
   rdma_destroy_id(id);
 }
 
@@ -275,12 +276,73 @@ SV_EXPORT int rdma_get_request(struct rdma_cm_id* listen, struct rdma_cm_id** id
   }
 }
 
-// --- refused: SRQ on an identifier, multicast ---------------------------------------------------
+// --- SRQ on an identifier (rdma_create_srq(3)) -------------------------------------------------
 
-SV_CM_MINUS_ONE(rdma_create_srq, struct rdma_cm_id*, struct ibv_pd*, struct ibv_srq_init_attr*)
+namespace {
+
+// rdma_create_srq(3): "If a protection domain is not given - pd parameter is NULL - then the
+// rdma_cm_id will be created using a default protection domain" (as rdma_create_qp).
+softverbs::Status CreateSrq(rdmacm::CmId* id, ibv_srq_init_attr_ex* attr) {
+  rdma_cm_id& p = id->pub;
+  if (p.verbs == nullptr)
+    return Invalid("the identifier is not bound to a device: rdma_bind_addr or rdma_resolve_addr first");
+  if (p.srq != nullptr) return Invalid("the identifier already has an SRQ");
+  if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && attr->srq_type != IBV_SRQT_BASIC)
+    return softverbs::NotSupported("only basic SRQs (XRC and tag matching SRQs are not offered)");
+  if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || attr->pd == nullptr) {
+    Result<ibv_pd*> pd = rdmacm::DefaultPd();
+    if (!pd.ok()) return pd.status();
+    attr->pd = pd.value();
+    attr->comp_mask |= IBV_SRQ_INIT_ATTR_PD;
+  }
+  if (attr->pd->context != p.verbs) return Invalid("the PD is not of the identifier's device");
+  ibv_srq* srq = ibv_create_srq_ex(p.verbs, attr);
+  if (srq == nullptr) return Status(errno, std::string("ibv_create_srq_ex: ") + strerror(errno));
+  p.srq = srq;
+  return Status::Ok();
+}
+
+}  // namespace
+
+// support: rdma_create_srq | implemented | basic SRQ on the id (default PD when NULL), used by rdma_create_qp when its attr has none
+SV_EXPORT int rdma_create_srq(struct rdma_cm_id* id, struct ibv_pd* pd, struct ibv_srq_init_attr* attr) {
+  rdmacm::CmId* ours = rdmacm::Lookup(id);
+  if (ours == nullptr) return ReturnMinusOne("rdma_create_srq", {}, Invalid("id is NULL or not an rdma_cm_id of softverbs"));
+  if (attr == nullptr) return ReturnMinusOne("rdma_create_srq", rdmacm::IdName(id), Invalid("attr is NULL"));
+  ibv_srq_init_attr_ex ex{};
+  ex.srq_context = attr->srq_context;
+  ex.attr = attr->attr;
+  ex.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD;
+  ex.srq_type = IBV_SRQT_BASIC;
+  ex.pd = pd;
+  Status s = CreateSrq(ours, &ex);
+  if (!s.ok()) return ReturnMinusOne("rdma_create_srq", rdmacm::IdName(id), s);
+  attr->attr = ex.attr;  // the actual sizes, as ibv_create_srq(3) writes them back
+  return 0;
+}
+
 // No man page of its own; same convention as rdma_create_srq(3).
-SV_CM_MINUS_ONE(rdma_create_srq_ex, struct rdma_cm_id*, struct ibv_srq_init_attr_ex*)
-SV_CM_VOID(rdma_destroy_srq, struct rdma_cm_id*)
+// support: rdma_create_srq_ex | implemented | basic SRQs only (XRC / tag matching → EOPNOTSUPP)
+SV_EXPORT int rdma_create_srq_ex(struct rdma_cm_id* id, struct ibv_srq_init_attr_ex* attr) {
+  rdmacm::CmId* ours = rdmacm::Lookup(id);
+  if (ours == nullptr) return ReturnMinusOne("rdma_create_srq_ex", {}, Invalid("id is NULL or not an rdma_cm_id of softverbs"));
+  if (attr == nullptr) return ReturnMinusOne("rdma_create_srq_ex", rdmacm::IdName(id), Invalid("attr is NULL"));
+  Status s = CreateSrq(ours, attr);
+  if (!s.ok()) return ReturnMinusOne("rdma_create_srq_ex", rdmacm::IdName(id), s);
+  return 0;
+}
+
+// support: rdma_destroy_srq | implemented | destroys the id's SRQ
+SV_EXPORT void rdma_destroy_srq(struct rdma_cm_id* id) {
+  rdmacm::CmId* ours = rdmacm::Lookup(id);
+  if (ours == nullptr || id->srq == nullptr) {
+    LogRefusal("rdma_destroy_srq", {}, Invalid("id is NULL, not softverbs', or has no SRQ"));
+    return;
+  }
+  if (ibv_destroy_srq(id->srq) == 0) id->srq = nullptr;
+}
+
+// --- refused: multicast -------------------------------------------------------------------------
 
 // Multicast needs multicast delivery on UD QPs, which softverbs0 does not have yet
 // (ibv_attach_mcast refuses, max_mcast_grp is 0): the joins refuse with EOPNOTSUPP.

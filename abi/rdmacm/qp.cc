@@ -153,6 +153,8 @@ Status CreateQp(CmId* id, ibv_qp_init_attr_ex* attr) {
   if (attr->pd->context != p.verbs)
     return Invalid("the PD is not of the identifier's device (rdma_create_qp(3))");
   attr->comp_mask |= IBV_QP_INIT_ATTR_PD;
+  // An SRQ made on the identifier (rdma_create_srq) serves its QP unless the caller names one.
+  if (attr->srq == nullptr && p.srq != nullptr) attr->srq = p.srq;
   bool made = false;
   if (attr->recv_cq == nullptr) {
     SV_RETURN_IF_ERROR(MakeCq(p.verbs, attr->cap.max_recv_wr, &p.recv_cq_channel, &p.recv_cq));

@@ -93,6 +93,22 @@ class CreateQpTest(CmTestCase):
             i.create_qp()
         self.assertEqual(cm.exception.errno, errno.EINVAL)
 
+    def test_srq_on_the_id_serves_its_qp(self):
+        i = self.bound_id()
+        attr = ctypes.create_string_buffer(24)  # struct ibv_srq_init_attr: context, {wr, sge, limit}
+        ctypes.memmove(ctypes.addressof(attr) + 8, (ctypes.c_uint32 * 3)(16, 1, 0), 12)
+        c.cm.rdma_create_srq.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        c.check(c.cm.rdma_create_srq(i.ptr, None, attr), 'rdma_create_srq')
+        self.assertIsNotNone(i.fields.srq)
+        i.create_qp()
+        # struct ibv_qp: context, qp_context, pd, send_cq, recv_cq, srq, ...
+        qp_srq = ctypes.cast(i.fields.qp + 40, ctypes.POINTER(ctypes.c_void_p)).contents.value
+        self.assertEqual(qp_srq, i.fields.srq)
+        c.cm.rdma_destroy_qp(i.ptr)
+        c.cm.rdma_destroy_srq.argtypes = [ctypes.c_void_p]
+        c.cm.rdma_destroy_srq(i.ptr)
+        self.assertIsNone(i.fields.srq)
+
     def test_qp_type_must_match_the_port_space(self):
         i = self.bound_id(c.RDMA_PS_UDP)
         with self.assertRaises(c.CmError) as cm:
