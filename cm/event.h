@@ -54,6 +54,9 @@ struct UdParam {
 
 struct Event {
   EventType type = EventType::kAddrResolved;
+  // MULTICAST_JOIN / MULTICAST_ERROR: the caller's context of rdma_join_multicast, which the
+  // event returns "through the private_data field" (rdma_join_multicast(3)).
+  void* join_context = nullptr;
   int status = 0;
   Id* id = nullptr;
   Id* listen_id = nullptr;
@@ -68,5 +71,8 @@ constexpr int kRejInvalidServiceId = 8;    // REQ for a service nobody listens t
 constexpr int kRejConsumerDefined = 28;    // rdma_reject()
 constexpr int kSidrReject = 1;             // rdma_reject() of a SIDR_REQ
 constexpr int kSidrUnsupported = 2;        // SIDR_REQ for a service nobody listens to
+
+// The QPN of a multicast destination (IBA 10.5.2.2: 0xFFFFFF in a UD send's DETH).
+constexpr uint32_t kMulticastQpn = 0xffffff;
 
 }  // namespace softverbs::cm

@@ -473,6 +473,78 @@ Status Id::NotifyCommEstablished() {
   return Status::Ok();
 }
 
+// --- multicast ----------------------------------------------------------------------------------
+
+void Id::AttachQp(QpDriver* qp) {
+  qp_ = qp;
+  if (qp_ == nullptr) return;
+  for (Membership& g : groups_) {
+    if (g.send_only || g.attached) continue;
+    g.attached = qp_->Attach(g.mgid).ok();
+  }
+}
+
+void Id::DetachAll() {
+  if (qp_ == nullptr) return;
+  for (Membership& g : groups_)
+    if (g.attached) {
+      (void)qp_->Detach(g.mgid);
+      g.attached = false;
+    }
+}
+
+Status Id::JoinMulticast(const sockaddr* group, bool send_only, void* context) {
+  // The kernel's rdma_join_multicast: the identifier must be bound to a device (ADDR_BOUND or
+  // ADDR_RESOLVED) and be a UD one.
+  if (!has_device_ || (state_ != IdState::kBound && state_ != IdState::kAddrResolved &&
+                       state_ != IdState::kRouteResolved && state_ != IdState::kConnected))
+    return Invalid(std::string("rdma_join_multicast needs an identifier bound to a device "
+                               "(rdma_bind_addr / rdma_resolve_addr); this one is ") +
+                   IdStateName(state_) + (has_device_ ? "" : " without a device"));
+  if (!ud_) return Invalid("multicast needs a UD identifier (RDMA_PS_UDP or RDMA_PS_IPOIB)");
+  if (!IsIpFamily(group) || !IsMulticast(group))
+    return Invalid("the address is not an IPv4 or IPv6 multicast address");
+  // RoCE: the group's MGID is the IPv4-mapped address (IPv4) or the IPv6 address itself, as the
+  // kernel's cma_iboe_set_mgid makes it.
+  Gid mgid = GidOf(group);
+  for (const Membership& g : groups_)
+    if (g.mgid == mgid) return Status(EADDRINUSE, AddressText(group) + " is already joined by this identifier");
+  Membership m;
+  m.mgid = mgid;
+  m.send_only = send_only;
+  if (qp_ != nullptr && !send_only) {
+    SV_RETURN_IF_ERROR(qp_->Attach(mgid));
+    m.attached = true;
+  }
+  groups_.push_back(m);
+  // Nothing to ask a subnet manager on one host: the join completes at once.
+  Event e;
+  e.type = EventType::kMulticastJoin;
+  e.id = this;
+  e.ud = true;
+  e.join_context = context;
+  e.ud_param.dgid = mgid;
+  e.ud_param.sgid_index = sgid_index_;
+  e.ud_param.port_num = device_.port_num;
+  e.ud_param.qp_num = kMulticastQpn;
+  e.ud_param.qkey = qkey_;
+  channel_->Post(std::move(e));
+  return Status::Ok();
+}
+
+Status Id::LeaveMulticast(const sockaddr* group) {
+  if (!IsIpFamily(group)) return Invalid("the address is not AF_INET or AF_INET6");
+  Gid mgid = GidOf(group);
+  for (auto it = groups_.begin(); it != groups_.end(); ++it) {
+    if (it->mgid != mgid) continue;
+    if (it->attached && qp_ != nullptr) (void)qp_->Detach(mgid);
+    groups_.erase(it);
+    return Status::Ok();
+  }
+  // rdma-core's rdma_leave_multicast: a group this identifier did not join → EADDRNOTAVAIL.
+  return Status(EADDRNOTAVAIL, AddressText(group) + " was not joined by this identifier");
+}
+
 // --- the protocol -------------------------------------------------------------------------------
 
 void Id::OnReadable() {
@@ -647,6 +719,10 @@ void Id::MoveTo(Channel* channel) {
 }
 
 void Id::Close() {
+  // rdma_leave_multicast(3): "Destroying an rdma_cm_id will automatically leave all multicast
+  // groups."
+  DetachAll();
+  groups_.clear();
   (void)channel_->TakeEventsOf(this);
   // Requests this listener received that the application never saw die with it.
   for (Event& e : channel_->TakeRequestsTo(this)) {

@@ -45,6 +45,9 @@ class QpDriver {
   virtual uint32_t qp_num() const = 0;
   virtual Status ToRtrRts(const ConnectedPath& path) = 0;
   virtual Status ToError() = 0;
+  // A UD QP joining / leaving a multicast group (ibv_attach_mcast(3)).
+  virtual Status Attach(const Gid& mgid) = 0;
+  virtual Status Detach(const Gid& mgid) = 0;
 };
 
 // Port spaces (enum rdma_port_space values).
@@ -82,7 +85,8 @@ class Id : public Source, private Timer::Owner {
   void set_ack_timeout(uint8_t timeout) { ack_timeout_ = timeout; }
   void set_afonly(bool afonly) { afonly_ = afonly; }
 
-  void AttachQp(QpDriver* qp) { qp_ = qp; }
+  // A QP attached after rdma_join_multicast joins the id's groups too.
+  void AttachQp(QpDriver* qp);
   QpDriver* qp() const { return qp_; }
 
   // The verbs. `device` is softverbs0 as abi/ reads it.
@@ -96,6 +100,11 @@ class Id : public Source, private Timer::Owner {
   Status Establish();
   Status Disconnect();
   Status NotifyCommEstablished();
+  // rdma_join_multicast(3) / rdma_leave_multicast(3). A send-only member's QP is not attached.
+  Status JoinMulticast(const sockaddr* group, bool send_only, void* context);
+  Status LeaveMulticast(const sockaddr* group);
+  // Detaches the QP from every group (before the QP goes away); the memberships stay.
+  void DetachAll();
   // The path of the connection made or being made (rdma_init_qp_attr(3) for RTR/RTS), once the
   // peer's QP is known.
   Result<ConnectedPath> Path() const;
@@ -160,6 +169,12 @@ class Id : public Source, private Timer::Owner {
   int exchange_timeout_ms_ = 16 * 4295;
   int dreq_timeout_ms_ = 16 * 537;
   std::vector<std::unique_ptr<PendingRequest>> pending_;
+  struct Membership {
+    Gid mgid{};
+    bool send_only = false;
+    bool attached = false;
+  };
+  std::vector<Membership> groups_;
 };
 
 }  // namespace softverbs::cm

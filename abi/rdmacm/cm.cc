@@ -69,6 +69,12 @@ Result<rdma_cm_event*> NextEvent(CmChannel* channel) {
     ud.ah_attr.port_num = e.ud_param.port_num;
     ud.qp_num = e.ud_param.qp_num;
     ud.qkey = e.ud_param.qkey;
+    if (e.type == cm::EventType::kMulticastJoin || e.type == cm::EventType::kMulticastError) {
+      // rdma_join_multicast(3): "The context is returned to the user through the private_data
+      // field in the rdma_cm_event."
+      ud.private_data = e.join_context;
+      ud.private_data_len = 0;
+    }
   } else {
     rdma_conn_param& c = event->pub.param.conn;
     c.private_data = data;
@@ -267,9 +273,9 @@ void DestroyId(CmId* id) {
   CmChannel* channel = id->channel;
   {
     std::unique_lock<std::mutex> lock(id->core->channel()->mutex());
-    id->core->AttachQp(nullptr);
     id->core->channel()->WaitAcknowledged(id->core, lock);
-    id->core->Close();
+    id->core->Close();  // leaves the multicast groups, with the QP (if any) still known
+    id->core->AttachQp(nullptr);
   }
   delete id->core;
   if (id->owns_channel) {

@@ -1,6 +1,5 @@
 // The convenience layer of librdmacm: rdma_getaddrinfo(3), rdma_create_ep(3) /
-// rdma_destroy_ep, rdma_get_request(3), rdma_get_devices(3), rdma_create_srq(3); and the
-// multicast verbs, which softverbs refuses.
+// rdma_destroy_ep, rdma_get_request(3), rdma_get_devices(3), rdma_create_srq(3).
 #include <netdb.h>
 
 #include <cerrno>
@@ -341,11 +340,3 @@ SV_EXPORT void rdma_destroy_srq(struct rdma_cm_id* id) {
   }
   if (ibv_destroy_srq(id->srq) == 0) id->srq = nullptr;
 }
-
-// --- refused: multicast -------------------------------------------------------------------------
-
-// Multicast needs multicast delivery on UD QPs, which softverbs0 does not have yet
-// (ibv_attach_mcast refuses, max_mcast_grp is 0): the joins refuse with EOPNOTSUPP.
-SV_CM_MINUS_ONE(rdma_join_multicast, struct rdma_cm_id*, struct sockaddr*, void*)
-SV_CM_MINUS_ONE(rdma_join_multicast_ex, struct rdma_cm_id*, struct rdma_cm_join_mc_attr_ex*, void*)
-SV_CM_MINUS_ONE(rdma_leave_multicast, struct rdma_cm_id*, struct sockaddr*)

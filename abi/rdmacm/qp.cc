@@ -75,6 +75,23 @@ Status CmQp::ToError() {
   return Status::Ok();
 }
 
+Status CmQp::Attach(const cm::Gid& mgid) {
+  ibv_gid gid;
+  memcpy(gid.raw, mgid.data(), 16);
+  // RoCE has no LIDs: the multicast LID is unused (0).
+  if (int rc = ibv_attach_mcast(qp_, &gid, 0); rc != 0)
+    return Status(rc, std::string("ibv_attach_mcast refused the group: ") + strerror(rc));
+  return Status::Ok();
+}
+
+Status CmQp::Detach(const cm::Gid& mgid) {
+  ibv_gid gid;
+  memcpy(gid.raw, mgid.data(), 16);
+  if (int rc = ibv_detach_mcast(qp_, &gid, 0); rc != 0)
+    return Status(rc, std::string("ibv_detach_mcast: ") + strerror(rc));
+  return Status::Ok();
+}
+
 namespace {
 
 // The CQ and completion channel rdma_create_qp makes for a NULL send_cq/recv_cq.
@@ -260,7 +277,9 @@ SV_EXPORT void rdma_destroy_qp(struct rdma_cm_id* id) {
     return;
   }
   {
+    // Multicast attachments go first: a QP still attached cannot be destroyed (EBUSY).
     std::lock_guard<std::mutex> lock(ours->core->channel()->mutex());
+    ours->core->DetachAll();
     ours->core->AttachQp(nullptr);
   }
   ibv_destroy_qp(id->qp);

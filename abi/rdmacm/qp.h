@@ -14,6 +14,8 @@ class CmQp : public cm::QpDriver {
   uint32_t qp_num() const override { return qp_->qp_num; }
   Status ToRtrRts(const cm::ConnectedPath& path) override;
   Status ToError() override;
+  Status Attach(const cm::Gid& mgid) override;
+  Status Detach(const cm::Gid& mgid) override;
   ibv_qp* qp() const { return qp_; }
 
  private:

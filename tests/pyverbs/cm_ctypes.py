@@ -124,6 +124,7 @@ _sigs = {
     'rdma_migrate_id': (ctypes.c_int, [P, P]),
     'rdma_set_option': (ctypes.c_int, [P, ctypes.c_int, ctypes.c_int, P, ctypes.c_size_t]),
     'rdma_join_multicast': (ctypes.c_int, [P, P, P]),
+    'rdma_leave_multicast': (ctypes.c_int, [P, P]),
 }
 for _name, (_res, _args) in _sigs.items():
     _f = getattr(cm, _name)
@@ -176,6 +177,7 @@ class Event:
         self.conn = {k: getattr(conn, k) for k, _ in ConnParam._fields_ if k != 'private_data'}
         self.private_data = ctypes.string_at(conn.private_data, conn.private_data_len) \
             if conn.private_data else b''
+        self.private_data_ptr = conn.private_data  # MULTICAST_JOIN: the join's context
         self.ud = {'qp_num': ud.qp_num, 'qkey': ud.qkey, 'is_global': ud.ah_attr.is_global,
                    'dgid': bytes(ud.ah_attr.grh.dgid), 'sgid_index': ud.ah_attr.grh.sgid_index,
                    'port_num': ud.ah_attr.port_num}

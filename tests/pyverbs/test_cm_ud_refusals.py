@@ -1,5 +1,5 @@
 """UD through the CM (SIDR: rdma_connect on an RDMA_PS_UDP id → ESTABLISHED with ud_param:
-the remote QPN, Q_Key and a RoCE address vector), and bad input: NULL / foreign / unresolved
+the remote QPN, Q_Key and a RoCE address vector), multicast joins, and bad input: NULL / foreign / unresolved
 identifiers and verbs in the wrong state get the man page's errno and, with SOFTVERBS_LOG=error,
 exactly one line naming the verb, the identifier and the rule."""
 import errno
@@ -50,6 +50,46 @@ class UdTest(CmTestCase):
         self.expect(cch, 'UNREACHABLE', 1)
 
 
+class MulticastTest(CmTestCase):
+
+    def test_join_gives_the_group_address_vector_and_the_context(self):
+        import ctypes
+        ch = self.channel()
+        i = self.new_id(ch, c.RDMA_PS_UDP)
+        i.bind('127.0.0.1')
+        i.create_qp(qp_type=IBV_QPT_UD)
+        context = ctypes.c_void_p(0x1234)
+        c.check(c.cm.rdma_join_multicast(i.ptr, c.sockaddr('239.9.9.9'), context),
+                'rdma_join_multicast')
+        ev = self.expect(ch, 'MULTICAST_JOIN')
+        self.assertEqual(ev.private_data_ptr, 0x1234)
+        self.assertEqual(ev.ud['qp_num'], 0xFFFFFF)
+        self.assertEqual(ev.ud['qkey'], RDMA_UDP_QKEY)
+        self.assertEqual(ev.ud['is_global'], 1)
+        self.assertEqual(ev.ud['dgid'], b'\0' * 10 + b'\xff\xff' + socket.inet_aton('239.9.9.9'))
+        with self.assertRaises(c.CmError) as cm:  # one membership per group and identifier
+            c.check(c.cm.rdma_join_multicast(i.ptr, c.sockaddr('239.9.9.9'), None), 'join')
+        self.assertEqual(cm.exception.errno, errno.EADDRINUSE)
+        # The QP is attached: it cannot be destroyed under the group with ibv_destroy_qp, but
+        # rdma_destroy_qp detaches it first.
+        c.verbs.ibv_destroy_qp.argtypes = [ctypes.c_void_p]
+        self.assertEqual(c.verbs.ibv_destroy_qp(i.fields.qp), errno.EBUSY)
+        c.check(c.cm.rdma_leave_multicast(i.ptr, c.sockaddr('239.9.9.9')), 'rdma_leave_multicast')
+        self.assertEqual(c.verbs.ibv_destroy_qp(i.fields.qp), 0)
+        i.fields.qp = None
+
+    def test_join_needs_a_bound_ud_identifier(self):
+        ch = self.channel()
+        unbound = self.new_id(ch, c.RDMA_PS_UDP)
+        rc_id = self.new_id(ch)
+        rc_id.bind('127.0.0.1')
+        for i in (unbound, rc_id):
+            with self.subTest(id=i):
+                with self.assertRaises(c.CmError) as cm:
+                    c.check(c.cm.rdma_join_multicast(i.ptr, c.sockaddr('239.9.9.8'), None), 'join')
+                self.assertEqual(cm.exception.errno, errno.EINVAL)
+
+
 PRELUDE = textwrap.dedent('''
     import ctypes, os
     print('pid', os.getpid())
@@ -91,9 +131,14 @@ CASES = {
     'ack foreign event': ("buf = ctypes.create_string_buffer(80)\ncall('rdma_ack_cm_event', buf)",
                           errno.EINVAL, r'rdma_ack_cm_event: event was not returned by '
                           r'rdma_get_cm_event or is acked'),
-    'multicast': ("i = c.Id(ch, c.RDMA_PS_UDP)\n"
-                  "call('rdma_join_multicast', i.ptr, c.sockaddr('239.1.2.3'), None)",
-                  errno.EOPNOTSUPP, r'rdma_join_multicast: .*'),
+    'join a unicast address': ("i = c.Id(ch, c.RDMA_PS_UDP)\ni.bind('127.0.0.1')\n"
+                               "call('rdma_join_multicast', i.ptr, c.sockaddr('127.0.0.1'), None)",
+                               errno.EINVAL, r'rdma_join_multicast\(id 0x[0-9a-f]+\): the address '
+                               r'is not an IPv4 or IPv6 multicast address'),
+    'leave a group not joined': ("i = c.Id(ch, c.RDMA_PS_UDP)\ni.bind('127.0.0.1')\n"
+                                 "call('rdma_leave_multicast', i.ptr, c.sockaddr('239.1.2.3'))",
+                                 errno.EADDRNOTAVAIL, r'rdma_leave_multicast\(id 0x[0-9a-f]+\): '
+                                 r'239\.1\.2\.3 was not joined by this identifier'),
 }
 
 

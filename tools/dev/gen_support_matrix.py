@@ -59,8 +59,8 @@ LIBS = {
         "intro": "The connection manager runs between the processes of one host "
                  "([cm.md](../cm.md)): event channels, identifiers, address and route "
                  "resolution, `rdma_create_qp`, connections (RC, UC) and UD lookups (SIDR), "
-                 "`rdma_getaddrinfo`, `rdma_create_ep`, basic SRQs and the synchronous mode are "
-                 "implemented. Multicast and ECE refuse with `EOPNOTSUPP`; rsockets "
+                 "`rdma_getaddrinfo`, `rdma_create_ep`, basic SRQs, multicast joins and the "
+                 "synchronous mode are implemented. ECE refuses with `EOPNOTSUPP`; rsockets "
                  "are not provided: every `r*` call returns -1 with errno `ENOSYS`.",
     },
 }
