@@ -23,10 +23,10 @@ class Id::PendingRequest : public Source {
     if (closed || !s.ok() || (m.type != MessageType::kReq && m.type != MessageType::kSidrReq)) {
       SV_LOG(kDebug, "rdma_cm: dropping a connection without a valid REQ");
       listener_->channel_->Unwatch(fd_.get());
-      listener_->OnRequest(this, Message{});  // removes this
+      listener_->OnRequest(this, nullptr);  // removes this
       return;
     }
-    listener_->OnRequest(this, m);
+    listener_->OnRequest(this, &m);
   }
   UniqueFd& fd() { return fd_; }
 
@@ -130,9 +130,9 @@ Status Id::BindAddr(const sockaddr* addr, const DeviceView& device) {
   }
   sockaddr_storage bound{};
   memcpy(&bound, addr, AddressLength(addr));
-  device_ = device;  // a wildcard listener's requests arrive on this device too
   Result<UniqueFd> fd = BindService(&bound, afonly_);
   if (!fd.ok()) return fd.status();
+  device_ = device;  // a wildcard listener's requests arrive on this device too
   socket_ = std::move(fd.value());
   src_ = bound;
   if (!wildcard) {
@@ -154,8 +154,8 @@ Status Id::ResolveAddr(const sockaddr* src, const sockaddr* dst, const DeviceVie
   if (state_ == IdState::kBound) src = nullptr;
   sockaddr_storage target = ConcreteDestination(dst);
   const sockaddr* t = reinterpret_cast<const sockaddr*>(&target);
-  // A multicast group resolves on the device of the source (rdma_join_multicast(3) needs it);
-  // joining is what softverbs0 refuses (no multicast delivery yet).
+  // A multicast group resolves on the device of the source (rdma_join_multicast(3) needs the
+  // identifier bound to a device).
   bool multicast = IsMulticast(t);
   if (!multicast && !IsHostAddress(t)) {
     // softverbs0 reaches the addresses of this host only (same-host fabric, DESIGN.md 5): for
@@ -230,13 +230,14 @@ void Id::OnListenerReadable() {
   pending_.push_back(std::move(pending));
 }
 
-void Id::OnRequest(PendingRequest* pending, const Message& message) {
+void Id::OnRequest(PendingRequest* pending, const Message* request) {
   auto it = pending_.begin();
   while (it != pending_.end() && it->get() != pending) ++it;
   if (it == pending_.end()) return;
   std::unique_ptr<PendingRequest> owned = std::move(*it);
   pending_.erase(it);
-  if (message.type != MessageType::kReq && message.type != MessageType::kSidrReq) return;
+  if (request == nullptr) return;  // the connection closed or carried no REQ: dropped
+  const Message& message = *request;
   bool ud = message.type == MessageType::kSidrReq;
   // The new identifier: bound to the device, "similar to a new socket" (rdma_accept(3)). It
   // belongs to the application once CONNECT_REQUEST is delivered; abi/ wraps it then.
@@ -388,7 +389,8 @@ Status Id::Accept(const ConnParam& param) {
   if (ud_) {
     // SIDR: the REP carries the QPN and Q_Key; no RTU follows, and the passive side gets no
     // ESTABLISHED (the kernel's cma_accept for UD sends SIDR_REP only).
-    Status sent = SendMessage(socket_.get(), m);
+    // A requester gone meanwhile has nobody to answer (its lookup ended when its socket did).
+    Status sent = peer_gone_ ? Status::Ok() : SendMessage(socket_.get(), m);
     StopWatching();
     socket_.reset();
     state_ = IdState::kConnected;
@@ -567,11 +569,13 @@ void Id::OnReadable() {
 }
 
 void Id::OnMessage(const Message& m) {
-  timer_.Disarm(channel_);  // whatever was awaited has been answered (or is obsolete)
+  // Each handled message answers what this identifier waited for: its timeout stops.
+  auto answered = [this] { timer_.Disarm(channel_); };
   SV_LOG(kDebug, "rdma_cm: %s received in state %s", MessageName(m.type), IdStateName(state_));
   switch (m.type) {
     case MessageType::kRep:
       if (state_ != IdState::kConnecting) break;
+      answered();
       peer_ = m;
       if (qp_ == nullptr) {
         state_ = IdState::kConnectResponse;
@@ -598,12 +602,14 @@ void Id::OnMessage(const Message& m) {
       return;
     case MessageType::kRej:
       if (state_ != IdState::kConnecting && state_ != IdState::kConnectResponse) break;
+      answered();
       StopWatching();
       state_ = IdState::kDisconnected;
       EmitConnection(EventType::kRejected, static_cast<int>(m.status), m);
       return;
     case MessageType::kSidrRep:
       if (state_ != IdState::kConnecting) break;
+      answered();
       StopWatching();
       if (m.status != 0) {
         state_ = IdState::kDisconnected;
@@ -616,6 +622,7 @@ void Id::OnMessage(const Message& m) {
       return;
     case MessageType::kRtu:
       if (state_ != IdState::kAccepting) break;
+      answered();
       state_ = IdState::kConnected;
       Emit(EventType::kEstablished, 0);
       return;
@@ -625,6 +632,7 @@ void Id::OnMessage(const Message& m) {
         break;
       // Also when our own DREQ crossed this one (the IB CM: DREQ received in DREQ Sent →
       // DREP and TimeWait); our DREP, if it comes, finds the identifier disconnected.
+      answered();
       if (qp_ != nullptr) (void)qp_->ToError();
       (void)SendMessage(socket_.get(), Compose(MessageType::kDrep));
       state_ = IdState::kDisconnected;
@@ -632,6 +640,7 @@ void Id::OnMessage(const Message& m) {
       return;
     case MessageType::kDrep:
       if (state_ != IdState::kDisconnecting) break;
+      answered();
       state_ = IdState::kDisconnected;
       Emit(EventType::kDisconnected, 0);
       return;

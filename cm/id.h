@@ -131,7 +131,7 @@ class Id : public Source, private Timer::Owner {
   void OnMessage(const Message& message);
   void OnPeerGone();
   void OnListenerReadable();
-  void OnRequest(PendingRequest* pending, const Message& message);
+  void OnRequest(PendingRequest* pending, const Message* request);  // nullptr: drop it
   void StopWatching();
   Status CheckPrivateData(MessageType type, size_t len) const;
   Message Compose(MessageType type) const;
