@@ -225,6 +225,11 @@ Status Id::Listen(int backlog, const DeviceView& device) {
 void Id::OnListenerReadable() {
   int fd = accept4(socket_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
   if (fd < 0) return;
+  if (!SameUser(fd)) {
+    SV_LOG(kWarn, "rdma_cm: refusing a connection from another user's process");
+    close(fd);
+    return;
+  }
   auto pending = std::make_unique<PendingRequest>(this, UniqueFd(fd));
   if (!channel_->Watch(fd, pending.get()).ok()) return;
   pending_.push_back(std::move(pending));

@@ -88,11 +88,21 @@ bool ServiceBound(const sockaddr* dst) {
   return false;
 }
 
+bool SameUser(int fd) {
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.uid == getuid();
+}
+
 Status ConnectService(int fd, const sockaddr* dst) {
   for (const std::string& key : KeysReaching(dst)) {
     socklen_t len;
     sockaddr_un un = NameFor(key, PortOf(dst), &len);
-    if (connect(fd, reinterpret_cast<sockaddr*>(&un), len) == 0) return Status::Ok();
+    if (connect(fd, reinterpret_cast<sockaddr*>(&un), len) == 0) {
+      // A name squatted by another user is not our host's listener.
+      if (SameUser(fd)) return Status::Ok();
+      return Status(ECONNREFUSED, "the listener of " + key + " belongs to another user");
+    }
     // A full backlog reads as EAGAIN on a non-blocking SOCK_SEQPACKET connect.
     if (errno != ECONNREFUSED && errno != ENOENT)
       return Status(errno, "cannot reach the listener of " + key + ": " + strerror(errno));

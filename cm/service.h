@@ -24,6 +24,11 @@ Result<UniqueFd> BindService(sockaddr_storage* addr, bool v6only);
 // listeners that cover it. ECONNREFUSED when nothing listens there.
 Status ConnectService(int fd, const sockaddr* dst);
 
+// Whether the process at the other end of a connected socket is this user's: abstract names
+// have no file mode, so the CM checks SO_PEERCRED itself (DESIGN.md 5.4: the host's state is the
+// user's own).
+bool SameUser(int fd);
+
 // Whether some identifier holds the port `dst` would reach (bound, perhaps not listening yet):
 // probed by binding the names, which fails with EADDRINUSE while they are held.
 bool ServiceBound(const sockaddr* dst);
