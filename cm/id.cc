@@ -309,8 +309,8 @@ Status Id::Connect(const ConnParam& param) {
     usleep(1000);
     reached = ConnectService(socket_.get(), dst);
   }
-  if (reached.code() == ECONNREFUSED) {
-    // Nothing listens: the remote CM answers a REQ for an unknown service ID with REJ reason 8
+  if (reached.code() == ECONNREFUSED || reached.code() == EPERM) {
+    // Nothing (of this user) listens: the remote CM answers a REQ for an unknown service ID with REJ reason 8
     // (IB_CM_REJ_INVALID_SERVICE_ID), a SIDR_REQ with SIDR_REP status 2 (IB_SIDR_UNSUPPORTED);
     // rdma_cm reports them as REJECTED / UNREACHABLE with that status.
     SV_LOG(kInfo, "rdma_connect: %s", reached.rule().c_str());

@@ -101,7 +101,7 @@ Status ConnectService(int fd, const sockaddr* dst) {
     if (connect(fd, reinterpret_cast<sockaddr*>(&un), len) == 0) {
       // A name squatted by another user is not our host's listener.
       if (SameUser(fd)) return Status::Ok();
-      return Status(ECONNREFUSED, "the listener of " + key + " belongs to another user");
+      return Status(EPERM, "the listener of " + key + " belongs to another user");
     }
     // A full backlog reads as EAGAIN on a non-blocking SOCK_SEQPACKET connect.
     if (errno != ECONNREFUSED && errno != ENOENT)

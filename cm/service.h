@@ -21,7 +21,8 @@ namespace softverbs::cm {
 Result<UniqueFd> BindService(sockaddr_storage* addr, bool v6only);
 
 // Connects `fd` to the listener serving `dst`: the exact address first, then the wildcard
-// listeners that cover it. ECONNREFUSED when nothing listens there.
+// listeners that cover it. ECONNREFUSED when nothing listens there, EPERM when another user's
+// process holds the name (the socket is then connected to it and unusable).
 Status ConnectService(int fd, const sockaddr* dst);
 
 // Whether the process at the other end of a connected socket is this user's: abstract names
