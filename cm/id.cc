@@ -369,7 +369,6 @@ Result<ConnectedPath> Id::Path() const {
       break;
     case IdState::kConnectResponse:
     case IdState::kConnected:
-    case IdState::kDisconnecting:
       if (!passive_)
         return PathFrom(peer_.responder_resources, peer_.initiator_depth, local_.retry_count,
                         peer_.rnr_retry_count);
@@ -458,14 +457,19 @@ Status Id::Establish() {
 
 Status Id::Disconnect() {
   SV_RETURN_IF_ERROR(Check(IdVerb::kDisconnect));
-  if (state_ == IdState::kDisconnecting || state_ == IdState::kDisconnected) return Status::Ok();
+  if (state_ == IdState::kDisconnected) return Status::Ok();
   // rdma_disconnect(3): "transitions any associated QP to the error state".
   if (qp_ != nullptr) (void)qp_->ToError();
-  state_ = IdState::kDisconnecting;
-  if (!SendMessage(socket_.get(), Compose(MessageType::kDreq)).ok())
-    OnPeerGone();
-  else
-    ArmTimeout(dreq_timeout_ms_);
+  timer_.Disarm(channel_);
+  // The DREQ lands in the peer's socket for sure (a local, reliable transport), and the remote
+  // CM answers a DREQ with a DREP without its application (the kernel does): the DREP carries
+  // nothing, so the disconnect is complete now, as it is once the DREP arrives on a fabric. The
+  // peer reports DISCONNECTED when it reads its channel; a DREP it sends back is ignored here.
+  (void)SendMessage(socket_.get(), Compose(MessageType::kDreq));
+  StopWatching();
+  socket_.reset();
+  state_ = IdState::kDisconnected;
+  Emit(EventType::kDisconnected, 0);
   return Status::Ok();
 }
 
@@ -633,19 +637,11 @@ void Id::OnMessage(const Message& m) {
       return;
     case MessageType::kDreq:
       if (state_ != IdState::kConnected && state_ != IdState::kAccepting &&
-          state_ != IdState::kConnectResponse && state_ != IdState::kDisconnecting)
+          state_ != IdState::kConnectResponse)
         break;
-      // Also when our own DREQ crossed this one (the IB CM: DREQ received in DREQ Sent →
-      // DREP and TimeWait); our DREP, if it comes, finds the identifier disconnected.
       answered();
       if (qp_ != nullptr) (void)qp_->ToError();
       (void)SendMessage(socket_.get(), Compose(MessageType::kDrep));
-      state_ = IdState::kDisconnected;
-      Emit(EventType::kDisconnected, 0);
-      return;
-    case MessageType::kDrep:
-      if (state_ != IdState::kDisconnecting) break;
-      answered();
       state_ = IdState::kDisconnected;
       Emit(EventType::kDisconnected, 0);
       return;
@@ -670,7 +666,6 @@ void Id::OnPeerGone() {
       return;
     case IdState::kConnectResponse:
     case IdState::kConnected:
-    case IdState::kDisconnecting:
       // A dead or vanished peer: the QP can no longer reach it (IBA: the CM's keepalive/DREQ
       // timeout ends in DISCONNECTED).
       if (qp_ != nullptr) (void)qp_->ToError();
@@ -700,13 +695,6 @@ void Id::OnTimeout() {
       if (qp_ != nullptr) (void)qp_->ToError();
       state_ = IdState::kDisconnected;
       Emit(EventType::kUnreachable, kTimedOut);
-      return;
-    case IdState::kDisconnecting:
-      // IB_CM_DREQ_ERROR → RDMA_CM_EVENT_DISCONNECTED.
-      StopWatching();
-      socket_.reset();
-      state_ = IdState::kDisconnected;
-      Emit(EventType::kDisconnected, 0);
       return;
     default:
       return;

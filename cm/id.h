@@ -115,11 +115,8 @@ class Id : public Source, private Timer::Owner {
 
   void OnReadable() override;
 
-  // How long a REQ / REP and a DREQ wait for their answer (tests shorten them).
-  void set_timeouts_for_testing(int exchange_ms, int dreq_ms) {
-    exchange_timeout_ms_ = exchange_ms;
-    dreq_timeout_ms_ = dreq_ms;
-  }
+  // How long a REQ / REP waits for its answer (tests shorten it).
+  void set_timeout_for_testing(int exchange_ms) { exchange_timeout_ms_ = exchange_ms; }
 
  private:
   void OnTimeout() override;
@@ -164,10 +161,8 @@ class Id : public Source, private Timer::Owner {
   int unacked_ = 0;
   Timer timer_{this};
   // The kernel's rdma_cm: a REQ or REP is sent CMA_MAX_CM_RETRIES (15) more times, each after
-  // CMA_CM_RESPONSE_TIMEOUT (20: 4.096 us * 2^20 = 4.3 s) → about 69 s. A DREQ is retried on
-  // the packet life time (RoCE: CMA_IBOE_PACKET_LIFETIME 16, 2 * 268 ms per try) → about 9 s.
+  // CMA_CM_RESPONSE_TIMEOUT (20: 4.096 us * 2^20 = 4.3 s) → about 69 s.
   int exchange_timeout_ms_ = 16 * 4295;
-  int dreq_timeout_ms_ = 16 * 537;
   std::vector<std::unique_ptr<PendingRequest>> pending_;
   struct Membership {
     Gid mgid{};

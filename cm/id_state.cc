@@ -32,8 +32,7 @@ constexpr std::array<uint32_t, kVerbs> kTable = {
     // rdma_establish(3): after the connect response event.
     Bit(S::kConnectResponse),
     // rdma_disconnect(3): a connection being made or made; repeating it is harmless.
-    Bit(S::kConnectResponse) | Bit(S::kAccepting) | Bit(S::kConnected) | Bit(S::kDisconnecting) |
-        Bit(S::kDisconnected),
+    Bit(S::kConnectResponse) | Bit(S::kAccepting) | Bit(S::kConnected) | Bit(S::kDisconnected),
     // rdma_notify(3): meaningful while the passive side waits for RTU, harmless once connected.
     Bit(S::kAccepting) | Bit(S::kConnected),
 };
@@ -44,7 +43,7 @@ const char* IdStateName(IdState state) {
   static constexpr std::array<const char*, kStates> kNames = {
       "idle",      "bound",    "address resolved", "route resolved",
       "listening", "connecting", "connect response", "request received",
-      "accepting", "connected",  "disconnecting",    "disconnected"};
+      "accepting", "connected",  "disconnected"};
   return kNames[static_cast<size_t>(state)];
 }
 

@@ -18,7 +18,6 @@ enum class IdState : uint8_t {
   kRequestReceived,   // passive: CONNECT_REQUEST delivered, waiting for accept / reject
   kAccepting,         // passive: REP sent, waiting for RTU
   kConnected,         // ESTABLISHED (UD: the remote QP is known)
-  kDisconnecting,     // DREQ sent, waiting for DREP
   kDisconnected,      // DISCONNECTED / REJECTED / UNREACHABLE delivered: only destroy is left
 };
 const char* IdStateName(IdState state);

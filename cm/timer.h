@@ -1,4 +1,4 @@
-// The CM's timeouts (a REQ, REP or DREQ never answered) as a timerfd in the channel's epoll set:
+// The CM's timeouts (a REQ or REP never answered) as a timerfd in the channel's epoll set:
 // the channel becomes readable when one expires and rdma_get_cm_event runs the expiry, so no
 // thread waits for them (DESIGN.md 5.2).
 #pragma once
