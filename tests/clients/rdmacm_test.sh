@@ -4,6 +4,7 @@
 # started here is waited for by PID; the CM names and the host registry are this run's own
 # (SOFTVERBS_HOST). Usage: rdmacm_test.sh <build dir>
 set -u
+source "$(dirname "$0")/common.sh"
 build=${1:?build dir}
 export LD_LIBRARY_PATH="$build/lib"
 export SOFTVERBS_HOST="clients-rdmacm-$$"
@@ -24,7 +25,7 @@ report() {  # report <ok 0|1> <label> <server log> <client log>
 # A persistent server (one that serves until killed, like cmtime's) is stopped by PID once the
 # client is done.
 pair() {
-  local port=$((20000 + RANDOM % 20000)) srv_log cli_log spid src crc ok=1
+  local port=$(free_port) srv_log cli_log spid src crc ok=1
   srv_log=$(mktemp) cli_log=$(mktemp)
   timeout 60 ${1//PORT/$port} >"$srv_log" 2>&1 &
   spid=$!
