@@ -48,15 +48,21 @@ class EventFd {
     }
   }
 
-  // Waits until the fd is readable: 0, or EAGAIN at once if the application made it O_NONBLOCK.
+  // Waits until the fd is readable: 0, or EAGAIN at once if the application made it O_NONBLOCK,
+  // or EINTR when a signal interrupts it.
   int Wait() const {
     if (fcntl(fd_.get(), F_GETFL) & O_NONBLOCK) {
       pollfd p{fd_.get(), POLLIN, 0};
       return poll(&p, 1, 0) == 1 ? 0 : EAGAIN;
     }
-    pollfd p{fd_.get(), POLLIN, 0};
-    while (poll(&p, 1, -1) < 0)
-      if (errno != EINTR) return errno;
+    // A blocking read(2), as rdma-core's ibv_get_cq_event / ibv_get_async_event do, so that a
+    // signal ends the wait exactly as it does there: EINTR unless the handler was installed
+    // with SA_RESTART (programs such as qperf stop a blocked ibv_get_cq_event with SIGALRM).
+    uint64_t value;
+    if (read(fd_.get(), &value, sizeof(value)) < 0) return errno;
+    // The fd only mirrors state kept elsewhere: give the count back, Clear() ends it.
+    ssize_t ignored = write(fd_.get(), &value, sizeof(value));
+    (void)ignored;
     return 0;
   }
 

@@ -1,49 +1,192 @@
-// librdmacm's rdma_* entry points. The connection manager itself is a later issue: until then
-// every verb refuses with EOPNOTSUPP through its man page's convention. rdma_event_str is real,
-// and the release functions are safe on what a caller can hand them today.
+// librdmacm's event channels, identifiers and events: rdma-core structs ↔ cm/ objects. The
+// protocol and the state machine live in cm/ (docs/cm.md); this file converts and answers in
+// the verbs' convention ("0 on success, or -1 on error ... errno", rdma_cm(7)).
 #include <cerrno>
+#include <cstring>
 
 #include "abi/common/errno_convention.h"
+#include "abi/rdmacm/objects.h"
+#include "abi/rdmacm/qp.h"
 #include "abi/rdmacm/refuse.h"
+#include "abi/rdmacm/sync.h"
+#include "base/log.h"
 
 namespace softverbs::abi::rdmacm {
 namespace {
 
-// Release functions can only receive objects softverbs never created (every constructor above
-// refuses), so they refuse too instead of freeing foreign memory.
-Status NotOurs(const char* what) noexcept {
-  try {
-    return Invalid(std::string(what) + " was not returned by softverbs");
-  } catch (...) {
-    return Status(EINVAL, {});
-  }
+static_assert(static_cast<int>(cm::EventType::kTimewaitExit) == RDMA_CM_EVENT_TIMEWAIT_EXIT);
+static_assert(static_cast<int>(cm::EventType::kConnectRequest) == RDMA_CM_EVENT_CONNECT_REQUEST);
+static_assert(static_cast<int>(cm::EventType::kDisconnected) == RDMA_CM_EVENT_DISCONNECTED);
+static_assert(static_cast<int>(cm::PortSpace::kTcp) == RDMA_PS_TCP);
+static_assert(static_cast<int>(cm::PortSpace::kUdp) == RDMA_PS_UDP);
+
+const char* const kNotOurs = "id is NULL or not an rdma_cm_id of softverbs";
+
+// The rdma_cm_id of a request's new identifier, made when CONNECT_REQUEST is delivered.
+CmId* WrapChild(cm::Id* child, CmChannel* channel) {
+  auto* id = new CmId();
+  id->core = child;
+  id->channel = channel;
+  cm::Id* listener = child->listener();
+  CmId* parent = listener != nullptr ? static_cast<CmId*>(listener->user()) : nullptr;
+  id->pub.channel = &channel->pub;
+  id->pub.context = parent != nullptr ? parent->pub.context : nullptr;
+  id->pub.ps = static_cast<rdma_port_space>(child->port_space());
+  id->pub.qp_type = child->ud() ? IBV_QPT_UD : IBV_QPT_RC;
+  child->set_user(id);
+  SyncPublicFields(id);
+  Register(id);
+  return id;
 }
 
 }  // namespace
+
+Result<rdma_cm_event*> NextEvent(CmChannel* channel) {
+  Result<cm::Event> got = channel->core->Get();
+  if (!got.ok()) return got.status();
+  cm::Event& e = got.value();
+  auto* event = new CmEvent();
+  CmId* id = e.id != nullptr ? static_cast<CmId*>(e.id->user()) : nullptr;
+  if (id == nullptr && e.id != nullptr) id = WrapChild(e.id, channel);
+  if (id != nullptr) SyncPublicFields(id);
+  event->pub.id = id != nullptr ? &id->pub : nullptr;
+  event->pub.listen_id =
+      e.listen_id != nullptr ? &static_cast<CmId*>(e.listen_id->user())->pub : nullptr;
+  event->pub.event = static_cast<rdma_cm_event_type>(e.type);
+  event->pub.status = e.status;
+  event->private_data = e.conn.private_data;
+  const void* data = event->private_data.empty() ? nullptr : event->private_data.data();
+  auto len = static_cast<uint8_t>(event->private_data.size());
+  if (e.ud) {
+    rdma_ud_param& ud = event->pub.param.ud;
+    ud.private_data = data;
+    ud.private_data_len = len;
+    // RoCE: the address vector of the remote UD QP carries a GRH (DESIGN.md 3).
+    ud.ah_attr.is_global = 1;
+    memcpy(ud.ah_attr.grh.dgid.raw, e.ud_param.dgid.data(), 16);
+    ud.ah_attr.grh.sgid_index = e.ud_param.sgid_index;
+    ud.ah_attr.grh.hop_limit = 64;
+    ud.ah_attr.port_num = e.ud_param.port_num;
+    ud.qp_num = e.ud_param.qp_num;
+    ud.qkey = e.ud_param.qkey;
+    if (e.type == cm::EventType::kMulticastJoin || e.type == cm::EventType::kMulticastError) {
+      // rdma_join_multicast(3): "The context is returned to the user through the private_data
+      // field in the rdma_cm_event."
+      ud.private_data = e.join_context;
+      ud.private_data_len = 0;
+    }
+  } else {
+    rdma_conn_param& c = event->pub.param.conn;
+    c.private_data = data;
+    c.private_data_len = len;
+    // Within what this device can serve, so the values can go back to rdma_accept as they are.
+    c.responder_resources = std::min(e.conn.responder_resources, MaxResponderResources());
+    c.initiator_depth = std::min(e.conn.initiator_depth, MaxInitiatorDepth());
+    c.flow_control = e.conn.flow_control;
+    c.retry_count = e.conn.retry_count;
+    c.rnr_retry_count = e.conn.rnr_retry_count;
+    c.srq = e.conn.srq;
+    c.qp_num = e.conn.qp_num;
+  }
+  Register(event);
+  SV_LOG(kDebug, "rdma_get_cm_event: %s status %d for %s", rdma_event_str(event->pub.event),
+         event->pub.status, IdName(event->pub.id).c_str());
+  return &event->pub;
+}
+
+Status AckEvent(rdma_cm_event* pub) {
+  auto* event = reinterpret_cast<CmEvent*>(pub);
+  if (pub == nullptr) return Invalid("event is NULL");
+  if (!Unregister(event)) return Invalid("event was not returned by rdma_get_cm_event or is acked");
+  if (pub->id != nullptr) {
+    CmId* id = reinterpret_cast<CmId*>(pub->id);
+    id->core->channel()->Acknowledge(id->core);
+  }
+  delete event;
+  return Status::Ok();
+}
+
 }  // namespace softverbs::abi::rdmacm
 
 namespace rdmacm = softverbs::abi::rdmacm;
+using softverbs::Invalid;
+using softverbs::Result;
+using softverbs::Status;
 using softverbs::abi::LogRefusal;
 using softverbs::abi::ReturnMinusOne;
+using softverbs::abi::ReturnNull;
 
 // --- event channel and events -------------------------------------------------------------------
 
-// rdma_create_event_channel(3): "NULL if the request fails. On failure, errno will be set".
-SV_CM_NULL(rdma_create_event_channel, struct rdma_event_channel, void)
-SV_CM_VOID(rdma_destroy_event_channel, struct rdma_event_channel*)
-SV_CM_MINUS_ONE(rdma_get_cm_event, struct rdma_event_channel*, struct rdma_cm_event**)
-SV_CM_MINUS_ONE(rdma_migrate_id, struct rdma_cm_id*, struct rdma_event_channel*)
+// support: rdma_create_event_channel | implemented | fd is an epoll set: readable exactly when an event can be read; O_NONBLOCK → EAGAIN
+SV_EXPORT struct rdma_event_channel* rdma_create_event_channel(void) {
+  try {
+    Result<std::unique_ptr<softverbs::cm::Channel>> core = softverbs::cm::Channel::Create();
+    if (!core.ok()) return ReturnNull<rdma_event_channel>("rdma_create_event_channel", {}, core.status());
+    auto* channel = new rdmacm::CmChannel();
+    channel->core = std::move(core.value());
+    channel->pub.fd = channel->core->fd();
+    rdmacm::Register(channel);
+    return &channel->pub;
+  } catch (...) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+}
 
-// rdma_ack_cm_event(3): "0 on success, or -1 on error". No event was ever returned by
-// rdma_get_cm_event, so any argument (NULL included) is refused with EINVAL.
-// support: rdma_ack_cm_event | stub | -1, errno EINVAL for any event (none exists yet)
+// support: rdma_destroy_event_channel | implemented | refused (logged) while ids still use it
+SV_EXPORT void rdma_destroy_event_channel(struct rdma_event_channel* channel) {
+  rdmacm::CmChannel* ours = rdmacm::Lookup(channel);
+  if (ours == nullptr) {
+    LogRefusal("rdma_destroy_event_channel", {}, Invalid("channel is NULL or not softverbs'"));
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(ours->core->mutex());
+    // rdma_destroy_event_channel(3): "All rdma_cm_id's associated with the event channel must
+    // be destroyed" first; freeing it under them would leave them dangling.
+    if (ours->core->ids() != 0) {
+      LogRefusal("rdma_destroy_event_channel", {},
+                 Invalid(std::to_string(ours->core->ids()) + " rdma_cm_id(s) still use the channel"));
+      return;
+    }
+  }
+  rdmacm::Unregister(ours);
+  delete ours;
+}
+
+// support: rdma_get_cm_event | implemented | runs the CM protocol of the channel's ids; blocks unless the fd is O_NONBLOCK
+SV_EXPORT int rdma_get_cm_event(struct rdma_event_channel* channel, struct rdma_cm_event** event) {
+  try {
+    rdmacm::CmChannel* ours = rdmacm::Lookup(channel);
+    if (ours == nullptr)
+      return ReturnMinusOne("rdma_get_cm_event", {}, Invalid("channel is NULL or not softverbs'"));
+    if (event == nullptr) return ReturnMinusOne("rdma_get_cm_event", {}, Invalid("event is NULL"));
+    Result<rdma_cm_event*> got = rdmacm::NextEvent(ours);
+    if (!got.ok()) {
+      // EAGAIN on a non-blocking channel is the normal "nothing yet": set errno, no log line.
+      if (got.status().code() == EAGAIN) {
+        errno = EAGAIN;
+        return -1;
+      }
+      return ReturnMinusOne("rdma_get_cm_event", {}, got.status());
+    }
+    *event = got.value();
+    return 0;
+  } catch (...) {
+    errno = ENOMEM;
+    return -1;
+  }
+}
+
+// support: rdma_ack_cm_event | implemented | frees the event; EINVAL for NULL or an event not returned/already acked
 SV_EXPORT int rdma_ack_cm_event(struct rdma_cm_event* event) {
   try {
-    return ReturnMinusOne("rdma_ack_cm_event", {},
-                          event == nullptr ? softverbs::Invalid("event is NULL")
-                                           : rdmacm::NotOurs("event"));
+    Status s = rdmacm::AckEvent(event);
+    if (!s.ok()) return ReturnMinusOne("rdma_ack_cm_event", {}, s);
+    return 0;
   } catch (...) {
-    errno = EINVAL;
+    errno = ENOMEM;
     return -1;
   }
 }
@@ -69,103 +212,128 @@ SV_EXPORT const char* rdma_event_str(enum rdma_cm_event_type event) {
   return "UNKNOWN EVENT";
 }
 
-// --- identifiers, addresses, routes -------------------------------------------------------------
+// --- identifiers --------------------------------------------------------------------------------
 
-SV_CM_MINUS_ONE(rdma_create_id, struct rdma_event_channel*, struct rdma_cm_id**, void*,
-                enum rdma_port_space)
-SV_CM_MINUS_ONE(rdma_destroy_id, struct rdma_cm_id*)
-// rdma_create_ep(3): "0 on success, or -1 on error"; rdma_destroy_ep returns nothing.
-SV_CM_MINUS_ONE(rdma_create_ep, struct rdma_cm_id**, struct rdma_addrinfo*, struct ibv_pd*,
-                struct ibv_qp_init_attr*)
-SV_CM_VOID(rdma_destroy_ep, struct rdma_cm_id*)
-SV_CM_MINUS_ONE(rdma_bind_addr, struct rdma_cm_id*, struct sockaddr*)
-SV_CM_MINUS_ONE(rdma_resolve_addr, struct rdma_cm_id*, struct sockaddr*, struct sockaddr*, int)
-SV_CM_MINUS_ONE(rdma_resolve_route, struct rdma_cm_id*, int)
-SV_CM_MINUS_ONE(rdma_set_option, struct rdma_cm_id*, int, int, void*, size_t)
-
-// rdma_get_src_port(3) / rdma_get_dst_port(3): "If the rdma_cm_id is not bound to a port [not
-// connected], the returned value is 0." No id is ever bound here, so 0 is the documented answer.
-// support: rdma_get_src_port | EOPNOTSUPP | returns 0 ("not bound"); logs, errno untouched
-SV_EXPORT __be16 rdma_get_src_port(struct rdma_cm_id*) {
-  softverbs::abi::Refuse("rdma_get_src_port");
-  return 0;
-}
-// support: rdma_get_dst_port | EOPNOTSUPP | returns 0 ("not connected"); logs, errno untouched
-SV_EXPORT __be16 rdma_get_dst_port(struct rdma_cm_id*) {
-  softverbs::abi::Refuse("rdma_get_dst_port");
-  return 0;
-}
-
-// rdma_getaddrinfo(3): "0 on success, or -1 on error (errno will be set ...)". *res is cleared
-// so that a caller's unconditional rdma_freeaddrinfo(res) takes the NULL path.
-// support: rdma_getaddrinfo | EOPNOTSUPP | -1 + errno; *res set to NULL
-SV_EXPORT int rdma_getaddrinfo(const char*, const char*, const struct rdma_addrinfo*,
-                               struct rdma_addrinfo** res) {
-  if (res != nullptr) *res = nullptr;
-  return softverbs::abi::RefuseMinusOne("rdma_getaddrinfo");
-}
-
-// rdma_freeaddrinfo(3) returns nothing. NULL is a no-op (as free(NULL)); anything else did not
-// come from rdma_getaddrinfo (which always refuses), so it is logged and left alone.
-// support: rdma_freeaddrinfo | stub | NULL: no-op; other lists (never ours) logged, not freed
-SV_EXPORT void rdma_freeaddrinfo(struct rdma_addrinfo* res) {
-  if (res == nullptr) return;
+// support: rdma_create_id | implemented | RDMA_PS_TCP/IB (RC, UC QPs), RDMA_PS_UDP/IPOIB (UD); NULL channel = synchronous id
+SV_EXPORT int rdma_create_id(struct rdma_event_channel* channel, struct rdma_cm_id** id,
+                             void* context, enum rdma_port_space ps) {
   try {
-    LogRefusal("rdma_freeaddrinfo", {}, rdmacm::NotOurs("address list"));
+    if (id == nullptr) return ReturnMinusOne("rdma_create_id", {}, Invalid("id is NULL"));
+    bool ud;
+    switch (ps) {
+      case RDMA_PS_TCP: case RDMA_PS_IB: ud = false; break;
+      case RDMA_PS_UDP: case RDMA_PS_IPOIB: ud = true; break;
+      default:
+        return ReturnMinusOne("rdma_create_id", {},
+                              Status(EPROTONOSUPPORT, "port space " + std::to_string(ps) +
+                                                          " is not TCP, UDP, IB or IPOIB"));
+    }
+    rdmacm::CmChannel* ours = nullptr;
+    bool owns = false;
+    if (channel == nullptr) {
+      // rdma_create_id(3): "If the channel is NULL, the rdma_cm_id will be placed into
+      // synchronous operation": a private channel each verb waits on.
+      rdma_event_channel* own = rdma_create_event_channel();
+      if (own == nullptr) return -1;
+      ours = rdmacm::Lookup(own);
+      owns = true;
+    } else {
+      ours = rdmacm::Lookup(channel);
+      if (ours == nullptr)
+        return ReturnMinusOne("rdma_create_id", {}, Invalid("channel is not an rdma_event_channel of softverbs"));
+    }
+    auto* wrapper = new rdmacm::CmId();
+    wrapper->channel = ours;
+    wrapper->sync = owns;
+    wrapper->owns_channel = owns;
+    {
+      std::lock_guard<std::mutex> lock(ours->core->mutex());
+      wrapper->core = new softverbs::cm::Id(ours->core.get(), static_cast<softverbs::cm::PortSpace>(ps), ud);
+      wrapper->core->set_user(wrapper);
+    }
+    wrapper->pub.channel = &ours->pub;
+    wrapper->pub.context = context;
+    wrapper->pub.ps = ps;
+    wrapper->pub.qp_type = ud ? IBV_QPT_UD : IBV_QPT_RC;
+    rdmacm::Register(wrapper);
+    *id = &wrapper->pub;
+    return 0;
   } catch (...) {
+    errno = ENOMEM;
+    return -1;
   }
 }
 
-// --- devices ------------------------------------------------------------------------------------
+namespace softverbs::abi::rdmacm {
 
-// rdma_get_devices(3): "NULL if the request fails. On failure, errno will be set". num_devices
-// is "set to the number of devices returned", which is 0.
-// support: rdma_get_devices | EOPNOTSUPP | NULL + errno; *num_devices set to 0
-SV_EXPORT struct ibv_context** rdma_get_devices(int* num_devices) {
-  if (num_devices != nullptr) *num_devices = 0;
-  return static_cast<struct ibv_context**>(softverbs::abi::RefuseNull("rdma_get_devices"));
+void DestroyId(CmId* id) {
+  SV_LOG(kDebug, "rdma_destroy_id(%s)", IdName(&id->pub).c_str());
+  Unregister(id);
+  if (id->sync_event != nullptr) (void)AckEvent(id->sync_event);
+  CmChannel* channel = id->channel;
+  {
+    std::unique_lock<std::mutex> lock(id->core->channel()->mutex());
+    id->core->channel()->WaitAcknowledged(id->core, lock);
+    id->core->Close();  // leaves the multicast groups, with the QP (if any) still known
+    id->core->AttachQp(nullptr);
+  }
+  delete id->core;
+  if (id->owns_channel) {
+    Unregister(channel);
+    delete channel;
+  }
+  delete id;
 }
 
-// rdma_free_devices(3) returns nothing. NULL is a no-op; any other list did not come from
-// rdma_get_devices (which always refuses), so it is logged and left alone.
-// support: rdma_free_devices | stub | NULL: no-op; other lists (never ours) logged, not freed
-SV_EXPORT void rdma_free_devices(struct ibv_context** list) {
-  if (list == nullptr) return;
+}  // namespace softverbs::abi::rdmacm
+
+// support: rdma_destroy_id | implemented | waits for the id's events to be acked (rdma_get_cm_event(3)); a QP still attached is left to the caller
+SV_EXPORT int rdma_destroy_id(struct rdma_cm_id* id) {
   try {
-    LogRefusal("rdma_free_devices", {}, rdmacm::NotOurs("device list"));
+    rdmacm::CmId* ours = rdmacm::Lookup(id);
+    if (ours == nullptr) return ReturnMinusOne("rdma_destroy_id", {}, Invalid(rdmacm::kNotOurs));
+    rdmacm::DestroyId(ours);
+    return 0;
   } catch (...) {
+    errno = ENOMEM;
+    return -1;
   }
 }
 
-// --- QP and SRQ (rdma_create_qp(3), rdma_create_srq(3)) -----------------------------------------
-
-SV_CM_MINUS_ONE(rdma_create_qp, struct rdma_cm_id*, struct ibv_pd*, struct ibv_qp_init_attr*)
-// No man page of its own; same convention as rdma_create_qp(3).
-SV_CM_MINUS_ONE(rdma_create_qp_ex, struct rdma_cm_id*, struct ibv_qp_init_attr_ex*)
-SV_CM_VOID(rdma_destroy_qp, struct rdma_cm_id*)
-SV_CM_MINUS_ONE(rdma_create_srq, struct rdma_cm_id*, struct ibv_pd*, struct ibv_srq_init_attr*)
-// No man page of its own; same convention as rdma_create_srq(3).
-SV_CM_MINUS_ONE(rdma_create_srq_ex, struct rdma_cm_id*, struct ibv_srq_init_attr_ex*)
-SV_CM_VOID(rdma_destroy_srq, struct rdma_cm_id*)
-SV_CM_MINUS_ONE(rdma_init_qp_attr, struct rdma_cm_id*, struct ibv_qp_attr*, int*)
-
-// --- connections --------------------------------------------------------------------------------
-
-SV_CM_MINUS_ONE(rdma_connect, struct rdma_cm_id*, struct rdma_conn_param*)
-SV_CM_MINUS_ONE(rdma_establish, struct rdma_cm_id*)
-SV_CM_MINUS_ONE(rdma_listen, struct rdma_cm_id*, int)
-SV_CM_MINUS_ONE(rdma_get_request, struct rdma_cm_id*, struct rdma_cm_id**)
-SV_CM_MINUS_ONE(rdma_accept, struct rdma_cm_id*, struct rdma_conn_param*)
-SV_CM_MINUS_ONE(rdma_reject, struct rdma_cm_id*, const void*, uint8_t)
-// No man page of its own; same convention as rdma_reject(3).
-SV_CM_MINUS_ONE(rdma_reject_ece, struct rdma_cm_id*, const void*, uint8_t)
-SV_CM_MINUS_ONE(rdma_notify, struct rdma_cm_id*, enum ibv_event_type)
-SV_CM_MINUS_ONE(rdma_disconnect, struct rdma_cm_id*)
-SV_CM_MINUS_ONE(rdma_set_local_ece, struct rdma_cm_id*, struct ibv_ece*)
-SV_CM_MINUS_ONE(rdma_get_remote_ece, struct rdma_cm_id*, struct ibv_ece*)
-
-// --- multicast ----------------------------------------------------------------------------------
-
-SV_CM_MINUS_ONE(rdma_join_multicast, struct rdma_cm_id*, struct sockaddr*, void*)
-SV_CM_MINUS_ONE(rdma_join_multicast_ex, struct rdma_cm_id*, struct rdma_cm_join_mc_attr_ex*, void*)
-SV_CM_MINUS_ONE(rdma_leave_multicast, struct rdma_cm_id*, struct sockaddr*)
+// support: rdma_migrate_id | implemented | moves the id and its queued events; NULL channel makes it synchronous
+SV_EXPORT int rdma_migrate_id(struct rdma_cm_id* id, struct rdma_event_channel* channel) {
+  try {
+    rdmacm::CmId* ours = rdmacm::Lookup(id);
+    if (ours == nullptr) return ReturnMinusOne("rdma_migrate_id", {}, Invalid(rdmacm::kNotOurs));
+    rdmacm::CmChannel* target = nullptr;
+    bool owns = false;
+    if (channel == nullptr) {
+      rdma_event_channel* own = rdma_create_event_channel();
+      if (own == nullptr) return -1;
+      target = rdmacm::Lookup(own);
+      owns = true;
+    } else {
+      target = rdmacm::Lookup(channel);
+      if (target == nullptr)
+        return ReturnMinusOne("rdma_migrate_id", rdmacm::IdName(id),
+                              Invalid("channel is not an rdma_event_channel of softverbs"));
+    }
+    rdmacm::CmChannel* old = ours->channel;
+    if (old != target) {
+      std::scoped_lock lock(old->core->mutex(), target->core->mutex());
+      ours->core->MoveTo(target->core.get());
+    }
+    if (ours->owns_channel && old != target) {
+      rdmacm::Unregister(old);
+      delete old;
+    }
+    ours->channel = target;
+    ours->owns_channel = owns;
+    ours->sync = owns;
+    id->channel = &target->pub;
+    return 0;
+  } catch (...) {
+    errno = ENOMEM;
+    return -1;
+  }
+}

@@ -131,13 +131,26 @@ SV_EXPORT int ibv_init_ah_from_wc(ibv_context* context, uint8_t port_num, ibv_wc
   ah_attr->is_global = 1;
   ah_attr->port_num = port_num;
   ah_attr->sl = wc->sl;
-  ah_attr->grh.dgid = grh->sgid;
-  ah_attr->grh.flow_label = be32toh(grh->version_tclass_flow) & 0xfffff;
   ah_attr->grh.hop_limit = 0xff;
-  ah_attr->grh.traffic_class = static_cast<uint8_t>(be32toh(grh->version_tclass_flow) >> 20);
-  // The reply leaves from the GID the message arrived on.
   core::Gid dgid;
-  memcpy(dgid.data(), grh->dgid.raw, 16);
+  // RoCE v2 over IPv4 puts an IPv4 header in the last 20 bytes of the GRH area (IBA annex
+  // A17.4.5.2, as transport/send_queue.cc writes it): its addresses are IPv4-mapped GIDs.
+  const auto* raw = reinterpret_cast<const uint8_t*>(grh);
+  static constexpr uint8_t kZero[20] = {};
+  if (memcmp(raw, kZero, 20) == 0 && raw[20] == 0x45) {
+    uint8_t mapped[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    memcpy(mapped + 12, raw + 20 + 12, 4);  // IPv4 source
+    memcpy(ah_attr->grh.dgid.raw, mapped, 16);
+    memcpy(mapped + 12, raw + 20 + 16, 4);  // IPv4 destination
+    memcpy(dgid.data(), mapped, 16);
+    ah_attr->grh.traffic_class = raw[20 + 1];
+  } else {
+    ah_attr->grh.dgid = grh->sgid;
+    ah_attr->grh.flow_label = be32toh(grh->version_tclass_flow) & 0xfffff;
+    ah_attr->grh.traffic_class = static_cast<uint8_t>(be32toh(grh->version_tclass_flow) >> 20);
+    memcpy(dgid.data(), grh->dgid.raw, 16);
+  }
+  // The reply leaves from the GID the message arrived on.
   int index = ToSv(context)->core->gids().Find(dgid);
   if (index < 0) return ReturnMinusOne("ibv_init_ah_from_wc", "", Invalid("the GRH's destination GID is not a GID of this port"));
   ah_attr->grh.sgid_index = static_cast<uint8_t>(index);

@@ -5,6 +5,7 @@
 # A time-bounded subset; the numbers live in bench/. Every process started here is waited for by
 # PID. Usage: perftest_dc_test.sh <build dir>
 set -u
+source "$(dirname "$0")/common.sh"
 build=${1:?build dir}
 export LD_LIBRARY_PATH="$build/lib"
 export SOFTVERBS_HOST="clients-perftest-dc-$$"
@@ -12,7 +13,7 @@ pass=0 fail=0
 
 # run <program> <args...>: both sides must exit 0 and the client must print a result row.
 run() {
-  local port=$((18000 + RANDOM % 20000)) srv_log cli_log spid src crc
+  local port=$(free_port) srv_log cli_log spid src crc
   srv_log=$(mktemp) cli_log=$(mktemp)
   SOFTVERBS_MLX5_IDENTITY=1 timeout 60 "$@" -d softverbs0 -x 1 -p "$port" >"$srv_log" 2>&1 &
   spid=$!
@@ -44,7 +45,7 @@ run ib_read_lat -c DC -n 1000
 # Without the identity perftest does not take its mlx5dv path: it asks ibv_create_qp for an
 # IBV_QPT_DRIVER QP, which softverbs refuses (EOPNOTSUPP, with the reason logged). Both sides
 # must fail, and say why.
-port=$((18000 + RANDOM % 20000)) srv_log=$(mktemp) cli_log=$(mktemp)
+port=$(free_port) srv_log=$(mktemp) cli_log=$(mktemp)
 SOFTVERBS_LOG=error timeout 30 ib_write_bw -d softverbs0 -x 1 -c DC -p "$port" >"$srv_log" 2>&1 &
 spid=$!
 sleep 0.5

@@ -6,6 +6,7 @@
 # A combination perftest's own parser refuses (e.g. -q on a latency test, UC READ) is listed
 # as n/a. Every process started here is waited for by PID.
 set -u
+source "$(dirname "$0")/common.sh"
 full=0
 if [ "${1:-}" = "--full" ]; then full=1; shift; fi
 build=${1:?build dir}
@@ -21,7 +22,7 @@ iters_lat=${PERFTEST_ITERS_LAT:-1000}
 run() {
   local identity=0
   if [ "$1" = "IDENTITY=1" ]; then identity=1; shift; fi
-  local port=$((18000 + RANDOM % 20000)) srv_log cli_log spid src crc row
+  local port=$(free_port) srv_log cli_log spid src crc row
   srv_log=$(mktemp) cli_log=$(mktemp)
   # perftest's parser refuses some combinations before connecting: not ours to pass or fail.
   # (Nobody listens on $port yet: a combination it accepts fails at once to connect.)
@@ -31,13 +32,18 @@ run() {
     rm -f "$srv_log" "$cli_log"
     return
   fi
-  SOFTVERBS_MLX5_IDENTITY=$identity timeout 120 "$@" -d softverbs0 -x 1 -p "$port" >"$srv_log" 2>&1 &
-  spid=$!
-  sleep 0.5
-  SOFTVERBS_MLX5_IDENTITY=$identity timeout 120 "$@" -d softverbs0 -x 1 -p "$port" 127.0.0.1 >"$cli_log" 2>&1
-  crc=$?
-  wait "$spid"
-  src=$?
+  for attempt in 1 2 3; do
+    SOFTVERBS_MLX5_IDENTITY=$identity timeout 120 "$@" -d softverbs0 -x 1 -p "$port" >"$srv_log" 2>&1 &
+    spid=$!
+    sleep 0.5
+    SOFTVERBS_MLX5_IDENTITY=$identity timeout 120 "$@" -d softverbs0 -x 1 -p "$port" 127.0.0.1 >"$cli_log" 2>&1
+    crc=$?
+    wait "$spid"
+    src=$?
+    # Another program took the port between free_port and the server's bind: try another one.
+    grep -q "Couldn't listen to port" "$srv_log" || break
+    port=$(free_port)
+  done
   row=$(grep -E '^\s+[0-9]+\s+[0-9]+\s+[0-9.]+' "$cli_log" | tail -1 | tr -s ' \t' ' ')
   local api_ok=1
   if [ "$identity" = 1 ] && ! grep -qE 'ibv_wr\* API\s*: ON' "$cli_log"; then api_ok=0; fi

@@ -3,6 +3,7 @@
 # (issue "same-host data path"). Each run is bounded by a timeout; every process started here is
 # waited for by PID. Usage: pingpong_test.sh <build dir> [quick]
 set -u
+source "$(dirname "$0")/common.sh"
 build=${1:?build dir}
 export LD_LIBRARY_PATH="$build/lib"
 export SOFTVERBS_HOST="clients-pingpong-$$"
@@ -10,7 +11,7 @@ pass=0 fail=0
 
 # run <program> <args...>: server and client, both must exit 0 and print their throughput lines.
 run() {
-  local port=$((18000 + RANDOM % 20000)) srv_log cli_log spid src crc
+  local port=$(free_port) srv_log cli_log spid src crc
   srv_log=$(mktemp) cli_log=$(mktemp)
   timeout 60 "$@" -p "$port" >"$srv_log" 2>&1 &
   spid=$!
@@ -47,7 +48,7 @@ done
 run ibv_rc_pingpong -g 0 -n 1000
 
 # Without a GRH (no -g) RoCE cannot address the peer: both sides must fail, not hang.
-port=$((18000 + RANDOM % 20000))
+port=$(free_port)
 timeout 20 ibv_rc_pingpong -p "$port" -n 10 >/dev/null 2>&1 &
 spid=$!
 sleep 0.3

@@ -56,10 +56,12 @@ LIBS = {
         "title": "librdmacm.so.1 (RDMA connection manager, rsockets)",
         "dir": "abi/rdmacm",
         "map": "abi/rdmacm/librdmacm.map",
-        "intro": "The connection manager is a later issue: until then every `rdma_*` verb refuses "
-                 "with `EOPNOTSUPP` through the convention of its man page, except "
-                 "`rdma_event_str` (implemented) and the release functions (safe on NULL). "
-                 "rsockets are not provided: every `r*` call returns -1 with errno `ENOSYS`.",
+        "intro": "The connection manager runs between the processes of one host "
+                 "([cm.md](../cm.md)): event channels, identifiers, address and route "
+                 "resolution, `rdma_create_qp`, connections (RC, UC) and UD lookups (SIDR), "
+                 "`rdma_getaddrinfo`, `rdma_create_ep`, basic SRQs, multicast joins and the "
+                 "synchronous mode are implemented. ECE refuses with `EOPNOTSUPP`; rsockets "
+                 "are not provided: every `r*` call returns -1 with errno `ENOSYS`.",
     },
 }
 

@@ -1,0 +1,71 @@
+// The librdmacm objects softverbs hands out: rdma-core's public structs first, the cm/ object
+// behind them. Only abi/rdmacm sees both.
+#pragma once
+
+#include <rdma/rdma_cma.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "cm/channel.h"
+#include "cm/id.h"
+
+namespace softverbs::abi::rdmacm {
+
+struct CmChannel {
+  rdma_event_channel pub{};  // first: the application's pointer is this struct's address
+  std::unique_ptr<cm::Channel> core;
+};
+
+class CmQp;  // qp.cc
+
+struct CmId {
+  rdma_cm_id pub{};  // first
+  cm::Id* core = nullptr;
+  CmChannel* channel = nullptr;
+  bool sync = false;         // created with a NULL channel: each verb waits for its own event
+  bool owns_channel = false; // the private channel of a synchronous identifier
+  std::unique_ptr<CmQp> qp;
+  bool cm_made_cqs = false;  // send_cq/recv_cq (and their channels) were created by rdma_create_qp
+  ibv_sa_path_rec path{};
+  rdma_cm_event* sync_event = nullptr;  // synchronous mode: the last event (rdma_get_request...)
+  // rdma_create_ep(3) on a passive address: the QP every rdma_get_request identifier gets.
+  bool ep_qp = false;
+  ibv_qp_init_attr ep_qp_attr{};
+  ibv_pd* ep_pd = nullptr;
+};
+
+struct CmEvent {
+  rdma_cm_event pub{};  // first
+  std::vector<uint8_t> private_data;
+};
+
+// Live objects: the verbs refuse pointers softverbs never returned (EINVAL + a log line).
+void Register(CmId* id);
+void Unregister(CmId* id);
+CmId* Lookup(rdma_cm_id* id);
+void Register(CmChannel* channel);
+void Unregister(CmChannel* channel);
+CmChannel* Lookup(rdma_event_channel* channel);
+void Register(CmEvent* event);
+bool Unregister(CmEvent* event);
+
+// softverbs0 as the CM sees it: its context (opened once, kept while the library is loaded, as
+// rdma_get_devices(3) says), the default PD (rdma_create_qp(3): "One default protection domain
+// is allocated per RDMA device") and the port's GID table.
+Result<ibv_context*> DeviceContext();
+Result<ibv_pd*> DefaultPd();
+Result<cm::DeviceView> DeviceView();
+// The device's limits on RDMA READ/atomic resources (ibv_query_device).
+uint8_t MaxResponderResources();
+uint8_t MaxInitiatorDepth();
+
+// Fills id->pub.route, verbs, port_num from the core identifier's state.
+void SyncPublicFields(CmId* id);
+
+std::string IdName(const rdma_cm_id* id);
+
+}  // namespace softverbs::abi::rdmacm
