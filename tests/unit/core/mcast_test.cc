@@ -1,6 +1,8 @@
 // UD multicast through the core's objects (ibv_attach_mcast(3), IBA 10.5): a datagram sent to a
 // group's GID with the multicast QPN reaches every attached QP once, with its GRH, and nobody
 // else; the sender's own attachment loops back unless IBV_QP_CREATE_BLOCK_SELF_MCAST_LB.
+#include <unistd.h>
+
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -19,7 +21,14 @@ using transport::SendWr;
 using transport::WrOpcode;
 
 constexpr uint32_t kQkey = 0x11111111;
-const Gid kGroup = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 239, 1, 2, 3};
+// A group of this process alone (::ffff:239.x.y.z from the pid): ctest runs the test cases as
+// parallel processes on one host registry, and multicast reaches every process of the host.
+Gid GroupOfThisProcess() {
+  const uint32_t pid = static_cast<uint32_t>(getpid());
+  return {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 239, static_cast<uint8_t>(pid >> 16), static_cast<uint8_t>(pid >> 8),
+          static_cast<uint8_t>(pid)};
+}
+const Gid kGroup = GroupOfThisProcess();
 
 class McastTest : public CoreTest {
  protected:
@@ -111,7 +120,7 @@ TEST_F(McastTest, EveryMemberReceivesOneCopyWithItsGrh) {
   EXPECT_EQ(at_b[0].byte_len, 40u + 12);
   EXPECT_EQ(Payload(0, 12), "to the group");
   EXPECT_EQ(Payload(2, 12), "to the group");
-  // The GRH holds the IPv4 header (RoCE v2): destination 239.1.2.3 in its last bytes.
+  // The GRH holds the IPv4 header (RoCE v2): the group's IPv4 address as destination.
   EXPECT_EQ(memcmp(buf_ + 36, kGroup.data() + 12, 4), 0);
   ASSERT_TRUE(b.qp->DetachMcast(kGroup).ok());
   ASSERT_TRUE(c.qp->DetachMcast(kGroup).ok());
@@ -159,7 +168,7 @@ TEST_F(McastTest, MulticastGidForms) {
   EXPECT_TRUE(transport::IsMulticastGid(gid));  // ff00::/8
   const uint8_t v4_unicast[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1};
   EXPECT_FALSE(transport::IsMulticastGid(v4_unicast));
-  EXPECT_TRUE(transport::IsMulticastGid(kGroup.data()));  // ::ffff:239.1.2.3
+  EXPECT_TRUE(transport::IsMulticastGid(kGroup.data()));  // ::ffff:239.x.y.z
 }
 
 }  // namespace
