@@ -547,6 +547,10 @@ def main():
         for line in (out or "").splitlines():
             s, bps = line.split()
             memcpy[int(s)] = float(bps) / 1e9
+    cma = {}
+    exe = compile_c("cma_floor", [], args)
+    if exe:
+        cma = keyvals(run_program(pin([exe], 1, args), dict(os.environ), 120, "cma_floor"))
     life = scale = {}
     exe = compile_c("qp_lifecycle", ["-libverbs"], args)
     if exe:
@@ -607,6 +611,13 @@ def main():
                                                        ("ib_read_bw", svm[("ib_read_bw", MIB)]),
                                                        ("ucp_get", uxm[("ib_read_bw", MIB)])) if v]
         print(f"\n1 MiB as a share of memcpy ({m:.1f} GB/s): " + ", ".join(parts))
+    if cma:
+        # softverbs runs an RDMA WRITE / READ as one process_vm_writev / readv: its floor.
+        wbw, rbw = svm[("ib_write_bw", MIB)], svm[("ib_read_bw", MIB)]
+        share = (f"; ib_write_bw at {wbw / float(cma['write_1m_gbps']):.0%}, ib_read_bw at "
+                 f"{rbw / float(cma['read_1m_gbps']):.0%} of it") if wbw and rbw else ""
+        print(f"process_vm_writev floor (cma_floor.c): 8 B {cma.get('write_8_us')} us per call; 1 MiB "
+              f"write {cma.get('write_1m_gbps')} GB/s, read {cma.get('read_1m_gbps')} GB/s{share}")
     if life:
         print(f"QP lifecycle per verb (us): create {life.get('create_us')}, INIT {life.get('init_us')}, "
               f"RTR {life.get('rtr_us')}, RTS {life.get('rts_us')}, destroy {life.get('destroy_us')}")
@@ -656,6 +667,8 @@ def main():
             w.writerow(["sweep", "memcpy", s, "GB/s", v, "", "", "", ""])
         for name, unit, a, b, ratio, test, size in dc_rows:  # the "ucx" column holds RC here
             w.writerow(["dc_vs_rc", f"{test} -c DC vs -c RC", size, unit, a, b, ratio, "", ""])
+        for k, v in cma.items():
+            w.writerow(["cma_floor", k, "", "", v, "", "", "", ""])
         for k, v in life.items():
             w.writerow(["qp_lifecycle", k, "", "", v, "", "", "", ""])
         for k, v in scale.items():
