@@ -47,6 +47,7 @@ uint32_t RandomPsn() {
 // RDMA_CM_EVENT_UNREACHABLE with status -ETIMEDOUT (cma_ib_handler, IB_CM_REQ_ERROR/REP_ERROR).
 constexpr int kTimedOut = -ETIMEDOUT;
 constexpr int kBoundRetryMs = 500;
+constexpr int kTimewaitMs = 100;  // a disconnected QP's timewait (see Id::Disconnected)
 
 }  // namespace
 
@@ -468,8 +469,7 @@ Status Id::Disconnect() {
   (void)SendMessage(socket_.get(), Compose(MessageType::kDreq));
   StopWatching();
   socket_.reset();
-  state_ = IdState::kDisconnected;
-  Emit(EventType::kDisconnected, 0);
+  Disconnected();
   return Status::Ok();
 }
 
@@ -642,8 +642,7 @@ void Id::OnMessage(const Message& m) {
       answered();
       if (qp_ != nullptr) (void)qp_->ToError();
       (void)SendMessage(socket_.get(), Compose(MessageType::kDrep));
-      state_ = IdState::kDisconnected;
-      Emit(EventType::kDisconnected, 0);
+      Disconnected();
       return;
     default:
       break;
@@ -652,7 +651,7 @@ void Id::OnMessage(const Message& m) {
 }
 
 void Id::OnPeerGone() {
-  timer_.Disarm(channel_);
+  if (!in_timewait_) timer_.Disarm(channel_);  // a timewait runs on after the peer left
   StopWatching();
   socket_.reset();
   switch (state_) {
@@ -670,11 +669,22 @@ void Id::OnPeerGone() {
       // timeout ends in DISCONNECTED).
       if (qp_ != nullptr) (void)qp_->ToError();
       if (ud_) return;
-      state_ = IdState::kDisconnected;
-      Emit(EventType::kDisconnected, 0);
+      Disconnected();
       return;
     default:
       return;
+  }
+}
+
+void Id::Disconnected() {
+  state_ = IdState::kDisconnected;
+  Emit(EventType::kDisconnected, 0);
+  // rdma_get_cm_event(3): after a disconnect the QP stays in timewait "to allow any in flight
+  // packets to exit the network", then RDMA_CM_EVENT_TIMEWAIT_EXIT says it may be reused. On
+  // one host nothing is in flight once the DREQ is delivered: a short timewait.
+  if (qp_ != nullptr) {
+    in_timewait_ = true;
+    ArmTimeout(kTimewaitMs);
   }
 }
 
@@ -684,7 +694,8 @@ void Id::ArmTimeout(int milliseconds) {
 }
 
 // The answer never came while the peer's socket stayed open (a live process that does not read
-// its channel): what the kernel's CM reports once its retries are exhausted.
+// its channel): what the kernel's CM reports once its retries are exhausted. Or a disconnected
+// QP's timewait is over.
 void Id::OnTimeout() {
   switch (state_) {
     case IdState::kConnecting:
@@ -695,6 +706,12 @@ void Id::OnTimeout() {
       if (qp_ != nullptr) (void)qp_->ToError();
       state_ = IdState::kDisconnected;
       Emit(EventType::kUnreachable, kTimedOut);
+      return;
+    case IdState::kDisconnected:
+      if (in_timewait_) {
+        in_timewait_ = false;
+        Emit(EventType::kTimewaitExit, 0);
+      }
       return;
     default:
       return;

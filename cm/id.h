@@ -127,6 +127,8 @@ class Id : public Source, private Timer::Owner {
   void EmitConnection(EventType type, int status, const Message& from);
   void OnMessage(const Message& message);
   void OnPeerGone();
+  // An established connection ended: DISCONNECTED now, TIMEWAIT_EXIT once its QP's timewait is over.
+  void Disconnected();
   void OnListenerReadable();
   void OnRequest(PendingRequest* pending, const Message* request);  // nullptr: drop it
   void StopWatching();
@@ -156,6 +158,7 @@ class Id : public Source, private Timer::Owner {
   UniqueFd socket_;
   bool watched_ = false;
   bool peer_gone_ = false;
+  bool in_timewait_ = false;  // DISCONNECTED was reported for a QP; TIMEWAIT_EXIT is due
   Message peer_{};               // the peer's REQ (passive) or REP (active)
   ConnParam local_;              // what this side sent in its REQ / REP
   int unacked_ = 0;

@@ -102,6 +102,11 @@ class EventSequenceTest(CmTestCase):
         self.assertEqual(c.qp_state(cli.fields.qp), 6)  # IBV_QPS_ERR
         self.assertEqual(c.qp_state(child.fields.qp), 6)
         child.disconnect()  # a second disconnect of a disconnected id is harmless
+        # rdma_get_cm_event(3): each QP then leaves its timewait, reported once.
+        self.expect(cch, 'TIMEWAIT_EXIT')
+        self.expect(sch, 'TIMEWAIT_EXIT')
+        for ch in (cch, sch):
+            self.assertFalse(select.select([ch.fd], [], [], 0.3)[0])
 
     def test_rc_connect_ipv6_loopback(self):
         sch, srv, child, cch, cli = self.connect_pair('::1')
