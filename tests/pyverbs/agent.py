@@ -97,8 +97,10 @@ class Child:
         return replaced
 
 
-def main():
-    child = Child()
+def main(child_class=Child):
+    """The child's loop: one JSON command per line on stdin, one JSON reply per line on stdout,
+    each command a method of `child_class`."""
+    child = child_class()
     print(json.dumps({'ok': 'ready'}), flush=True)
     for line in sys.stdin:
         cmd = json.loads(line)

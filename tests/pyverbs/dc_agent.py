@@ -9,8 +9,6 @@ Commands (DCIs are dc.Dci objects, named by "id"):
       keeps up to 8 RDMA WRITEs of a running counter outstanding until one completes in error
       (or max_wrs were posted), then collects every completion: {posted, statuses}.
 """
-import json
-import sys
 
 import agent
 import base  # environment first
@@ -64,16 +62,7 @@ class Child:
 
 
 def main():
-    child = Child()
-    print(json.dumps({'ok': 'ready'}), flush=True)
-    for line in sys.stdin:
-        cmd = json.loads(line)
-        name = cmd.pop('cmd')
-        try:
-            reply = {'ok': getattr(child, name)(**cmd)}
-        except Exception as ex:  # reported to the parent, which fails the test
-            reply = {'error': f'{name}: {type(ex).__name__}: {ex}'}
-        print(json.dumps(reply), flush=True)
+    agent.main(Child)
 
 
 class DcAgent(agent.Agent):
