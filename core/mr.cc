@@ -66,14 +66,17 @@ Result<std::unique_ptr<Mr>> Mr::Register(Pd& pd, const MrLayout& layout) {
   uint32_t generation = keys.slot(*slot).generation.load(std::memory_order_relaxed);
   uint32_t key = (*slot + 1) << 8 | (generation & 0xff);
   pd.users().Acquire();
-  std::unique_ptr<Mr> mr(new Mr(pd, layout, *slot, key));
+  std::unique_ptr<Mr> mr(new Mr(pd, layout, *slot, key, fabric::FindSharedBacking(layout.addr, layout.length)));
   mr->Publish();
   return mr;
 }
 
 void Mr::Publish() {
+  // A shared backing's record first: an initiator that pins the key finds it complete.
+  if (backing_) fabric::PublishBacking(pd_->context().registry(), slot_, key_, *backing_);
+  const uint32_t access = layout_.access | (backing_ ? transport::kSharedBacking : 0);
   PublishKey(pd_->context().registry(), slot_,
-             KeyView{key_, layout_.access, pd_->host_id(), layout_.addr, layout_.length, layout_.iova});
+             KeyView{key_, access, pd_->host_id(), layout_.addr, layout_.length, layout_.iova});
 }
 
 // After a withdrawal: this process's own writes through the key (core/cq.cc's landed messages)
@@ -88,6 +91,7 @@ Mr::~Mr() {
   fabric::HostRegistry& registry = pd_->context().registry();
   WithdrawKey(registry, slot_);
   WaitForOwnWrites();
+  fabric::ClearBacking(registry, slot_);
   registry.keys().Free(slot_, fabric::ProcessToken::Self());
   pd_->users().Release();
 }
@@ -107,6 +111,8 @@ Status Mr::Reregister(uint32_t flags, Pd* new_pd, const MrLayout& layout) {
   }
   if (flags & rereg::kChangeAccess) next.access = layout.access;
   SV_RETURN_IF_ERROR(CheckLayout(next));
+  std::optional<fabric::SharedBacking> backing = backing_;
+  if (flags & rereg::kChangeTranslation) backing = fabric::FindSharedBacking(next.addr, next.length);
   if (flags & rereg::kChangePd) {
     new_pd->users().Acquire();
     pd_->users().Release();
@@ -116,6 +122,8 @@ Status Mr::Reregister(uint32_t flags, Pd* new_pd, const MrLayout& layout) {
   WithdrawKey(pd_->context().registry(), slot_);
   WaitForOwnWrites();
   layout_ = next;  // the keys stay (ibv_rereg_mr(3): "the lkey and rkey are not changed")
+  fabric::ClearBacking(pd_->context().registry(), slot_);
+  backing_ = std::move(backing);
   Publish();
   return Status::Ok();
 }

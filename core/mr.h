@@ -5,9 +5,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "base/status.h"
 #include "core/pd.h"
+#include "fabric/host/shared_backing.h"
 
 namespace softverbs::core {
 
@@ -43,8 +45,8 @@ class Mr {
   uint32_t rkey() const { return key_; }
 
  private:
-  Mr(Pd& pd, const MrLayout& layout, uint32_t slot, uint32_t key)
-      : pd_(&pd), layout_(layout), slot_(slot), key_(key) {}
+  Mr(Pd& pd, const MrLayout& layout, uint32_t slot, uint32_t key, std::optional<fabric::SharedBacking> backing)
+      : pd_(&pd), layout_(layout), slot_(slot), key_(key), backing_(std::move(backing)) {}
   static Status CheckLayout(const MrLayout& layout);
   // Makes the registration visible to initiators through the host key table.
   void Publish();
@@ -55,6 +57,8 @@ class Mr {
   MrLayout layout_;
   uint32_t slot_;
   uint32_t key_;
+  // The memory is a shared mapping of a file peers may map too (fabric/host/shared_backing.h).
+  std::optional<fabric::SharedBacking> backing_;
 };
 
 }  // namespace softverbs::core

@@ -88,6 +88,9 @@ class PinnedPieces {
   const KeyPin* Find(uint32_t key) const;
   const iovec* data() const { return grown_.empty() ? fixed_ : grown_.data(); }
   size_t size() const { return grown_.empty() ? n_ : grown_.size(); }
+  // The pins held, in the order kept (transport/mapped_copy.h finds each piece's key by them).
+  size_t pin_count() const { return pins_ + more_pins_.size(); }
+  const KeyPin& pin(size_t i) const { return i < pins_ ? fixed_pins_[i] : more_pins_[i - pins_]; }
   void Clear();
 
  private:

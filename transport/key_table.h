@@ -17,6 +17,10 @@ namespace softverbs::transport {
 // holds the SharedRef of its layout in the owner's arena, its `length` the layout's total length,
 // and its addresses are zero-based. No ibv_access_flags bit uses it.
 inline constexpr uint32_t kIndirectKey = 1u << 31;
+// Set in a direct key's access bits when its memory is a shared mapping of a file or SysV
+// segment that peers may map too: a BackingRecord in the key slot's side record says how
+// (fabric/host/shared_backing.h, transport/mapped_copy.h). No ibv_access_flags bit uses it.
+inline constexpr uint32_t kSharedBacking = 1u << 29;
 
 // A registration as an initiator checks it.
 struct KeyView {

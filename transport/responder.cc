@@ -1,11 +1,13 @@
 #include "transport/responder.h"
 
+#include <atomic>
 #include <cstring>
 
 #include "fabric/host/token_lock.h"
 #include "transport/completion.h"
 #include "transport/cq_ring.h"
 #include "transport/key_table.h"
+#include "transport/mapped_copy.h"
 #include "transport/recv_queue.h"
 
 namespace softverbs::transport {
@@ -63,6 +65,21 @@ void FillLanding(CqEntry& e, const iovec* gather, size_t ng, const ScatterList& 
   for (size_t i = 0; i < scatter.pieces.size(); ++i)
     e.piece[i] = {reinterpret_cast<uint64_t>(piece[i].iov_base), static_cast<uint32_t>(piece[i].iov_len),
                   scatter.lkey[i]};
+}
+
+// Moves the bytes between `local` and the target's pinned `remote` pieces: memcpy through a
+// mapping when the target's memory is a shared file it registered (transport/mapped_copy.h),
+// process_vm_writev/readv otherwise. The one place where bytes of another process move.
+Status MoveBytes(fabric::HostRegistry& registry, const Target& t, bool write, const iovec* local, size_t nl,
+                 const PinnedPieces& remote) {
+  if (MappedPieces mapped; mapped.Map(registry, fabric::BackingMaps::ForThisProcess(), t, remote)) {
+    CopyMapped(write, local, nl, mapped.data(), mapped.size());
+    return Status::Ok();
+  }
+  return CopyInChunks(local, nl, remote.data(), remote.size(),
+                      [&t, write](const iovec* l, size_t ln, const iovec* r, size_t rn) {
+                        return write ? t.WriteV(l, ln, r, rn) : t.ReadV(l, ln, r, rn);
+                      });
 }
 
 }  // namespace
@@ -149,11 +166,7 @@ Reply Responder::Deliver(const Target& t, uint32_t qp_type, const iovec* local, 
     CompleteAtTarget(t, c, [&](CqEntry& entry) { FillLanding(entry, gather, ng, scatter); });
     return Reply::kAck;
   }
-  if (Status s = need > 0 ? CopyInChunks(gather, ng, scatter.pieces.data(), scatter.pieces.size(),
-                                          [&t](const iovec* l, size_t ln, const iovec* r, size_t rn) {
-                                            return t.WriteV(l, ln, r, rn);
-                                          })
-                           : Status::Ok();
+  if (Status s = need > 0 ? MoveBytes(local_.registry(), t, true, gather, ng, scatter.pieces) : Status::Ok();
       !s.ok()) {
     if (s.code() == ESRCH) return Reply::kNotReady;
     c.status = wc_status::kLocProtErr;
@@ -217,10 +230,7 @@ Reply Responder::Rdma(const Target& t, bool write, uint32_t rkey, uint64_t remot
     FailTarget(t);
     return r;
   }
-  Status s = CopyInChunks(local, nl, remote.data(), remote.size(),
-                          [&t, write](const iovec* l, size_t ln, const iovec* r, size_t rn) {
-                            return write ? t.WriteV(l, ln, r, rn) : t.ReadV(l, ln, r, rn);
-                          });
+  Status s = MoveBytes(local_.registry(), t, write, local, nl, remote);
   return s.ok() ? Reply::kAck : CopyFailed(s);
 }
 
@@ -269,12 +279,23 @@ Reply Responder::Atomic(const Target& t, WrOpcode op, uint32_t rkey, uint64_t re
   uint64_t value = 0;
   iovec mine{&value, 8};
   iovec remote{reinterpret_cast<void*>(va), 8};
-  if (Status s = t.ReadV(&mine, 1, &remote, 1); !s.ok()) return CopyFailed(s);
+  // The word through a mapping of the target's shared backing, if it has one (the same lock).
+  MappedPieces mapped;
+  auto* word = mapped.Map(local_.registry(), fabric::BackingMaps::ForThisProcess(), t, pieces)
+                   ? static_cast<uint64_t*>(mapped.data()[0].iov_base)
+                   : nullptr;
+  if (word != nullptr)
+    value = std::atomic_ref<uint64_t>(*word).load(std::memory_order_acquire);
+  else if (Status s = t.ReadV(&mine, 1, &remote, 1); !s.ok())
+    return CopyFailed(s);
   *original = value;
   uint64_t next = op == WrOpcode::kAtomicCmpSwp ? (value == compare_add ? swap : value) : value + compare_add;
   if (next != value) {
     iovec out{&next, 8};
-    if (Status s = t.WriteV(&out, 1, &remote, 1); !s.ok()) return CopyFailed(s);
+    if (word != nullptr)
+      std::atomic_ref<uint64_t>(*word).store(next, std::memory_order_release);
+    else if (Status s = t.WriteV(&out, 1, &remote, 1); !s.ok())
+      return CopyFailed(s);
   }
   return Reply::kAck;
 }

@@ -35,6 +35,8 @@ class Target {
   QpEndpoint& endpoint() const { return *endpoint_; }
   uint32_t process_slot() const { return process_slot_; }
   bool is_self() const { return peer_ == nullptr; }
+  // The target's process as this one reaches it; nullptr when it is this process.
+  fabric::Peer* peer() const { return peer_.get(); }
   // Copies into / out of the target process's memory.
   Status WriteV(const iovec* local, size_t nl, const iovec* remote, size_t nr) const;
   Status ReadV(const iovec* local, size_t nl, const iovec* remote, size_t nr) const;

@@ -14,7 +14,7 @@ namespace softverbs::fabric {
 namespace {
 
 constexpr uint64_t kMagic = 0x47455256'534f5353ull;  // "SSOSVREG"
-constexpr int kLayoutVersion = 3;
+constexpr int kLayoutVersion = 4;
 constexpr unsigned long long kInitialPidNamespace = 0xEFFFFFFCull;  // PROC_PID_INIT_INO
 
 struct RegionHeader {
@@ -34,7 +34,8 @@ constexpr size_t kSrqOffset = kKeyOffset + HostRegistry::kKeySlots * sizeof(Host
 constexpr size_t kProcessOffset = kSrqOffset + HostRegistry::kSrqSlots * sizeof(HostSlot);
 constexpr size_t kStripeOffset = kProcessOffset + HostRegistry::kProcessSlots * sizeof(HostSlot);
 constexpr size_t kMcastOffset = kStripeOffset + HostRegistry::kAtomicStripes * sizeof(uint64_t);
-constexpr size_t kRegionSize = kMcastOffset + HostRegistry::kMcastSlots * sizeof(HostSlot);
+constexpr size_t kBackingOffset = kMcastOffset + HostRegistry::kMcastSlots * sizeof(HostSlot);
+constexpr size_t kRegionSize = kBackingOffset + HostRegistry::kKeySlots * HostRegistry::kKeyBackingBytes;
 
 Status Errno(const char* what, const std::string& name) {
   int e = errno;
@@ -131,6 +132,7 @@ Status HostRegistry::Open(const std::string& shm_name) {
                          HostRegistry::kProcessSlots);
   stripes_ = reinterpret_cast<std::atomic<uint64_t>*>(base + kStripeOffset);
   mcasts_ = SlotTable(&header->mcast_cursor, reinterpret_cast<HostSlot*>(base + kMcastOffset), HostRegistry::kMcastSlots);
+  backings_ = base + kBackingOffset;
   return Status::Ok();
 }
 

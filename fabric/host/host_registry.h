@@ -61,6 +61,7 @@ class HostRegistry {
   static constexpr uint32_t kProcessSlots = 4096;  // processes using softverbs at once
   static constexpr uint32_t kAtomicStripes = 4096;
   static constexpr uint32_t kMcastSlots = 1024;    // multicast attachments (group, QP) host-wide
+  static constexpr size_t kKeyBackingBytes = 40;   // per key slot: fabric/host/shared_backing.h
 
   // The registry of this process's host, opened on first use. Fails (with the reason) if the
   // region cannot be created or belongs to another user.
@@ -77,6 +78,9 @@ class HostRegistry {
   // The lock word serialising atomic operations on target addresses that hash to `stripe`
   // (TokenLock: zero is unlocked, so the zeroed region needs no initialisation).
   std::atomic<uint64_t>& atomic_stripe(uint32_t stripe) { return stripes_[stripe % kAtomicStripes]; }
+  // Key slot `slot`'s side record: how peers map the registration's memory when it is shared
+  // (a BackingRecord, fabric/host/shared_backing.h).
+  uint8_t* key_backing(uint32_t slot) { return backings_ + static_cast<size_t>(slot % kKeySlots) * kKeyBackingBytes; }
   const std::string& name() const { return name_; }
 
   // The shm name of this host: "/softverbs-<uid>-<netns inode>-v<layout>" plus "-<SOFTVERBS_HOST>".
@@ -91,6 +95,7 @@ class HostRegistry {
   Mapping map_;
   SlotTable qps_, keys_, srqs_, processes_, mcasts_;
   std::atomic<uint64_t>* stripes_ = nullptr;
+  uint8_t* backings_ = nullptr;
 };
 
 }  // namespace softverbs::fabric

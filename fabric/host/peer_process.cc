@@ -1,5 +1,6 @@
 #include "fabric/host/peer_process.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -150,6 +151,12 @@ Result<int> PeerProcess::BorrowFd(int remote_fd, uint64_t tag) {
   int fd = self_ ? dup(remote_fd) : PidfdGetfd(pidfd_.get(), remote_fd);
   if (fd < 0) return Status(errno, std::string("pidfd_getfd: ") + strerror(errno));
   borrowed_.emplace(std::make_pair(remote_fd, tag), UniqueFd(fd));
+  return fd;
+}
+
+Result<UniqueFd> PeerProcess::CopyFd(int remote_fd) {
+  UniqueFd fd(self_ ? fcntl(remote_fd, F_DUPFD_CLOEXEC, 0) : PidfdGetfd(pidfd_.get(), remote_fd));
+  if (!fd.valid()) return Status(errno, std::string("pidfd_getfd: ") + strerror(errno));
   return fd;
 }
 

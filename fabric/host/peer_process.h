@@ -43,6 +43,9 @@ class PeerProcess {
   // handle (the peer's eventfds are borrowed once and then signalled directly). `tag` names the
   // incarnation of that fd number (a closed fd's number is reused): a new tag borrows anew.
   Result<int> BorrowFd(int remote_fd, uint64_t tag = 0);
+  // A descriptor of this process on the peer's `remote_fd`, not kept by this handle (for a use
+  // that outlives it by other means, e.g. a mapping of the file).
+  Result<UniqueFd> CopyFd(int remote_fd);
 
  private:
   PeerProcess(ProcessToken token, bool self, UniqueFd pidfd)

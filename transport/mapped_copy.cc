@@ -1,0 +1,84 @@
+#include "transport/mapped_copy.h"
+
+#include <cstring>
+
+#include "fabric/host/shared_backing.h"
+#include "transport/key_table.h"
+
+namespace softverbs::transport {
+namespace {
+
+// The pin of `remote` whose registration holds [addr, +length) of the owner's memory, trying
+// `hint` first (most accesses have one key); npos if none.
+size_t PinHolding(const PinnedPieces& remote, uint64_t addr, uint64_t length, size_t hint) {
+  const size_t n = remote.pin_count();
+  for (size_t k = 0; k < n; ++k) {
+    const size_t i = (hint + k) % n;
+    const KeyView& v = remote.pin(i).view();
+    if (v.indirect()) continue;  // its pieces are in the keys of its layout, pinned next to it
+    if (addr >= v.addr && length <= v.length && addr - v.addr <= v.length - length) return i;
+  }
+  return SIZE_MAX;
+}
+
+}  // namespace
+
+bool MappedPieces::Map(fabric::HostRegistry& registry, fabric::BackingMaps& maps, const Target& t,
+                       const PinnedPieces& remote) {
+  pieces_.clear();
+  windows_.clear();
+  fabric::Peer* peer = t.peer();
+  if (peer == nullptr) return false;  // this process's own memory is reached by memcpy anyway
+  // Cheap refusal first: private memory (the common case) has no key marked kSharedBacking.
+  bool any = false;
+  for (size_t i = 0; i < remote.pin_count() && !any; ++i) any = (remote.pin(i).view().access & kSharedBacking) != 0;
+  if (!any) return false;
+  const uint64_t owner = peer->process().token().raw();
+  size_t hint = 0;
+  size_t window_pin = SIZE_MAX;  // the pin whose window is windows_.back()
+  uint64_t window_start = 0;     // the file offset of that pin's first byte
+  pieces_.reserve(remote.size());
+  for (size_t p = 0; p < remote.size(); ++p) {
+    const iovec& piece = remote.data()[p];
+    const auto addr = reinterpret_cast<uint64_t>(piece.iov_base);
+    const size_t i = PinHolding(remote, addr, piece.iov_len, hint);
+    if (i == SIZE_MAX) return false;
+    hint = i;
+    const KeyView& v = remote.pin(i).view();
+    if (!(v.access & kSharedBacking)) return false;
+    if (i != window_pin) {
+      // The pin keeps the key published, and the owner writes the record before publishing:
+      // it describes this registration if it names this key.
+      const fabric::BackingRecord& r = fabric::BackingOf(registry, KeySlot(v.key));
+      if (r.key.load(std::memory_order_acquire) != v.key) return false;
+      auto window = maps.Get(peer->process(), fabric::IdOf(owner, r), r.offset, v.length);
+      if (!window.ok()) return false;
+      windows_.push_back(std::move(window.value()));
+      window_pin = i;
+      window_start = r.offset;
+    }
+    pieces_.push_back({windows_.back()->base() + window_start + (addr - v.addr), piece.iov_len});
+  }
+  return true;
+}
+
+void CopyMapped(bool write, const iovec* local, size_t nl, const iovec* mapped, size_t nm) {
+  // Walk both lists in step, copying the overlap of the current pieces. memmove: a buffer of
+  // the initiator may be a mapping of the same file.
+  size_t li = 0, lo = 0, mi = 0, mo = 0;
+  while (li < nl && mi < nm) {
+    const size_t n = std::min(local[li].iov_len - lo, mapped[mi].iov_len - mo);
+    auto* l = static_cast<uint8_t*>(local[li].iov_base) + lo;
+    auto* m = static_cast<uint8_t*>(mapped[mi].iov_base) + mo;
+    if (write)
+      memmove(m, l, n);
+    else
+      memmove(l, m, n);
+    lo += n;
+    mo += n;
+    if (lo == local[li].iov_len) ++li, lo = 0;
+    if (mo == mapped[mi].iov_len) ++mi, mo = 0;
+  }
+}
+
+}  // namespace softverbs::transport
