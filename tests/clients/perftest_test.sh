@@ -104,6 +104,14 @@ else
   run ib_send_lat -n 1000 -e
   run ib_send_bw -n 500 -e
   run ib_write_bw -n 200 -a --report_gbits
+  # Buffers in a MAP_SHARED file (perftest --mmap): the initiator maps the peer's file and copies
+  # with memcpy (docs/data-path.md, shared-backed registrations). perftest maps, never creates it.
+  mmap_file="/dev/shm/sv-perftest-mmap-$$"
+  trap 'rm -f "$mmap_file"' EXIT
+  truncate -s 64M "$mmap_file"
+  run ib_write_bw -n 1000 --mmap="$mmap_file"
+  run ib_read_bw -n 1000 --mmap="$mmap_file"
+  rm -f "$mmap_file"
 fi
 
 rm -f "/dev/shm/softverbs-$(id -u)-"*"-$SOFTVERBS_HOST"
