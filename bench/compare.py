@@ -43,6 +43,11 @@ TARGETS = {
     "write_lat_abs": ("max_abs", 1.0, "<= 1.0 us"),
     "write_bw": ("min_ratio", 0.8, ">= 0.8x UCX"),
     "read_bw": ("min_ratio", 0.8, ">= 0.8x UCX"),
+    # The same targets with perftest's buffers in a shared file (--mmap): the initiator maps it.
+    "write_lat_mmap": ("max_ratio", 4.0, "<= 4x UCX"),
+    "write_lat_mmap_abs": ("max_abs", 1.0, "<= 1.0 us"),
+    "write_bw_mmap": ("min_ratio", 0.8, ">= 0.8x UCX"),
+    "read_bw_mmap": ("min_ratio", 0.8, ">= 0.8x UCX"),
     "qp_lifecycle": ("min_abs", 200000, ">= 200,000/s"),
     "qp_scale": ("below_abs", 2.0, "< 2 s"),
 }
@@ -79,7 +84,7 @@ def kill_pid(p):
 def cleanup():
     for p in list(LIVE.values()):
         kill_pid(p)
-    for path in glob.glob(f"/dev/shm/softverbs-*-{HOST}"):
+    for path in glob.glob(f"/dev/shm/softverbs-*-{HOST}") + glob.glob(f"/dev/shm/{HOST}-mmap-*"):
         try:
             os.unlink(path)
         except OSError:
@@ -160,7 +165,7 @@ def listening(port):
 def client_server(name, server_cmd, client_cmd, env, port, timeout):
     """Starts the server, waits until it listens on port, runs the client; both bounded by timeout.
     Returns (ok, client output)."""
-    tag = f"{name}-{port}"
+    tag = f"{name}-{port}".replace("/", "_")  # names files: a path in an option (--mmap) must not
     s_out, c_out = os.path.join(WORK, tag + ".server"), os.path.join(WORK, tag + ".client")
     deadline = time.monotonic() + timeout
     server = start(server_cmd, env, s_out)
@@ -223,11 +228,14 @@ PERFTEST_API = set()
 
 
 def run_perftest(test, size, args, env, extra=()):
+    """`extra` options are given to both sides; "{side}" in one becomes "server" or "client"."""
     port = free_port()
     n = perftest_iters(test, size, args.quick)
-    base = [test, "-d", "softverbs0", "-x", "1", "-p", str(port), "-s", str(size), "-n", str(n), "-F"] + list(extra)
+    base = [test, "-d", "softverbs0", "-x", "1", "-p", str(port), "-s", str(size), "-n", str(n), "-F"]
     label = " ".join([test] + list(extra))  # names the run in the log
-    ok, out = client_server(f"{label} -s {size}", pin(base, 0, args), pin(base + ["127.0.0.1"], 1, args),
+    server = base + [x.replace("{side}", "server") for x in extra]
+    client = base + [x.replace("{side}", "client") for x in extra] + ["127.0.0.1"]
+    ok, out = client_server(f"{label} -s {size}", pin(server, 0, args), pin(client, 1, args),
                             env, port, args.timeout)
     if not ok:
         return None
@@ -503,12 +511,20 @@ def main():
     dc_plan = [("ib_send_lat", 8), ("ib_write_lat", 8), ("ib_write_bw", MIB), ("ib_read_bw", MIB),
                ("ib_atomic_bw", 8)]
     dc_env = dict(sv_env, SOFTVERBS_MLX5_IDENTITY="1")
+    # perftest --mmap=<file>: buffers in a MAP_SHARED file (one per side, made here, 64 MiB, as
+    # perftest maps but never creates it) instead of private memalign memory.
+    mmap_plan = [("ib_write_lat", 8), ("ib_write_bw", MIB), ("ib_read_bw", MIB)]
+    mmap_files = f"/dev/shm/{HOST}-mmap-{{side}}"
+    for side in ("server", "client"):
+        with open(mmap_files.replace("{side}", side), "wb") as f:
+            f.truncate(64 * MIB)
+    mm = {k: [] for k in mmap_plan}
     dc = {k: [] for k in dc_plan}
     rc_id = {k: [] for k in dc_plan}
     sv = {k: [] for k in plan}
     ux = {k: [] for k in plan}
     fadd = []
-    total = (len(plan) + 2 * len(dc_plan)) * args.repeat
+    total = (len(plan) + 2 * len(dc_plan) + len(mmap_plan)) * args.repeat
     done = 0
     tty = sys.stdout.isatty()
     for rep in range(args.repeat):
@@ -531,6 +547,12 @@ def main():
                 print(f"\r  [{done}/{total}] {test} -s {size} -c DC / RC   ", end="", flush=True)
             dc[key].append(run_perftest(test, size, args, dc_env, ["-c", "DC"]))
             rc_id[key].append(run_perftest(test, size, args, dc_env, ["-c", "RC"]))
+        for key in mmap_plan:
+            test, size = key
+            done += 1
+            if tty:
+                print(f"\r  [{done}/{total}] {test} -s {size} --mmap      ", end="", flush=True)
+            mm[key].append(run_perftest(test, size, args, sv_env, [f"--mmap={mmap_files}"]))
     print(f"{chr(13) if tty else ''}  perftest and ucx_perftest: {total} points in "
           f"{time.monotonic() - t_start:.0f} s        ")
     print("  memcpy, QP lifecycle, QP scale", flush=True)
@@ -538,6 +560,7 @@ def main():
     uxm = {k: median(v) for k, v in ux.items()}
     dcm = {k: median(v) for k, v in dc.items()}
     rcm = {k: median(v) for k, v in rc_id.items()}
+    mmm = {k: median(v) for k, v in mm.items()}
 
     # ---- memcpy, QP lifecycle, QP scale.
     memcpy = {}
@@ -579,6 +602,13 @@ def main():
                  svm[("ib_write_bw", MIB)], uxm[("ib_write_bw", MIB)]))
     rows.append(("read_bw", "ib_read_bw 1 MiB vs ucp_get", "GB/s",
                  svm[("ib_read_bw", MIB)], uxm[("ib_read_bw", MIB)]))
+    rows.append(("write_lat_mmap", "ib_write_lat --mmap 8 B vs ucp_put_lat", "us",
+                 mmm[("ib_write_lat", 8)], uxm[("ib_write_lat", 8)]))
+    rows.append(("write_lat_mmap_abs", "ib_write_lat --mmap 8 B, absolute", "us", mmm[("ib_write_lat", 8)], None))
+    rows.append(("write_bw_mmap", "ib_write_bw --mmap 1 MiB vs ucp_put_bw", "GB/s",
+                 mmm[("ib_write_bw", MIB)], uxm[("ib_write_bw", MIB)]))
+    rows.append(("read_bw_mmap", "ib_read_bw --mmap 1 MiB vs ucp_get", "GB/s",
+                 mmm[("ib_read_bw", MIB)], uxm[("ib_read_bw", MIB)]))
     rows.append(("atomic_bw", "ib_atomic_bw 8 B vs ucp_add", "Mops/s",
                  svm[("ib_atomic_bw", 8)], uxm[("ib_atomic_bw", 8)]))
     rows.append(("atomic_fadd", "ib_atomic_bw 8 B vs ucp_fadd (fetching, as perftest's default)",
@@ -593,7 +623,7 @@ def main():
     for key, metric, unit, a, b in rows:
         ratio = a / b if a is not None and b else None
         target, status = verdict(key, a, b)
-        table.append([metric, unit, fmt(a), fmt(b) if key not in ("write_lat_abs", "memcpy", "qp_lifecycle",
+        table.append([metric, unit, fmt(a), fmt(b) if key not in ("write_lat_abs", "write_lat_mmap_abs", "memcpy", "qp_lifecycle",
                                                                   "qp_scale", "qp_memory") else "",
                       f"{ratio:.2f}x" if ratio is not None else "", target, status, key, a, b, ratio])
     head = ["metric", "unit", "softverbs", "UCX", "ratio", "target", ""]
@@ -607,8 +637,10 @@ def main():
     if memcpy.get(MIB):
         m = memcpy[MIB]
         parts = [f"{name} {v / m:.0%}" for name, v in (("ib_write_bw", svm[("ib_write_bw", MIB)]),
+                                                       ("ib_write_bw --mmap", mmm[("ib_write_bw", MIB)]),
                                                        ("ucp_put_bw", uxm[("ib_write_bw", MIB)]),
                                                        ("ib_read_bw", svm[("ib_read_bw", MIB)]),
+                                                       ("ib_read_bw --mmap", mmm[("ib_read_bw", MIB)]),
                                                        ("ucp_get", uxm[("ib_read_bw", MIB)])) if v]
         print(f"\n1 MiB as a share of memcpy ({m:.1f} GB/s): " + ", ".join(parts))
     if cma:
@@ -665,6 +697,12 @@ def main():
                         a / b if a is not None and b else None, "", ""])
         for s, v in sorted(memcpy.items()):
             w.writerow(["sweep", "memcpy", s, "GB/s", v, "", "", "", ""])
+        for key in mmap_plan:
+            test, size = key
+            unit = "us" if test.endswith("_lat") else "GB/s"
+            a, b = mmm[key], uxm[key]
+            w.writerow(["mmap", f"{test} --mmap vs {UCX_TEST[test]}", size, unit, a, b,
+                        a / b if a is not None and b else None, "", ""])
         for name, unit, a, b, ratio, test, size in dc_rows:  # the "ucx" column holds RC here
             w.writerow(["dc_vs_rc", f"{test} -c DC vs -c RC", size, unit, a, b, ratio, "", ""])
         for k, v in cma.items():
