@@ -5,6 +5,7 @@
 #include <sys/shm.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <charconv>
@@ -111,7 +112,9 @@ std::optional<SharedBacking> NotShared(uint64_t addr, uint64_t length, const cha
 // True when the page holding `addr` is present and anonymous and not shared (/proc/self/pagemap
 // bit 63 "present" without bit 61 "file-page or shared-anon"): it cannot be in a shared mapping
 // of a file, and the maps need not be read -- one pread instead of generating the whole maps
-// text, for the common case of registered malloc'd memory. A page not present yet tells nothing.
+// text, for the common case of registered malloc'd memory. A page not present yet is read once
+// (as registering it for a NIC faults it in; process_vm_readv, so an unreadable page is an error,
+// not a signal): an untouched anonymous page then maps the zero page, a file page its page cache.
 bool CertainlyPrivateAnonymous(uint64_t addr) {
   static std::mutex mu;
   static UniqueFd pagemap;
@@ -121,12 +124,19 @@ bool CertainlyPrivateAnonymous(uint64_t addr) {
     pagemap = UniqueFd(open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC));
     opened_by = getpid();
   }
-  uint64_t entry = 0;
+  if (!pagemap.valid()) return false;
   const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  if (!pagemap.valid() ||
-      pread(pagemap.get(), &entry, sizeof entry, static_cast<off_t>(addr / page * sizeof entry)) != sizeof entry)
-    return false;
+  const auto at = static_cast<off_t>(addr / page * sizeof(uint64_t));
   constexpr uint64_t kPresent = 1ull << 63, kFileOrSharedAnon = 1ull << 61;
+  uint64_t entry = 0;
+  if (pread(pagemap.get(), &entry, sizeof entry, at) != sizeof entry) return false;
+  if (!(entry & kPresent)) {
+    char byte;
+    iovec mine{&byte, 1}, its{reinterpret_cast<void*>(addr), 1};
+    if (process_vm_readv(getpid(), &mine, 1, &its, 1, 0) != 1 ||
+        pread(pagemap.get(), &entry, sizeof entry, at) != sizeof entry)
+      return false;
+  }
   return (entry & kPresent) && !(entry & kFileOrSharedAnon);
 }
 
