@@ -222,6 +222,7 @@ TEST(SharedBackingTest, RecordIsPublishedAndCleared) {
   ClearBacking(**registry, 77);
   EXPECT_EQ(r.key.load(), 0u);
   shm_unlink((*registry)->name().c_str());
+  delete registry.value();
 }
 
 }  // namespace
