@@ -71,17 +71,18 @@ Status CheckSendOps(const QpInitAttributes& a) {
   uint64_t ops = a.send_ops_flags;
   if (ops & ~kKnown) return Invalid("send_ops_flags has unknown bits");
   if (ops & kTso) return Invalid("IBV_QP_EX_WITH_TSO applies to IBV_QPT_RAW_PACKET QPs only");
-  if (ops & (kLocalInv | kBindMw | kSendWithInv))
-    return NotSupported("LOCAL_INV / BIND_MW / SEND_WITH_INV need memory windows, which are not offered");
   if (ops & kAtomicWrite) return NotSupported("IBV_QP_EX_WITH_ATOMIC_WRITE: ATOMIC WRITE is not offered");
   uint64_t allowed = 0;
   switch (TransportTypeOf(a.type, a.dc.role)) {  // IBA table 38: the operations of each service type
     case QpType::kRc: allowed = kRdmaWrite | kRdmaWriteWithImm | kSend | kSendWithImm | kRdmaRead |
-                                kAtomicCmpSwp | kAtomicFetchAdd; break;
-    case QpType::kUc: allowed = kRdmaWrite | kRdmaWriteWithImm | kSend | kSendWithImm; break;
+                                kAtomicCmpSwp | kAtomicFetchAdd | kLocalInv | kBindMw | kSendWithInv; break;
+    // ibv_bind_mw(3): binds on UC, RC (and XRC_SEND); SEND_WITH_INV is RC's (IBA 9.4).
+    case QpType::kUc: allowed = kRdmaWrite | kRdmaWriteWithImm | kSend | kSendWithImm | kLocalInv | kBindMw; break;
     case QpType::kUd: allowed = kSend | kSendWithImm; break;
     default: break;
   }
+  // A DCI's requests go to many DCTs: windows are bound and invalidated on RC and UC QPs only.
+  if (a.dc.role != DcRole::kNone) allowed &= ~(kLocalInv | kBindMw | kSendWithInv);
   if (ops & ~allowed)
     return Invalid(std::string(QpTypeName(a.type)) + " QPs do not offer send_ops_flags " + Hex(ops & ~allowed));
   return Status::Ok();

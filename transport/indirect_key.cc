@@ -76,7 +76,7 @@ bool ResolveIndirect(fabric::HostRegistry& registry, const KeyView& k, const voi
     // The underlying MR is the owner's, in the mkey's PD, direct (no nesting), writable if the
     // access writes, and holds the piece.
     const KeyView& u = pin->view();
-    if (u.indirect() || u.owner_process_slot() != rule.owner_slot || u.pd != rule.pd ||
+    if (u.indirect() || u.window() || u.owner_process_slot() != rule.owner_slot || u.pd != rule.pd ||
         (rule.writes && !(u.access & 1u /* IBV_ACCESS_LOCAL_WRITE */)) || piece_addr < u.iova ||
         piece_length > u.length || piece_addr - u.iova > u.length - piece_length) {
       ok = false;

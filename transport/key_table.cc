@@ -38,21 +38,45 @@ void PublishKey(fabric::HostRegistry& registry, uint32_t slot, const KeyView& vi
   });
 }
 
-void WithdrawKey(fabric::HostRegistry& registry, uint32_t slot) {
-  fabric::KeyEntry& e = Entry(registry, slot);
-  WriteLocked(e, [&] { e.key.store(0, kRel); });
+namespace {
+
+void WaitForAccesses(fabric::KeyEntry& e, uint32_t slot) {
   // Accesses that pinned the key before it was withdrawn finish first. An initiator that died
   // while holding a pin never releases it: after a second, give up waiting and say so.
   auto start = std::chrono::steady_clock::now();
   while (e.users.load(std::memory_order_acquire) != 0) {
     if (std::chrono::steady_clock::now() - start > std::chrono::seconds(1)) {
-      SV_LOG(kWarn, "ibv_dereg_mr: %u access(es) through key slot %u never finished (initiator died?)",
+      SV_LOG(kWarn, "key invalidation: %u access(es) through key slot %u never finished (initiator died?)",
              e.users.load(), slot);
       e.users.store(0, std::memory_order_release);
       break;
     }
     sched_yield();
   }
+}
+
+}  // namespace
+
+void WithdrawKey(fabric::HostRegistry& registry, uint32_t slot) {
+  fabric::KeyEntry& e = Entry(registry, slot);
+  WriteLocked(e, [&] { e.key.store(0, kRel); });
+  WaitForAccesses(e, slot);
+}
+
+uint32_t KeyHeldBy(fabric::HostRegistry& registry, uint32_t slot) {
+  return Entry(registry, slot).key.load(kAcq);
+}
+
+bool InvalidateKey(fabric::HostRegistry& registry, uint32_t key) {
+  const uint32_t slot = KeySlot(key);
+  if (key == 0 || slot >= registry.keys().count()) return false;
+  fabric::KeyEntry& e = Entry(registry, slot);
+  // Only `key` changes, to 0: a reader that saw the old key read the fields it had (still
+  // valid), and the pins it took before the swap are waited for below.
+  uint32_t expected = key;
+  if (!e.key.compare_exchange_strong(expected, 0, std::memory_order_seq_cst)) return false;
+  WaitForAccesses(e, slot);
+  return true;
 }
 
 KeyPin& KeyPin::operator=(KeyPin&& o) noexcept {

@@ -91,6 +91,8 @@ class SendQueue {
   Step Execute(Pending& p);
   // A UMR (kDriver1): configures an indirect mkey of this process (transport/indirect_key.h).
   Step ExecuteUmr(const SendWr& wr);
+  // BIND_MW / LOCAL_INV: changes a key of this process (transport/window_key.h).
+  Step ExecuteLocalOp(const SendWr& wr);
   void Finish(const SendWr& wr, uint32_t status, uint64_t byte_len);
   void Fail(const SendWr& wr, uint32_t status);
   void RunQueue(std::unique_lock<std::mutex>& lock);
