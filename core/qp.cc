@@ -12,6 +12,7 @@
 #include "core/qp_state_machine.h"
 #include "fabric/host/process_token.h"
 #include "transport/mcast_table.h"
+#include "transport/window_key.h"
 
 namespace softverbs::core {
 namespace {
@@ -180,6 +181,9 @@ Qp::~Qp() {
   init_.send_cq->DetachQp(this);
   if (init_.recv_cq != init_.send_cq) init_.recv_cq->DetachQp(this);
   sq_.reset();  // no retry of this QP runs after this
+  // Type 2 windows bound to this QP answer no other: they end with it, before its number can
+  // be reused by a QP that would pass their check.
+  transport::InvalidateWindowsBoundTo(context_.registry(), qpn_);
   auto& entry = fabric::EntryOf<fabric::QpEntry>(context_.registry().qps().slot(slot_));
   entry.qp_num.store(0, std::memory_order_release);  // senders stop finding this QP
   QpEndpoint& e = endpoint();

@@ -102,6 +102,7 @@ std::string WindowKey::Bind(const BindRequest& req, const WindowQp& qp) {
   WithdrawKey(registry, slot_);
   bound_rkey_ = 0;
   bound_mr_ = 0;
+  bound_qpn_ = 0;
   if (req.length == 0 && type_ == WindowType::kType1) return "";  // ibv_alloc_mw(3): unbinds it
   KeyView mr{};
   if (req.mr_key != 0) KeyPin::Peek(registry, req.mr_key, &mr);  // checked above, under the lock
@@ -116,6 +117,7 @@ std::string WindowKey::Bind(const BindRequest& req, const WindowQp& qp) {
   PublishKey(registry, slot_, v);
   bound_rkey_ = req.rkey;
   bound_mr_ = req.mr_key;
+  if (type_ == WindowType::kType2) bound_qpn_ = qp.qp_num;
   return "";
 }
 
@@ -144,6 +146,15 @@ bool RemoteInvalidate(fabric::HostRegistry& registry, uint32_t rkey, uint32_t ow
   if (!KeyPin::Peek(registry, rkey, &k)) return false;
   if (!k.qp_bound() || k.owner_process_slot() != owner_slot || k.bound_qpn() != qp_num) return false;
   return InvalidateKey(registry, rkey);
+}
+
+void InvalidateWindowsBoundTo(fabric::HostRegistry& registry, uint32_t qp_num) {
+  std::vector<std::shared_ptr<WindowKey>> seen;  // released after the lock (see FindBySlot)
+  std::lock_guard lock(Windows().mu);
+  for (auto& [slot, weak] : Windows().windows) {
+    std::shared_ptr<WindowKey>& w = seen.emplace_back(weak.lock());
+    if (w != nullptr && w->bound_qpn_ == qp_num && w->bound_rkey_ != 0) InvalidateKey(registry, w->bound_rkey_);
+  }
 }
 
 bool WithdrawUnlessWindowsBound(fabric::HostRegistry& registry, uint32_t mr_slot, uint32_t mr_key) {

@@ -56,6 +56,7 @@ class WindowKey {
   WindowKey(fabric::LocalProcess& local, uint64_t pd, WindowType type, uint32_t slot, uint32_t handle)
       : local_(local), pd_(pd), type_(type), slot_(slot), handle_(handle) {}
   friend bool WithdrawUnlessWindowsBound(fabric::HostRegistry&, uint32_t, uint32_t);
+  friend void InvalidateWindowsBoundTo(fabric::HostRegistry&, uint32_t);
   // The checks of Bind, before anything changes.
   std::string CheckBind(const BindRequest& req, const WindowQp& qp) const;
 
@@ -64,10 +65,11 @@ class WindowKey {
   WindowType type_;
   uint32_t slot_;
   uint32_t handle_;
-  // The last bind (guarded by the directory's lock): the window is bound to MR `bound_mr_` as
-  // long as its key-table entry still holds `bound_rkey_`.
+  // The last bind (guarded by the directory's lock): the window is bound to MR `bound_mr_` (and,
+  // type 2, to QP `bound_qpn_`) as long as its key-table entry still holds `bound_rkey_`.
   uint32_t bound_rkey_ = 0;
   uint32_t bound_mr_ = 0;
+  uint32_t bound_qpn_ = 0;  // type 2: the QP that bound it
 };
 
 // IBV_WR_LOCAL_INV executed for `qp`: invalidates `rkey` if it is a bound type 2 window or an
@@ -79,6 +81,9 @@ std::string LocalInvalidate(fabric::LocalProcess& local, uint32_t rkey, const Wi
 // window of `owner_slot`'s process bound to target QP `qp_num` (IBA 10.6.7.2.2: remote
 // invalidation applies to type 2 windows). False otherwise.
 bool RemoteInvalidate(fabric::HostRegistry& registry, uint32_t rkey, uint32_t owner_slot, uint32_t qp_num);
+
+// ibv_destroy_qp of QP `qp_num` of this process: invalidates the type 2 windows bound to it.
+void InvalidateWindowsBoundTo(fabric::HostRegistry& registry, uint32_t qp_num);
 
 // ibv_dereg_mr / ibv_rereg_mr of the MR with key `mr_key` (slot `mr_slot`): withdraws the key
 // (waiting for the accesses in flight) unless a window of this process is bound to it

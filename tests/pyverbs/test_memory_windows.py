@@ -150,6 +150,9 @@ class WindowsTest(WindowTestCase):
         self.assertWC(wc, status=OK)
         d.post_send(base.send_wr(e.IBV_WR_RDMA_WRITE, [self.src.sge(0, 8)], rdma=(rkey, self.buf.addr)))
         self.assertWC(d.poll()[0], status=e.IBV_WC_REM_ACCESS_ERR)  # arrives at c, not a
+        self.assertRDMAError(errno.EBUSY, self.buf.mr.close)
+        a.qp.close()  # ibv_destroy_qp ends the type 2 windows bound to the QP
+        self.buf.mr.close()
 
     def test_bind_errors_complete_with_mw_bind_err(self):
         plain = Buffer(self.pd, 256)  # registered without IBV_ACCESS_MW_BIND

@@ -169,6 +169,20 @@ TEST_F(WindowKeyTest, RemoteInvalidationNeedsTheBoundQpAndAType2Window) {
   EXPECT_TRUE(Remote(r1.rkey, 0x10000, 8, access::kRemoteRead));
 }
 
+TEST_F(WindowKeyTest, DestroyingTheQpEndsItsType2Windows) {
+  auto mine = Alloc(2), other = Alloc(2), t1 = Alloc(1);
+  BindRequest r = Req(*mine, 0x10000, 64, access::kRemoteRead);
+  ASSERT_EQ(Bind(*mine, r), "");
+  ASSERT_EQ(Bind(*t1, Req(*t1, 0x10000, 64, access::kRemoteRead)), "");
+  qp_.qp_num = kQpn + 1;
+  BindRequest o = Req(*other, 0x10000, 64, access::kRemoteRead);
+  ASSERT_EQ(Bind(*other, o), "");
+  InvalidateWindowsBoundTo(context_->registry(), kQpn);
+  EXPECT_FALSE(Remote(r.rkey, 0x10000, 8, access::kRemoteRead, kQpn));
+  EXPECT_TRUE(Remote(o.rkey, 0x10000, 8, access::kRemoteRead, kQpn + 1));  // another QP's window
+  EXPECT_TRUE(Remote(ibv_inc(t1->handle()), 0x10000, 8, access::kRemoteRead, kQpn));  // type 1: no QP
+}
+
 TEST_F(WindowKeyTest, DeregisterIsRefusedWhileAWindowIsBound) {
   auto mw = Alloc(2);
   BindRequest r = Req(*mw, 0x10000, 128, access::kRemoteRead);
