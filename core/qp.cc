@@ -304,6 +304,7 @@ Status Qp::Modify(const QpAttributes& a, uint32_t mask) {
   s.qp_state = *next;
   PublishEndpoint();
   sq_->Configure(RequesterConfigOf());
+  if (previous == QpState::kSqe && *next == QpState::kRts) sq_->Resume();
   if (*next == QpState::kRts && previous != QpState::kRts) sq_->Progress();  // resume after SQD/SQE
   // IBA 11.6.3: with en_sqd_async_notify, the SQ-drained event follows once the send queue has
   // no outstanding work. There is none to wait for here: it is posted at once.
@@ -323,6 +324,7 @@ void Qp::EnterReset() {
   if (rq_) rq_->Clear();  // an SRQ is shared: its WQEs stay
   sq_->Reset();
   requester_error_.store(false);
+  send_queue_error_.store(false);
   endpoint().remote_error.store(0);
 }
 

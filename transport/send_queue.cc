@@ -221,6 +221,11 @@ void SendQueue::Reset() {
   error_ = false;
 }
 
+void SendQueue::Resume() {
+  std::lock_guard lock(mu_);
+  error_ = false;  // what waited was flushed when the error happened
+}
+
 void SendQueue::Finish(const SendWr& wr, uint32_t status, uint64_t byte_len) {
   // Unsignaled successes produce no completion (ibv_post_send(3), sq_sig_all); errors always do.
   if (status == wc_status::kSuccess && !(wr.flags & send_flag::kSignaled) && !config_.sq_sig_all) return;
@@ -234,10 +239,14 @@ void SendQueue::Finish(const SendWr& wr, uint32_t status, uint64_t byte_len) {
 }
 
 void SendQueue::Fail(const SendWr& wr, uint32_t status) {
-  // IBA 10.8.3: a completion in error moves the QP to ERR; what follows is flushed.
+  // IBA 10.8.3: a completion in error stops the send queue and what follows is flushed; the QP
+  // enters ERR (RC) or SQE (UC, UD: IBA 10.3.1, their receive queue goes on).
   Finish(wr, status, 0);
   error_ = true;
-  host_.EnterError();
+  if (config_.type == kRc)
+    host_.EnterError();
+  else
+    host_.EnterSendQueueError();
 }
 
 Reply SendQueue::DeliverDatagram(const Target& target, const SendWr& wr, const iovec* local, size_t nl,
