@@ -177,6 +177,7 @@ int Cq::Poll(Completion* out, int max) {
   if (r.attention.load(std::memory_order_relaxed) != 0 && r.attention.exchange(0) != 0) {
     // A QP of this CQ failed (its requester in the background, or a peer as responder): move it
     // to ERR now so its flush completions are here for this poll.
+    ReportOverrun();
     std::lock_guard lock(qps_mu_);
     for (Qp* qp : qps_) qp->ApplyPendingError();
   }
@@ -263,6 +264,11 @@ bool Cq::TakeOverrun() {
   CqRing& r = ring();
   fabric::RobustLock lock(r.lock);
   return std::exchange(r.overrun, 0u) != 0;
+}
+
+void Cq::ReportOverrun() {
+  // IBA 11.6.2 / ibv_get_async_event(3): a CQ that overran is in error, once per overrun.
+  if (TakeOverrun()) context_.PostAsyncEvent({kEventCqErr, AsyncEvent::Subject::kCq, user_handle_, 0});
 }
 
 bool Cq::TakeFired() { return ring().fired.exchange(0, std::memory_order_acq_rel) != 0; }

@@ -34,8 +34,7 @@ transport::RequesterConfig Qp::RequesterConfigOf() const {
 
 void Qp::Complete(const Completion& c) {
   // A full CQ loses the completion: the CQ is in error (IBA 11.6.2, IBV_EVENT_CQ_ERR).
-  if (!init_.send_cq->Push(c))
-    context_.PostAsyncEvent({kEventCqErr, AsyncEvent::Subject::kCq, init_.send_cq->user_handle(), 0});
+  if (!init_.send_cq->Push(c)) init_.send_cq->ReportOverrun();
 }
 
 void Qp::EnterError() {
@@ -86,8 +85,7 @@ void Qp::EnterErrorLocked() {
       c.status = transport::wc_status::kWrFlushErr;
       c.opcode = transport::wc_opcode::kRecv;
       c.qp_num = qpn_;
-      if (!init_.recv_cq->Push(c))
-        context_.PostAsyncEvent({kEventCqErr, AsyncEvent::Subject::kCq, init_.recv_cq->user_handle(), 0});
+      if (!init_.recv_cq->Push(c)) init_.recv_cq->ReportOverrun();
     }
   } else {
     context_.PostAsyncEvent({kEventQpLastWqeReached, AsyncEvent::Subject::kQp, user_handle_, 0});

@@ -46,6 +46,9 @@ void CompleteAtTarget(const Target& t, const Completion& c, Fill&& fill) {
   if (ring == nullptr) return;
   PushOutcome out = CqRingPush(*ring, c, [&t](fabric::SharedRef ref) { return t.Resolve(ref); }, fill);
   if (out.notify_fd >= 0) t.Signal(out.notify_fd, out.notify_tag);
+  // A full CQ lost the completion: the owner learns it as IBV_EVENT_CQ_ERR even if it is blocked
+  // in ibv_get_async_event (the ring's overrun flag says which CQ).
+  if (!out.stored && t.endpoint().async_fd >= 0) t.Signal(t.endpoint().async_fd, t.endpoint().async_tag);
 }
 
 void CompleteAtTarget(const Target& t, const Completion& c) {
