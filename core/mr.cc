@@ -59,13 +59,10 @@ Status Mr::CheckLayout(const MrLayout& layout) {
 
 Result<std::unique_ptr<Mr>> Mr::Register(Pd& pd, const MrLayout& layout) {
   SV_RETURN_IF_ERROR(CheckLayout(layout));
-  auto& keys = pd.context().registry().keys();
-  auto slot = keys.Allocate(fabric::ProcessToken::Self());
-  if (!slot.ok()) return Status(ENOMEM, "no memory key left: " + slot.status().rule());
-  uint32_t generation = keys.slot(*slot).generation.load(std::memory_order_relaxed);
-  uint32_t key = (*slot + 1) << 8 | (generation & 0xff);
+  auto key = transport::AllocateKey(pd.context().registry());
+  if (!key.ok()) return key.status();
   pd.users().Acquire();
-  std::unique_ptr<Mr> mr(new Mr(pd, layout, *slot, key));
+  std::unique_ptr<Mr> mr(new Mr(pd, layout, key->slot, key->key));
   mr->Publish();
   return mr;
 }

@@ -26,6 +26,14 @@ constexpr auto kAcq = std::memory_order_acquire;
 
 }  // namespace
 
+Result<NewKey> AllocateKey(fabric::HostRegistry& registry) {
+  fabric::SlotTable& keys = registry.keys();
+  auto slot = keys.Allocate(fabric::ProcessToken::Self());
+  if (!slot.ok()) return Status(ENOMEM, "no memory key left: " + slot.status().rule());
+  const uint32_t generation = keys.slot(*slot).generation.load(std::memory_order_relaxed);
+  return NewKey{*slot, (*slot + 1) << 8 | (generation & 0xff)};
+}
+
 void PublishKey(fabric::HostRegistry& registry, uint32_t slot, const KeyView& view) {
   fabric::KeyEntry& e = Entry(registry, slot);
   WriteLocked(e, [&] {

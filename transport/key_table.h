@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "fabric/host/host_directory.h"
+#include "base/status.h"
 #include "fabric/host/host_registry.h"
 
 namespace softverbs::transport {
@@ -46,6 +47,16 @@ struct KeyView {
 
 // Key index in the host table: keys are (slot + 1) << 8 | variant.
 inline uint32_t KeySlot(uint32_t key) { return (key >> 8) - 1; }
+
+// A slot of the key table taken by this process (for an MR, mkey or window) and its first key:
+// the variant is the slot's allocation count, so a stale key of a freed slot does not match a
+// new one (IBA 10.6.3.1: the key "variant" portion). Nothing is published yet.
+struct NewKey {
+  uint32_t slot = 0;
+  uint32_t key = 0;
+};
+// ENOMEM (naming the table's rule) when the table is full.
+Result<NewKey> AllocateKey(fabric::HostRegistry& registry);
 
 // Owner side.
 void PublishKey(fabric::HostRegistry& registry, uint32_t slot, const KeyView& view);

@@ -28,16 +28,12 @@ Directory& Windows() {
 }  // namespace
 
 Result<std::shared_ptr<WindowKey>> WindowKey::Create(fabric::LocalProcess& local, uint64_t pd, WindowType type) {
-  auto& keys = local.registry().keys();
-  auto slot = keys.Allocate(fabric::ProcessToken::Self());
-  if (!slot.ok()) return Status(ENOMEM, "no memory key left: " + slot.status().rule());
-  // The key's variant portion, as for an MR (core/mr.h); binds change it (ibv_inc_rkey).
-  const uint32_t generation = keys.slot(*slot).generation.load(std::memory_order_relaxed);
-  const uint32_t handle = (*slot + 1) << 8 | (generation & 0xff);
-  std::shared_ptr<WindowKey> w(new WindowKey(local, pd, type, *slot, handle));
+  auto key = AllocateKey(local.registry());  // binds change its variant (ibv_inc_rkey)
+  if (!key.ok()) return key.status();
+  std::shared_ptr<WindowKey> w(new WindowKey(local, pd, type, key->slot, key->key));
   // ibv_alloc_mw(3): "The MW is created not bound": nothing is published until a bind.
   std::lock_guard lock(Windows().mu);
-  Windows().windows[*slot] = w;
+  Windows().windows[key->slot] = w;
   return w;
 }
 
