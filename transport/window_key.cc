@@ -74,7 +74,8 @@ std::string WindowKey::CheckBind(const BindRequest& req, const WindowQp& qp) con
   if (req.access & ~kWindowAccess)
     return "mw_access_flags " + Hex(req.access) + ": a window grants REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC "
            "and ZERO_BASED only";
-  if (req.length == 0 && req.mr_key == 0) return "";  // binds nothing: no MR to check
+  // A zero-length bind covers nothing (for type 1 it unbinds, o10-36.2.2): its MR is not used.
+  if (req.length == 0 && (req.mr_key == 0 || type_ == WindowType::kType1)) return "";
   KeyView mr;
   if (!KeyPin::Peek(registry, req.mr_key, &mr) || mr.indirect() || mr.window())
     return "lkey " + Hex(req.mr_key) + " names no valid memory region";
@@ -101,7 +102,7 @@ std::string WindowKey::Bind(const BindRequest& req, const WindowQp& qp) {
   bound_qpn_ = 0;
   if (req.length == 0 && type_ == WindowType::kType1) return "";  // ibv_alloc_mw(3): unbinds it
   KeyView mr{};
-  if (req.mr_key != 0) KeyPin::Peek(registry, req.mr_key, &mr);  // checked above, under the lock
+  if (req.length != 0) KeyPin::Peek(registry, req.mr_key, &mr);  // checked above, under the lock
   KeyView v;
   v.key = req.rkey;
   v.access = (req.access & (kRemoteWrite | kRemoteRead | kRemoteAtomic)) | kWindowKey;
