@@ -60,8 +60,12 @@ void Context::CollectRemoteEvents() {
   for (Srq* srq : srqs_)
     if (srq->queue().TakeLimitFired())
       PostAsyncEvent({kEventSrqLimitReached, AsyncEvent::Subject::kSrq, srq->user_handle(), 0});
-  // A QP a peer failed moves to ERR now and reports it (Qp::ApplyPendingError).
-  for (Qp* qp : qps_) qp->state();
+  // A QP a peer failed moves to ERR now and reports it (Qp::ApplyPendingError); a receive CQ a
+  // peer overran reports IBV_EVENT_CQ_ERR.
+  for (Qp* qp : qps_) {
+    qp->state();
+    qp->init().recv_cq->ReportOverrun();
+  }
 }
 
 Result<AsyncEvent> Context::GetAsyncEvent() {

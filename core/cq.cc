@@ -177,6 +177,7 @@ int Cq::Poll(Completion* out, int max) {
   if (r.attention.load(std::memory_order_relaxed) != 0 && r.attention.exchange(0) != 0) {
     // A QP of this CQ failed (its requester in the background, or a peer as responder): move it
     // to ERR now so its flush completions are here for this poll.
+    ReportOverrun();
     std::lock_guard lock(qps_mu_);
     for (Qp* qp : qps_) qp->ApplyPendingError();
   }
@@ -213,7 +214,7 @@ void Cq::ScatterLanding(const CqEntry& entry, Completion* c) {
     // Never an indirect key: a receive through one is copied by the sender, not landed
     // (transport/responder.cc), so one here would be a slot reused since -- a lost MR.
     placed = transport::KeyPin::Peek(local_->registry(), p.lkey, &k) && k.owner_process_slot() == local_->slot() &&
-             !k.indirect() && (k.access & access::kLocalWrite) && p.addr >= k.addr && p.length <= k.length &&
+             !k.indirect() && !k.window() && (k.access & access::kLocalWrite) && p.addr >= k.addr && p.length <= k.length &&
              p.addr - k.addr <= k.length - p.length && p.length <= static_cast<uint64_t>(end - from);
     if (placed) {
       memcpy(reinterpret_cast<void*>(p.addr), from, p.length);
@@ -263,6 +264,11 @@ bool Cq::TakeOverrun() {
   CqRing& r = ring();
   fabric::RobustLock lock(r.lock);
   return std::exchange(r.overrun, 0u) != 0;
+}
+
+void Cq::ReportOverrun() {
+  // IBA 11.6.2 / ibv_get_async_event(3): a CQ that overran is in error, once per overrun.
+  if (TakeOverrun()) context_.PostAsyncEvent({kEventCqErr, AsyncEvent::Subject::kCq, user_handle_, 0});
 }
 
 bool Cq::TakeFired() { return ring().fired.exchange(0, std::memory_order_acq_rel) != 0; }

@@ -89,6 +89,8 @@ class Cq {
   void RemoveEntriesOf(uint32_t qp_num);
   // True once since the last call if a completion was lost because the CQ was full.
   bool TakeOverrun();
+  // Posts IBV_EVENT_CQ_ERR if a completion was lost since the last report (by any producer).
+  void ReportOverrun();
 
   // ibv_req_notify_cq(3).
   Status RequestNotify(bool solicited_only);

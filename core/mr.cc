@@ -9,6 +9,7 @@
 #include "core/context.h"
 #include "core/device_limits.h"
 #include "transport/key_table.h"
+#include "transport/window_key.h"
 #include "fabric/host/process_token.h"
 
 namespace softverbs::core {
@@ -25,8 +26,6 @@ Status CheckMrAccess(uint32_t access) {
   // IBV_ACCESS_LOCAL_WRITE must be set too."
   if ((access & (access::kRemoteWrite | access::kRemoteAtomic)) && !(access & access::kLocalWrite))
     return Invalid("IBV_ACCESS_REMOTE_WRITE/REMOTE_ATOMIC need IBV_ACCESS_LOCAL_WRITE (ibv_reg_mr(3))");
-  if (access & access::kMwBind)
-    return NotSupported("IBV_ACCESS_MW_BIND: memory windows are not offered (no IBV_DEVICE_MEM_WINDOW)");
   if (access & access::kOnDemand)
     return NotSupported("IBV_ACCESS_ON_DEMAND: softverbs0 reports no ODP capabilities");
   // HUGETLB and the optional range (RELAXED_ORDERING, ...) are hints that change no semantics.
@@ -60,13 +59,11 @@ Status Mr::CheckLayout(const MrLayout& layout) {
 
 Result<std::unique_ptr<Mr>> Mr::Register(Pd& pd, const MrLayout& layout) {
   SV_RETURN_IF_ERROR(CheckLayout(layout));
-  auto& keys = pd.context().registry().keys();
-  auto slot = keys.Allocate(fabric::ProcessToken::Self());
-  if (!slot.ok()) return Status(ENOMEM, "no memory key left: " + slot.status().rule());
-  uint32_t generation = keys.slot(*slot).generation.load(std::memory_order_relaxed);
-  uint32_t key = (*slot + 1) << 8 | (generation & 0xff);
+  auto key = transport::AllocateKey(pd.context().registry());
+  if (!key.ok()) return key.status();
   pd.users().Acquire();
-  std::unique_ptr<Mr> mr(new Mr(pd, layout, *slot, key, fabric::FindSharedBacking(layout.addr, layout.length)));
+  std::unique_ptr<Mr> mr(
+      new Mr(pd, layout, key->slot, key->key, fabric::FindSharedBacking(layout.addr, layout.length)));
   mr->Publish();
   return mr;
 }
@@ -74,9 +71,11 @@ Result<std::unique_ptr<Mr>> Mr::Register(Pd& pd, const MrLayout& layout) {
 void Mr::Publish() {
   // A shared backing's record first: an initiator that pins the key finds it complete.
   if (backing_) fabric::PublishBacking(pd_->context().registry(), slot_, key_, *backing_);
-  const uint32_t access = layout_.access | (backing_ ? transport::kSharedBacking : 0);
+  // The optional access bits are hints (core/types.h) that the data path never reads; the key
+  // table keeps the rest, and the bits above them mark special keys (transport/key_table.h).
+  const uint32_t published = (layout_.access & ~access::kOptionalRange) | (backing_ ? transport::kSharedBacking : 0);
   PublishKey(pd_->context().registry(), slot_,
-             KeyView{key_, access, pd_->host_id(), layout_.addr, layout_.length, layout_.iova});
+             KeyView{key_, published, pd_->host_id(), layout_.addr, layout_.length, layout_.iova});
 }
 
 // After a withdrawal: this process's own writes through the key (core/cq.cc's landed messages)
@@ -87,10 +86,22 @@ void Mr::WaitForOwnWrites() {
   while (pd_->context().local().own_writes().fetch_add(0, std::memory_order_acq_rel) != 0) sched_yield();
 }
 
+Status Mr::Withdraw() {
+  if (withdrawn_) return Status::Ok();
+  if (!transport::WithdrawUnlessWindowsBound(pd_->context().registry(), slot_, key_))
+    return Status(EBUSY, "a memory window is still bound to the MR (ibv_alloc_mw(3): ibv_dereg_mr() fails if any "
+                         "memory window is still bound to this MR)");
+  WaitForOwnWrites();
+  withdrawn_ = true;
+  return Status::Ok();
+}
+
 Mr::~Mr() {
   fabric::HostRegistry& registry = pd_->context().registry();
-  WithdrawKey(registry, slot_);
-  WaitForOwnWrites();
+  if (!withdrawn_) {
+    WithdrawKey(registry, slot_);
+    WaitForOwnWrites();
+  }
   fabric::ClearBacking(registry, slot_);
   registry.keys().Free(slot_, fabric::ProcessToken::Self());
   pd_->users().Release();
@@ -113,14 +124,16 @@ Status Mr::Reregister(uint32_t flags, Pd* new_pd, const MrLayout& layout) {
   SV_RETURN_IF_ERROR(CheckLayout(next));
   std::optional<fabric::SharedBacking> backing = backing_;
   if (flags & rereg::kChangeTranslation) backing = fabric::FindSharedBacking(next.addr, next.length);
+  // Accesses through the old registration finish before the new one is visible. Windows bound
+  // to the MR name its old translation: while one is bound the MR stays as it is.
+  if (!transport::WithdrawUnlessWindowsBound(pd_->context().registry(), slot_, key_))
+    return Status(EBUSY, "a memory window is still bound to the MR: unbind or invalidate it first");
+  WaitForOwnWrites();
   if (flags & rereg::kChangePd) {
     new_pd->users().Acquire();
     pd_->users().Release();
     pd_ = new_pd;
   }
-  // Accesses through the old registration finish before the new one is visible.
-  WithdrawKey(pd_->context().registry(), slot_);
-  WaitForOwnWrites();
   layout_ = next;  // the keys stay (ibv_rereg_mr(3): "the lkey and rkey are not changed")
   fabric::ClearBacking(pd_->context().registry(), slot_);
   backing_ = std::move(backing);

@@ -39,6 +39,10 @@ class Mr {
   // ibv_rereg_mr: changes translation, PD and/or access and keeps the keys.
   Status Reregister(uint32_t flags, Pd* new_pd, const MrLayout& layout);
 
+  // ibv_dereg_mr's first step: withdraws the key (waiting for accesses in flight); EBUSY, and
+  // nothing changes, while a memory window is bound to the MR. Destruction follows.
+  Status Withdraw();
+
   Pd& pd() const { return *pd_; }
   const MrLayout& layout() const { return layout_; }
   uint32_t lkey() const { return key_; }
@@ -57,6 +61,7 @@ class Mr {
   MrLayout layout_;
   uint32_t slot_;
   uint32_t key_;
+  bool withdrawn_ = false;
   // The memory is a shared mapping of a file peers may map too (fabric/host/shared_backing.h).
   std::optional<fabric::SharedBacking> backing_;
 };

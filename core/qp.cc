@@ -12,6 +12,7 @@
 #include "core/qp_state_machine.h"
 #include "fabric/host/process_token.h"
 #include "transport/mcast_table.h"
+#include "transport/window_key.h"
 
 namespace softverbs::core {
 namespace {
@@ -71,17 +72,18 @@ Status CheckSendOps(const QpInitAttributes& a) {
   uint64_t ops = a.send_ops_flags;
   if (ops & ~kKnown) return Invalid("send_ops_flags has unknown bits");
   if (ops & kTso) return Invalid("IBV_QP_EX_WITH_TSO applies to IBV_QPT_RAW_PACKET QPs only");
-  if (ops & (kLocalInv | kBindMw | kSendWithInv))
-    return NotSupported("LOCAL_INV / BIND_MW / SEND_WITH_INV need memory windows, which are not offered");
   if (ops & kAtomicWrite) return NotSupported("IBV_QP_EX_WITH_ATOMIC_WRITE: ATOMIC WRITE is not offered");
   uint64_t allowed = 0;
   switch (TransportTypeOf(a.type, a.dc.role)) {  // IBA table 38: the operations of each service type
     case QpType::kRc: allowed = kRdmaWrite | kRdmaWriteWithImm | kSend | kSendWithImm | kRdmaRead |
-                                kAtomicCmpSwp | kAtomicFetchAdd; break;
-    case QpType::kUc: allowed = kRdmaWrite | kRdmaWriteWithImm | kSend | kSendWithImm; break;
+                                kAtomicCmpSwp | kAtomicFetchAdd | kLocalInv | kBindMw | kSendWithInv; break;
+    // ibv_bind_mw(3): binds on UC, RC (and XRC_SEND); SEND_WITH_INV is RC's (IBA 9.4).
+    case QpType::kUc: allowed = kRdmaWrite | kRdmaWriteWithImm | kSend | kSendWithImm | kLocalInv | kBindMw; break;
     case QpType::kUd: allowed = kSend | kSendWithImm; break;
     default: break;
   }
+  // A DCI's requests go to many DCTs: windows are bound and invalidated on RC and UC QPs only.
+  if (a.dc.role != DcRole::kNone) allowed &= ~(kLocalInv | kBindMw | kSendWithInv);
   if (ops & ~allowed)
     return Invalid(std::string(QpTypeName(a.type)) + " QPs do not offer send_ops_flags " + Hex(ops & ~allowed));
   return Status::Ok();
@@ -179,6 +181,9 @@ Qp::~Qp() {
   init_.send_cq->DetachQp(this);
   if (init_.recv_cq != init_.send_cq) init_.recv_cq->DetachQp(this);
   sq_.reset();  // no retry of this QP runs after this
+  // Type 2 windows bound to this QP answer no other: they end with it, before its number can
+  // be reused by a QP that would pass their check.
+  transport::InvalidateWindowsBoundTo(context_.registry(), qpn_);
   auto& entry = fabric::EntryOf<fabric::QpEntry>(context_.registry().qps().slot(slot_));
   entry.qp_num.store(0, std::memory_order_release);  // senders stop finding this QP
   QpEndpoint& e = endpoint();
@@ -299,6 +304,7 @@ Status Qp::Modify(const QpAttributes& a, uint32_t mask) {
   s.qp_state = *next;
   PublishEndpoint();
   sq_->Configure(RequesterConfigOf());
+  if (previous == QpState::kSqe && *next == QpState::kRts) sq_->Resume();
   if (*next == QpState::kRts && previous != QpState::kRts) sq_->Progress();  // resume after SQD/SQE
   // IBA 11.6.3: with en_sqd_async_notify, the SQ-drained event follows once the send queue has
   // no outstanding work. There is none to wait for here: it is posted at once.
@@ -318,6 +324,7 @@ void Qp::EnterReset() {
   if (rq_) rq_->Clear();  // an SRQ is shared: its WQEs stay
   sq_->Reset();
   requester_error_.store(false);
+  send_queue_error_.store(false);
   endpoint().remote_error.store(0);
 }
 

@@ -129,6 +129,7 @@ class Qp : private transport::RequesterHost {
   // transport::RequesterHost
   void Complete(const transport::Completion& c) override;
   void EnterError() override;
+  void EnterSendQueueError() override;
 
   Context& context_;
   QpInitAttributes init_;
@@ -140,6 +141,7 @@ class Qp : private transport::RequesterHost {
   QpAttributes attr_;
   std::atomic<uint32_t> state_{static_cast<uint32_t>(QpState::kReset)};  // attr_.qp_state, lock-free
   std::atomic<bool> requester_error_{false};
+  std::atomic<bool> send_queue_error_{false};  // UC/UD: SQE pending (EnterSendQueueError)
   std::unique_ptr<transport::SendQueue> sq_;
   UseCount mcast_groups_;
   void* user_handle_ = nullptr;

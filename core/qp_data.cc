@@ -34,8 +34,7 @@ transport::RequesterConfig Qp::RequesterConfigOf() const {
 
 void Qp::Complete(const Completion& c) {
   // A full CQ loses the completion: the CQ is in error (IBA 11.6.2, IBV_EVENT_CQ_ERR).
-  if (!init_.send_cq->Push(c))
-    context_.PostAsyncEvent({kEventCqErr, AsyncEvent::Subject::kCq, init_.send_cq->user_handle(), 0});
+  if (!init_.send_cq->Push(c)) init_.send_cq->ReportOverrun();
 }
 
 void Qp::EnterError() {
@@ -44,10 +43,26 @@ void Qp::EnterError() {
   init_.recv_cq->NeedAttention();
 }
 
+void Qp::EnterSendQueueError() {
+  send_queue_error_.store(true, std::memory_order_release);
+  init_.send_cq->NeedAttention();
+}
+
 void Qp::ApplyPendingError() {
   const uint32_t remote = endpoint().remote_error.load(std::memory_order_acquire);
-  if (!requester_error_.load(std::memory_order_acquire) && remote == 0) return;
+  const bool requester = requester_error_.load(std::memory_order_acquire);
+  if (!requester && remote == 0 && !send_queue_error_.load(std::memory_order_acquire)) return;
   std::lock_guard lock(mu_);
+  if (!requester && remote == 0) {
+    // UC/UD send error: RTS (or SQD) -> SQE. The send queue already flushes what it holds and
+    // what is posted; receives go on (IBA 10.3.1). ibv_modify_qp SQE -> RTS resumes it.
+    if (send_queue_error_.exchange(false) &&
+        (attr_.qp_state == QpState::kRts || attr_.qp_state == QpState::kSqd)) {
+      attr_.qp_state = QpState::kSqe;
+      PublishEndpoint();
+    }
+    return;
+  }
   if (attr_.qp_state == QpState::kErr || attr_.qp_state == QpState::kReset) return;
   EnterErrorLocked();
   // A responder-side error is reported to the QP's owner asynchronously (IBA 11.6.3.1).
@@ -59,6 +74,7 @@ void Qp::EnterErrorLocked() {
   attr_.qp_state = QpState::kErr;
   PublishEndpoint();
   requester_error_.store(false, std::memory_order_release);
+  send_queue_error_.store(false, std::memory_order_release);
   sq_->Flush();
   // IBA 10.3.1: in ERR every outstanding receive completes with a flush error. An SRQ's WQEs
   // belong to the SRQ; its QP instead reports that its last WQE was reached.
@@ -69,8 +85,7 @@ void Qp::EnterErrorLocked() {
       c.status = transport::wc_status::kWrFlushErr;
       c.opcode = transport::wc_opcode::kRecv;
       c.qp_num = qpn_;
-      if (!init_.recv_cq->Push(c))
-        context_.PostAsyncEvent({kEventCqErr, AsyncEvent::Subject::kCq, init_.recv_cq->user_handle(), 0});
+      if (!init_.recv_cq->Push(c)) init_.recv_cq->ReportOverrun();
     }
   } else {
     context_.PostAsyncEvent({kEventQpLastWqeReached, AsyncEvent::Subject::kQp, user_handle_, 0});

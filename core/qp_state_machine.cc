@@ -307,8 +307,8 @@ std::string CheckValues(const ModifyContext& ctx, const QpAttributes& a, uint32_
            Num(L::kPkeyTableLen) + " entry";
   }
   if (has(kAcc)) {
-    // The QP access bits of IBA 11.2.4.2. MW_BIND enables binding windows on the QP; a device
-    // without windows has nothing to bind, so the bit is harmless. REMOTE_READ/ATOMIC on UC are
+    // The QP access bits of IBA 11.2.4.2. MW_BIND is accepted and not required to bind windows
+    // on the QP (as mlx5 does not require it). REMOTE_READ/ATOMIC on UC are
     // accepted and never used, as hardware does (UC has no such operations to serve).
     constexpr uint32_t kQpAccess = access::kLocalWrite | access::kRemoteWrite |
                                    access::kRemoteRead | access::kRemoteAtomic | access::kMwBind;

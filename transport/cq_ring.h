@@ -55,14 +55,14 @@ struct CqRing {
   // An event was raised and the channel has not collected it yet (CompChannel::Wait).
   std::atomic<uint32_t> fired;
   int32_t channel_fd;    // the owner's channel eventfd, or -1
-  uint32_t overrun;      // a completion was lost because the ring was full
+  uint32_t overrun;      // a completion was lost because the ring was full (also raises `attention`)
   uint32_t stamp;        // CqStamp bits
   uint64_t channel_tag;  // names this incarnation of channel_fd (fabric::LocalProcess::NewFdTag)
   uint64_t head_seen;    // producers' last read of `head` (under `lock`): re-read when full
   fabric::SharedRef entries;
   // What the owner's poll reads, on one line: the producers' tail, and whether a QP completing
   // here has an error to apply (ERR and its flushes: applied at the owner's next poll, so a
-  // consumer that only polls sees the flushes).
+  // consumer that only polls sees the flushes) or the ring overran (IBV_EVENT_CQ_ERR).
   alignas(64) std::atomic<uint64_t> tail;  // next entry to fill (producers, under `lock`)
   std::atomic<uint32_t> attention;
   alignas(64) std::atomic<uint64_t> head;  // next entry to poll (the owner)
@@ -83,7 +83,8 @@ PushOutcome CqRingPushLocked(CqRing& ring, CqEntry* entries, const Completion& c
   if (tail - ring.head_seen >= ring.capacity) {
     ring.head_seen = ring.head.load(std::memory_order_acquire);
     if (ring.capacity == 0 || tail - ring.head_seen >= ring.capacity) {
-      ring.overrun = 1;
+      ring.overrun = 1;  // IBA 11.4.2.1: the CQ is in error; its owner reports IBV_EVENT_CQ_ERR
+      ring.attention.store(1, std::memory_order_release);
       return out;
     }
   }

@@ -76,7 +76,7 @@ bool ResolveIndirect(fabric::HostRegistry& registry, const KeyView& k, const voi
     // The underlying MR is the owner's, in the mkey's PD, direct (no nesting), writable if the
     // access writes, and holds the piece.
     const KeyView& u = pin->view();
-    if (u.indirect() || u.owner_process_slot() != rule.owner_slot || u.pd != rule.pd ||
+    if (u.indirect() || u.window() || u.owner_process_slot() != rule.owner_slot || u.pd != rule.pd ||
         (rule.writes && !(u.access & 1u /* IBV_ACCESS_LOCAL_WRITE */)) || piece_addr < u.iova ||
         piece_length > u.length || piece_addr - u.iova > u.length - piece_length) {
       ok = false;
@@ -138,19 +138,15 @@ Result<std::shared_ptr<IndirectKey>> IndirectKey::Create(fabric::LocalProcess& l
                                                          uint32_t max_entries) {
   auto block = local.Allocate(LayoutBytes(max_entries));
   if (!block.ok()) return Status(ENOMEM, "no shared memory for the mkey's layout: " + block.status().rule());
-  auto& keys = local.registry().keys();
-  auto slot = keys.Allocate(fabric::ProcessToken::Self());
-  if (!slot.ok()) {
+  auto key = AllocateKey(local.registry());
+  if (!key.ok()) {
     local.Free(*block, LayoutBytes(max_entries));
-    return Status(ENOMEM, "no memory key left: " + slot.status().rule());
+    return key.status();
   }
-  // The key's variant portion, as for an MR (core/mr.h): a stale key of a freed slot never matches.
-  const uint32_t generation = keys.slot(*slot).generation.load(std::memory_order_relaxed);
-  const uint32_t key = (*slot + 1) << 8 | (generation & 0xff);
-  std::shared_ptr<IndirectKey> k(new IndirectKey(local, pd, max_entries, *slot, key, *block));
+  std::shared_ptr<IndirectKey> k(new IndirectKey(local, pd, max_entries, key->slot, key->key, *block));
   // Not published until its first UMR: until then every access through it fails.
   std::lock_guard lock(Keys().mu);
-  Keys().keys[key] = k;
+  Keys().keys[key->key] = k;
   return k;
 }
 

@@ -105,12 +105,27 @@ class PinnedPieces {
 // What an access through a key must satisfy (IBA 10.6.3): the key belongs to `owner_slot`'s
 // process and to PD `pd`, and grants `access` (ibv_access_flags; 0 for a local read). `writes`:
 // the bytes are written, so each underlying MR of an indirect key must grant LOCAL_WRITE too.
+// `remote`: an rkey arriving at QP `qp_num` -- only such accesses may use a memory window.
 struct KeyRule {
   uint32_t owner_slot = 0;
   uint64_t pd = 0;
   uint32_t access = 0;
   bool writes = false;
+  bool remote = false;
+  uint32_t qp_num = 0;
 };
+
+// The owner, PD and access checks of `rule` on key `k` (bounds are the caller's).
+inline bool KeyAdmits(const KeyView& k, const KeyRule& rule) {
+  if (k.owner_process_slot() != rule.owner_slot || (k.access & rule.access) != rule.access) return false;
+  if (k.window()) {
+    // IBA 10.6.7: a window's R_Key is for remote access only; a type 2 window's only through
+    // the QP it was bound to (10.6.7.2.2), a type 1 window's through any QP of its PD.
+    if (!rule.remote) return false;
+    return k.qp_bound() ? k.bound_qpn() == rule.qp_num : k.pd == rule.pd;
+  }
+  return k.pd == rule.pd;
+}
 
 // Resolves [addr, +length) of `key` under `rule` and appends the first `use` bytes of it
 // (use <= length) to `out` as pieces of the owner's memory, with their pins. `layout_at` gives
@@ -130,8 +145,7 @@ bool ResolveKey(fabric::HostRegistry& registry, uint32_t key, uint64_t addr, uin
   KeyPin pin = KeyPin::Acquire(registry, key);
   if (!pin) return false;
   const KeyView& k = pin.view();
-  if (k.owner_process_slot() != rule.owner_slot || k.pd != rule.pd || (k.access & rule.access) != rule.access)
-    return false;
+  if (!KeyAdmits(k, rule)) return false;
   if (k.indirect()) {
     const void* layout = layout_at(k.layout());
     if (layout == nullptr || !ResolveIndirect(registry, k, layout, addr, length, use, rule, out)) return false;

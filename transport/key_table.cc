@@ -26,6 +26,14 @@ constexpr auto kAcq = std::memory_order_acquire;
 
 }  // namespace
 
+Result<NewKey> AllocateKey(fabric::HostRegistry& registry) {
+  fabric::SlotTable& keys = registry.keys();
+  auto slot = keys.Allocate(fabric::ProcessToken::Self());
+  if (!slot.ok()) return Status(ENOMEM, "no memory key left: " + slot.status().rule());
+  const uint32_t generation = keys.slot(*slot).generation.load(std::memory_order_relaxed);
+  return NewKey{*slot, (*slot + 1) << 8 | (generation & 0xff)};
+}
+
 void PublishKey(fabric::HostRegistry& registry, uint32_t slot, const KeyView& view) {
   fabric::KeyEntry& e = Entry(registry, slot);
   WriteLocked(e, [&] {
@@ -38,21 +46,45 @@ void PublishKey(fabric::HostRegistry& registry, uint32_t slot, const KeyView& vi
   });
 }
 
-void WithdrawKey(fabric::HostRegistry& registry, uint32_t slot) {
-  fabric::KeyEntry& e = Entry(registry, slot);
-  WriteLocked(e, [&] { e.key.store(0, kRel); });
+namespace {
+
+void WaitForAccesses(fabric::KeyEntry& e, uint32_t slot) {
   // Accesses that pinned the key before it was withdrawn finish first. An initiator that died
   // while holding a pin never releases it: after a second, give up waiting and say so.
   auto start = std::chrono::steady_clock::now();
   while (e.users.load(std::memory_order_acquire) != 0) {
     if (std::chrono::steady_clock::now() - start > std::chrono::seconds(1)) {
-      SV_LOG(kWarn, "ibv_dereg_mr: %u access(es) through key slot %u never finished (initiator died?)",
+      SV_LOG(kWarn, "key invalidation: %u access(es) through key slot %u never finished (initiator died?)",
              e.users.load(), slot);
       e.users.store(0, std::memory_order_release);
       break;
     }
     sched_yield();
   }
+}
+
+}  // namespace
+
+void WithdrawKey(fabric::HostRegistry& registry, uint32_t slot) {
+  fabric::KeyEntry& e = Entry(registry, slot);
+  WriteLocked(e, [&] { e.key.store(0, kRel); });
+  WaitForAccesses(e, slot);
+}
+
+uint32_t KeyHeldBy(fabric::HostRegistry& registry, uint32_t slot) {
+  return Entry(registry, slot).key.load(kAcq);
+}
+
+bool InvalidateKey(fabric::HostRegistry& registry, uint32_t key) {
+  const uint32_t slot = KeySlot(key);
+  if (key == 0 || slot >= registry.keys().count()) return false;
+  fabric::KeyEntry& e = Entry(registry, slot);
+  // Only `key` changes, to 0: a reader that saw the old key read the fields it had (still
+  // valid), and the pins it took before the swap are waited for below.
+  uint32_t expected = key;
+  if (!e.key.compare_exchange_strong(expected, 0, std::memory_order_seq_cst)) return false;
+  WaitForAccesses(e, slot);
+  return true;
 }
 
 KeyPin& KeyPin::operator=(KeyPin&& o) noexcept {

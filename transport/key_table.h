@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "fabric/host/host_directory.h"
+#include "base/status.h"
 #include "fabric/host/host_registry.h"
 
 namespace softverbs::transport {
@@ -21,6 +22,14 @@ inline constexpr uint32_t kIndirectKey = 1u << 31;
 // segment that peers may map too: a BackingRecord in the key slot's side record says how
 // (fabric/host/shared_backing.h, transport/mapped_copy.h). No ibv_access_flags bit uses it.
 inline constexpr uint32_t kSharedBacking = 1u << 29;
+// Set in a KeyView's access bits for a memory window's key (transport/window_key.h): a range of
+// an MR of the owner, for remote access only (IBA 10.6.7).
+inline constexpr uint32_t kWindowKey = 1u << 30;
+// Set in a window key's `pd` (bit 31 of the PD's local number, which real PDs never reach) when
+// the window is a type 2 window bound to a QP: the low 24 bits then hold that QP's number in
+// place of the PD. Remote accesses must arrive through that QP (IBA 10.6.7.2.2, type 2B); its
+// PD equalled the window's when it bound it (C10-72) and a QP's PD never changes.
+inline constexpr uint64_t kQpBound = 1ull << 31;
 
 // A registration as an initiator checks it.
 struct KeyView {
@@ -32,6 +41,9 @@ struct KeyView {
   uint64_t iova = 0;    // the address remote peers use for the first byte
   uint32_t owner_process_slot() const { return static_cast<uint32_t>(pd >> 32); }
   bool indirect() const { return (access & kIndirectKey) != 0; }
+  bool window() const { return (access & kWindowKey) != 0; }
+  bool qp_bound() const { return window() && (pd & kQpBound) != 0; }
+  uint32_t bound_qpn() const { return static_cast<uint32_t>(pd) & 0xffffff; }
   fabric::SharedRef layout() const {
     return {static_cast<uint32_t>(addr >> 32), static_cast<uint32_t>(addr)};
   }
@@ -40,10 +52,26 @@ struct KeyView {
 // Key index in the host table: keys are (slot + 1) << 8 | variant.
 inline uint32_t KeySlot(uint32_t key) { return (key >> 8) - 1; }
 
+// A slot of the key table taken by this process (for an MR, mkey or window) and its first key:
+// the variant is the slot's allocation count, so a stale key of a freed slot does not match a
+// new one (IBA 10.6.3.1: the key "variant" portion). Nothing is published yet.
+struct NewKey {
+  uint32_t slot = 0;
+  uint32_t key = 0;
+};
+// ENOMEM (naming the table's rule) when the table is full.
+Result<NewKey> AllocateKey(fabric::HostRegistry& registry);
+
 // Owner side.
 void PublishKey(fabric::HostRegistry& registry, uint32_t slot, const KeyView& view);
 // Marks the key invalid and waits until no access is in flight.
 void WithdrawKey(fabric::HostRegistry& registry, uint32_t slot);
+// The key `slot` holds now (0: none).
+uint32_t KeyHeldBy(fabric::HostRegistry& registry, uint32_t slot);
+// Any process: invalidates `key` if it is still what its slot holds (compare and swap, so of
+// two invalidations racing one wins) and waits until no access is in flight. False if the
+// slot held another key (or none).
+bool InvalidateKey(fabric::HostRegistry& registry, uint32_t key);
 
 // An access in flight through a key: the registration cannot be withdrawn while it lives.
 class KeyPin {

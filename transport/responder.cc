@@ -3,12 +3,14 @@
 #include <atomic>
 #include <cstring>
 
+#include "base/log.h"
 #include "fabric/host/token_lock.h"
 #include "transport/completion.h"
 #include "transport/cq_ring.h"
 #include "transport/key_table.h"
 #include "transport/mapped_copy.h"
 #include "transport/recv_queue.h"
+#include "transport/window_key.h"
 
 namespace softverbs::transport {
 namespace {
@@ -46,6 +48,9 @@ void CompleteAtTarget(const Target& t, const Completion& c, Fill&& fill) {
   if (ring == nullptr) return;
   PushOutcome out = CqRingPush(*ring, c, [&t](fabric::SharedRef ref) { return t.Resolve(ref); }, fill);
   if (out.notify_fd >= 0) t.Signal(out.notify_fd, out.notify_tag);
+  // A full CQ lost the completion: the owner learns it as IBV_EVENT_CQ_ERR even if it is blocked
+  // in ibv_get_async_event (the ring's overrun flag says which CQ).
+  if (!out.stored && t.endpoint().async_fd >= 0) t.Signal(t.endpoint().async_fd, t.endpoint().async_tag);
 }
 
 void CompleteAtTarget(const Target& t, const Completion& c) {
@@ -90,7 +95,7 @@ Reply Responder::CheckRemote(const Target& t, uint32_t rkey, uint64_t remote_add
   // IBA 10.6.3 / 9.7.5.1.3: the QP must allow the operation, and the R_Key must be valid, be
   // the target's, belong to the QP's PD, allow the access and cover the whole range.
   if (!(e.access & access)) return Reply::kRemoteAccess;
-  const KeyRule rule{t.process_slot(), e.pd, access, access != kRemoteRead};
+  const KeyRule rule{t.process_slot(), e.pd, access, access != kRemoteRead, /*remote=*/true, e.qp_num};
   if (!ResolveKey(local_.registry(), rkey, remote_addr, length, length, rule,
                   [&t](fabric::SharedRef ref) { return t.Resolve(ref); }, pieces))
     return Reply::kRemoteAccess;
@@ -149,6 +154,22 @@ Reply Responder::Deliver(const Target& t, uint32_t qp_type, const iovec* local, 
     FailTarget(t);
     return r;
   }
+  if (info.invalidate) {
+    // IBA 10.6.7.2.2: SEND with Invalidate invalidates a type 2 window of the target bound to the
+    // target QP before its receive completes. Any other R_Key makes it an invalid request for
+    // the sender; the target's receive completes in error.
+    if (!RemoteInvalidate(local_.registry(), info.invalidate_rkey, t.process_slot(), e.qp_num)) {
+      SV_LOG(kError, "SEND_WITH_INV to qp 0x%x: R_Key 0x%x is not a type 2 window bound to that QP: "
+             "IBV_WC_LOC_PROT_ERR at the target, IBV_WC_REM_INV_REQ_ERR at the sender", e.qp_num, info.invalidate_rkey);
+      c.status = wc_status::kLocProtErr;
+      c.byte_len = 0;
+      CompleteAtTarget(t, c);
+      FailTarget(t);
+      return Reply::kInvalidRequest;
+    }
+    c.wc_flags |= wc_flag::kWithInv;
+    c.imm_data = info.invalidate_rkey;  // ibv_wc.invalidated_rkey shares imm_data's place
+  }
   // The message's bytes: the GRH, then the sender's pieces (more than kMaxSge through an
   // indirect key).
   iovec fixed[kMaxSge + 1];
@@ -205,8 +226,7 @@ Reply Responder::Scatter(const Target& t, const TakenWqe& w, uint64_t need, bool
       out->indirect = true;  // checked when scattered for real (never landed)
       continue;
     }
-    if (k.owner_process_slot() != t.process_slot() || k.pd != e.pd || !(k.access & kLocalWrite) ||
-        s.addr < k.iova || s.length > k.length || s.addr - k.iova > k.length - s.length)
+    if (!KeyAdmits(k, rule) || s.addr < k.iova || s.length > k.length || s.addr - k.iova > k.length - s.length)
       return Reply::kRemoteOp;
     out->lkey[out->pieces.size()] = s.lkey;
     out->pieces.Add({reinterpret_cast<void*>(k.addr + (s.addr - k.iova)), take});

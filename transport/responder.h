@@ -34,6 +34,8 @@ struct MessageInfo {
   bool with_imm = false;
   bool solicited = false;
   bool rdma_write = false;  // WRITE_WITH_IMM: the WQE is consumed, its buffers are not written
+  bool invalidate = false;  // SEND_WITH_INV: invalidates `invalidate_rkey` at the target
+  uint32_t invalidate_rkey = 0;
   // UD: the GRH written into the first 40 bytes of the receive buffer.
   const uint8_t* grh = nullptr;
 };

@@ -4,12 +4,14 @@
 
 #include <cstring>
 
+#include "base/log.h"
 #include "transport/dc_access.h"
 #include "transport/indirect_key.h"
 #include "transport/key_table.h"
 #include "transport/mcast_table.h"
 #include "transport/progress_thread.h"
 #include "transport/target.h"
+#include "transport/window_key.h"
 
 namespace softverbs::transport {
 namespace {
@@ -72,6 +74,8 @@ uint32_t WcOpcode(WrOpcode op) {
     case WrOpcode::kRdmaRead: return wc_opcode::kRdmaRead;
     case WrOpcode::kAtomicCmpSwp: return wc_opcode::kCompSwap;
     case WrOpcode::kAtomicFetchAdd: return wc_opcode::kFetchAdd;
+    case WrOpcode::kBindMw: return wc_opcode::kBindMw;
+    case WrOpcode::kLocalInv: return wc_opcode::kLocalInv;
     case WrOpcode::kDriver1: return wc_opcode::kDriver1;  // MLX5DV_WC_UMR (mlx5dv_wr_post(3))
     default: return wc_opcode::kSend;
   }
@@ -117,8 +121,15 @@ Status SendQueue::Check(const SendWr& wr, uint32_t qp_state) const {
       return Status::Ok();
     case WrOpcode::kLocalInv:
     case WrOpcode::kBindMw:
+      // ibv_bind_mw(3): "The QP Transport Service Type must be either UC, RC or XRC_SEND for
+      // bind operations"; local invalidation works on the same QPs.
+      if ((config_.type != kRc && config_.type != kUc) || config_.dc_initiator)
+        return Invalid("BIND_MW and LOCAL_INV are posted on RC and UC QPs only (ibv_bind_mw(3))");
+      return Status::Ok();
     case WrOpcode::kSendWithInv:
-      return NotSupported("memory windows are not offered (LOCAL_INV, BIND_MW, SEND_WITH_INV)");
+      // IBA 9.4: SEND with Invalidate is an RC (and XRC) operation.
+      if (config_.type != kRc || config_.dc_initiator) return Invalid("SEND_WITH_INV is an RC operation (IBA 9.4)");
+      return Status::Ok();
     case WrOpcode::kAtomicWrite:
       return NotSupported("ATOMIC WRITE is not offered");
     case WrOpcode::kDriver1:
@@ -210,6 +221,11 @@ void SendQueue::Reset() {
   error_ = false;
 }
 
+void SendQueue::Resume() {
+  std::lock_guard lock(mu_);
+  error_ = false;  // what waited was flushed when the error happened
+}
+
 void SendQueue::Finish(const SendWr& wr, uint32_t status, uint64_t byte_len) {
   // Unsignaled successes produce no completion (ibv_post_send(3), sq_sig_all); errors always do.
   if (status == wc_status::kSuccess && !(wr.flags & send_flag::kSignaled) && !config_.sq_sig_all) return;
@@ -223,10 +239,14 @@ void SendQueue::Finish(const SendWr& wr, uint32_t status, uint64_t byte_len) {
 }
 
 void SendQueue::Fail(const SendWr& wr, uint32_t status) {
-  // IBA 10.8.3: a completion in error moves the QP to ERR; what follows is flushed.
+  // IBA 10.8.3: a completion in error stops the send queue and what follows is flushed; the QP
+  // enters ERR (RC) or SQE (UC, UD: IBA 10.3.1, their receive queue goes on).
   Finish(wr, status, 0);
   error_ = true;
-  host_.EnterError();
+  if (config_.type == kRc)
+    host_.EnterError();
+  else
+    host_.EnterSendQueueError();
 }
 
 Reply SendQueue::DeliverDatagram(const Target& target, const SendWr& wr, const iovec* local, size_t nl,
@@ -282,9 +302,35 @@ SendQueue::Step SendQueue::ExecuteUmr(const SendWr& wr) {
   return Step::kDone;
 }
 
+SendQueue::Step SendQueue::ExecuteLocalOp(const SendWr& wr) {
+  // Memory window binds and local invalidations change keys of this process, in order with the
+  // rest of the queue; a refusal completes in error and the QP enters ERR (IBA 10.8.3).
+  const WindowQp qp{config_.qp_num, config_.pd};
+  std::string rule;
+  uint32_t status;
+  if (wr.opcode == WrOpcode::kBindMw) {
+    std::shared_ptr<WindowKey> window = WindowKey::Find(wr.bind.window);
+    rule = window == nullptr ? "the window was deallocated" : window->Bind(wr.bind, qp);
+    status = wc_status::kMwBindErr;
+  } else {
+    rule = LocalInvalidate(local_, wr.invalidate_rkey, qp);
+    status = wc_status::kLocQpOpErr;
+  }
+  if (!rule.empty()) {
+    SV_LOG(kError, "ibv_post_send(qp 0x%x): %s completes with %s: %s", config_.qp_num,
+           wr.opcode == WrOpcode::kBindMw ? "BIND_MW" : "LOCAL_INV",
+           wr.opcode == WrOpcode::kBindMw ? "IBV_WC_MW_BIND_ERR" : "IBV_WC_LOC_QP_OP_ERR", rule.c_str());
+    Fail(wr, status);
+    return Step::kDone;
+  }
+  Finish(wr, wc_status::kSuccess, 0);
+  return Step::kDone;
+}
+
 SendQueue::Step SendQueue::Execute(Pending& p) {
   const SendWr& wr = p.wr;
   if (wr.opcode == WrOpcode::kDriver1) return ExecuteUmr(wr);
+  if (wr.opcode == WrOpcode::kBindMw || wr.opcode == WrOpcode::kLocalInv) return ExecuteLocalOp(wr);
   // The local side: inline bytes, or SGEs checked against this process's keys (IBA 10.6.3.1),
   // each resolved into pieces of memory (one per SGE, or several through an indirect key).
   PinnedPieces pieces;
@@ -350,6 +396,11 @@ SendQueue::Step SendQueue::Execute(Pending& p) {
           reply = DeliverDatagram(*target, wr, local, nl, total, info);
           break;
         }
+        reply = responder_.Deliver(*target, config_.type, local, nl, total, info);
+        break;
+      case WrOpcode::kSendWithInv:
+        info.invalidate = true;
+        info.invalidate_rkey = wr.invalidate_rkey;
         reply = responder_.Deliver(*target, config_.type, local, nl, total, info);
         break;
       case WrOpcode::kRdmaWrite:

@@ -22,13 +22,15 @@
 
 namespace softverbs::transport {
 
-// Where the send queue's completions go (the QP's send CQ) and how it reports that the QP must
-// enter the error state (IBA 10.8.3: a completion error other than a flush).
+// Where the send queue's completions go (the QP's send CQ) and how it reports that a completion
+// error other than a flush took the QP out of RTS (IBA 10.8.3): RC enters ERR; UC and UD enter
+// SQE, whose receive queue keeps working (IBA 10.3.1).
 class RequesterHost {
  public:
   virtual ~RequesterHost() = default;
   virtual void Complete(const Completion& c) = 0;
   virtual void EnterError() = 0;
+  virtual void EnterSendQueueError() = 0;
 };
 
 // The QP attributes the requester works with; the core refreshes them on every ibv_modify_qp.
@@ -71,6 +73,8 @@ class SendQueue {
   void Flush();
   // The QP returned to RESET: queued WRs are dropped without completions (IBA 10.3.1).
   void Reset();
+  // The QP left SQE for RTS (ibv_modify_qp): WRs posted from now on execute again.
+  void Resume();
   // Retries what is due; returns when it wants to run again (time_point::max(): never).
   std::chrono::steady_clock::time_point Progress();
 
@@ -91,6 +95,8 @@ class SendQueue {
   Step Execute(Pending& p);
   // A UMR (kDriver1): configures an indirect mkey of this process (transport/indirect_key.h).
   Step ExecuteUmr(const SendWr& wr);
+  // BIND_MW / LOCAL_INV: changes a key of this process (transport/window_key.h).
+  Step ExecuteLocalOp(const SendWr& wr);
   void Finish(const SendWr& wr, uint32_t status, uint64_t byte_len);
   void Fail(const SendWr& wr, uint32_t status);
   void RunQueue(std::unique_lock<std::mutex>& lock);

@@ -49,6 +49,8 @@ inline constexpr uint32_t kRdmaWrite = 1;
 inline constexpr uint32_t kRdmaRead = 2;
 inline constexpr uint32_t kCompSwap = 3;
 inline constexpr uint32_t kFetchAdd = 4;
+inline constexpr uint32_t kBindMw = 5;
+inline constexpr uint32_t kLocalInv = 6;
 inline constexpr uint32_t kRecv = 1u << 7;
 inline constexpr uint32_t kRecvRdmaWithImm = kRecv + 1;
 inline constexpr uint32_t kDriver1 = kRecv + 7;  // IBV_WC_DRIVER1 = MLX5DV_WC_UMR
@@ -61,6 +63,7 @@ inline constexpr uint32_t kLocLenErr = 1;
 inline constexpr uint32_t kLocQpOpErr = 2;
 inline constexpr uint32_t kLocProtErr = 4;
 inline constexpr uint32_t kWrFlushErr = 5;
+inline constexpr uint32_t kMwBindErr = 6;
 inline constexpr uint32_t kRemInvReqErr = 9;
 inline constexpr uint32_t kRemAccessErr = 10;
 inline constexpr uint32_t kRemOpErr = 11;
@@ -73,6 +76,7 @@ inline constexpr uint32_t kFatalErr = 19;
 namespace wc_flag {
 inline constexpr uint32_t kGrh = 1u << 0;
 inline constexpr uint32_t kWithImm = 1u << 1;
+inline constexpr uint32_t kWithInv = 1u << 3;
 }  // namespace wc_flag
 
 // The UD destination of a send (from its address handle and the WR).
@@ -96,6 +100,17 @@ struct DcDestination {
   uint8_t dgid[16] = {};
 };
 
+// A memory window bind (IBV_WR_BIND_MW, ibv_bind_mw: struct ibv_mw_bind_info and the R_Key the
+// window takes), executed by transport/window_key.h.
+struct BindRequest {
+  uint32_t window = 0;  // WindowKey::handle() of the window to bind
+  uint32_t rkey = 0;    // its R_Key once bound
+  uint32_t mr_key = 0;  // the MR's lkey; 0 (no MR) only with length 0
+  uint64_t addr = 0;    // first byte, in the MR's address space (its iova)
+  uint64_t length = 0;  // 0: a type 1 window is unbound
+  uint32_t access = 0;  // mw_access_flags (ibv_access_flags)
+};
+
 // One send work request (ibv_send_wr). Local data is either the SGE list (checked against the
 // poster's keys) or inline bytes copied at post time (IBV_SEND_INLINE: the buffer may be reused as
 // soon as ibv_post_send returns).
@@ -104,6 +119,7 @@ struct SendWr {
   WrOpcode opcode = WrOpcode::kSend;
   uint32_t flags = 0;     // send_flag
   uint32_t imm_data = 0;  // network order, as the application gave it
+  uint32_t invalidate_rkey = 0;  // LOCAL_INV, SEND_WITH_INV: the R_Key to invalidate
   uint32_t num_sge = 0;
   Sge sge[kMaxSge];
   uint32_t inline_length = 0;  // with kInline: the bytes are in inline_data
@@ -114,6 +130,7 @@ struct SendWr {
   uint64_t swap = 0;
   UdDestination ud;  // UD only
   DcDestination dc;  // DCI only
+  BindRequest bind;  // BIND_MW only
   // kDriver1: set by the mlx5dv_wr_mr_* builders, whose UMR layout is the inline bytes
   // (transport/indirect_key.h); ibv_post_send cannot post one.
   bool umr = false;

@@ -13,11 +13,6 @@ namespace softverbs::abi {
 
 namespace {
 
-// ----- Memory windows are not offered (max_mw is 0).
-ibv_mw* AllocMw(ibv_pd* pd, ibv_mw_type) { return ReturnNull<ibv_mw>("ibv_alloc_mw", Name(pd), Unsupported("memory windows")); }
-int BindMw(ibv_qp* qp, ibv_mw*, ibv_mw_bind*) { return ReturnErrno("ibv_bind_mw", Name(qp), Unsupported("memory windows")); }
-int DeallocMw(ibv_mw*) { return ReturnErrno("ibv_dealloc_mw", "", Unsupported("memory windows")); }
-
 // ----- The legacy slots of ibv_context_ops that no current libibverbs calls.
 int CompatQueryDevice(ibv_context*, ibv_device_attr*) {
   return ReturnErrno("ibv_context_ops._compat_query_device", "", Unsupported("the legacy ops slot"));

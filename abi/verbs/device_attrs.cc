@@ -27,8 +27,11 @@ ibv_device_attr DeviceAttr() {
   // What softverbs0 really does: RNR NAKs, cur_qp_state in modify, SRQ resize, solicited-only
   // CQ arming. Not claimed: port events (the port never changes state), APM, QP resize, memory
   // windows, XRC, raw packet.
-  a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_CURR_QP_STATE_MOD |
-                       IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_N_NOTIFY_CQ | IBV_DEVICE_SYS_IMAGE_GUID;
+  // Memory windows of type 1 and 2 (type 2 checks QP and PD: 2B), with local and remote
+  // invalidation -- the user-visible half of the memory management extensions.
+  a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_CURR_QP_STATE_MOD | IBV_DEVICE_SRQ_RESIZE |
+                       IBV_DEVICE_N_NOTIFY_CQ | IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_MEM_WINDOW |
+                       IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_MEM_MGT_EXTENSIONS;
   a.max_sge = DeviceLimits::kMaxSge;
   a.max_sge_rd = DeviceLimits::kMaxSgeRd;
   a.max_cq = DeviceLimits::kMaxCq;
@@ -39,7 +42,7 @@ ibv_device_attr DeviceAttr() {
   a.max_res_rd_atom = DeviceLimits::kMaxQpRdAtom * DeviceLimits::kMaxQp;
   a.max_qp_init_rd_atom = DeviceLimits::kMaxQpInitRdAtom;
   a.atomic_cap = IBV_ATOMIC_HCA;  // atomic against every other atomic through softverbs0
-  a.max_mw = 0;                   // memory windows are not offered
+  a.max_mw = DeviceLimits::kMaxMw;  // windows and MRs share the host key table
   // Multicast attachments share one host table (transport/mcast_table.h): each bound is its size.
   a.max_mcast_grp = static_cast<int>(fabric::HostRegistry::kMcastSlots);
   a.max_mcast_qp_attach = static_cast<int>(fabric::HostRegistry::kMcastSlots);

@@ -13,6 +13,7 @@
 #include "core/context.h"
 #include "core/cq.h"
 #include "core/mr.h"
+#include "core/mw.h"
 #include "core/pd.h"
 #include "core/qp.h"
 #include "core/srq.h"
@@ -45,6 +46,11 @@ struct SvPd {
 struct SvMr {
   ibv_mr mr;
   std::unique_ptr<core::Mr> core;
+};
+
+struct SvMw {
+  ibv_mw mw;
+  std::unique_ptr<core::Mw> core;
 };
 
 struct SvCompChannel {
@@ -100,6 +106,7 @@ inline SvContext* ToSv(ibv_context* c) {
 }
 inline SvPd* ToSv(ibv_pd* p) { return reinterpret_cast<SvPd*>(p); }
 inline SvMr* ToSv(ibv_mr* m) { return reinterpret_cast<SvMr*>(m); }
+inline SvMw* ToSv(ibv_mw* m) { return reinterpret_cast<SvMw*>(m); }
 inline SvCompChannel* ToSv(ibv_comp_channel* c) { return reinterpret_cast<SvCompChannel*>(c); }
 inline SvCq* ToSv(ibv_cq* c) { return reinterpret_cast<SvCq*>(c); }
 inline SvCq* ToSv(ibv_cq_ex* c) { return reinterpret_cast<SvCq*>(c); }

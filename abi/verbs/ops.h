@@ -4,6 +4,9 @@
 
 #include <infiniband/verbs.h>
 
+#include "base/status.h"
+#include "transport/work_request.h"
+
 namespace softverbs::abi {
 
 int QueryDeviceEx(ibv_context*, const ibv_query_device_ex_input*, ibv_device_attr_ex*, size_t);
@@ -19,5 +22,11 @@ ibv_srq* CreateSrqEx(ibv_context*, ibv_srq_init_attr_ex*);
 int GetSrqNum(ibv_srq*, uint32_t*);
 ibv_xrcd* OpenXrcd(ibv_context*, ibv_xrcd_init_attr*);
 int CloseXrcd(ibv_xrcd*);
+ibv_mw* AllocMw(ibv_pd*, ibv_mw_type);
+int BindMw(ibv_qp*, ibv_mw*, ibv_mw_bind*);
+int DeallocMw(ibv_mw*);
+
+// The bind request of window `mw` taking R_Key `rkey` (abi/verbs/mw.cc).
+Status ToBindRequest(ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info& info, transport::BindRequest* out);
 
 }  // namespace softverbs::abi

@@ -96,6 +96,7 @@ SV_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t
 }
 
 SV_EXPORT int ibv_dereg_mr(ibv_mr* mr) {
+  if (Status s = ToSv(mr)->core->Withdraw(); !s.ok()) return ReturnErrno("ibv_dereg_mr", Name(mr), s);
   delete ToSv(mr);
   return 0;
 }

@@ -50,6 +50,12 @@ Status ToTransport(const ibv_send_wr& in, transport::SendWr* out) {
       out->compare_add = in.wr.atomic.compare_add;
       out->swap = in.wr.atomic.swap;
       break;
+    case IBV_WR_LOCAL_INV:
+    case IBV_WR_SEND_WITH_INV:
+      out->invalidate_rkey = in.invalidate_rkey;
+      break;
+    case IBV_WR_BIND_MW:
+      return ToBindRequest(in.bind_mw.mw, in.bind_mw.rkey, in.bind_mw.bind_info, &out->bind);
     default:
       break;
   }

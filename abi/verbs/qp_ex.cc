@@ -7,6 +7,7 @@
 
 #include "abi/common/errno_convention.h"
 #include "abi/verbs/objects.h"
+#include "abi/verbs/ops.h"
 
 namespace softverbs::abi {
 namespace {
@@ -113,12 +114,20 @@ void Send(ibv_qp_ex* q) { Begin(q, IBV_QP_EX_WITH_SEND, "ibv_wr_send", WrOpcode:
 void SendImm(ibv_qp_ex* q, __be32 imm) {
   if (SendWr* w = Begin(q, IBV_QP_EX_WITH_SEND_WITH_IMM, "ibv_wr_send_imm", WrOpcode::kSendWithImm)) w->imm_data = imm;
 }
-// Memory windows, TSO and ATOMIC WRITE are refused at creation, so these can only refuse.
-void BindMw(ibv_qp_ex* q, ibv_mw*, uint32_t, const ibv_mw_bind_info*) {
-  Begin(q, IBV_QP_EX_WITH_BIND_MW, "ibv_wr_bind_mw", WrOpcode::kBindMw);
+void BindMw(ibv_qp_ex* q, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* info) {
+  if (SendWr* w = Begin(q, IBV_QP_EX_WITH_BIND_MW, "ibv_wr_bind_mw", WrOpcode::kBindMw)) {
+    if (info == nullptr) return Refuse(q, Invalid("ibv_wr_bind_mw: bind_info is NULL"));
+    if (Status s = ToBindRequest(mw, rkey, *info, &w->bind); !s.ok()) Refuse(q, std::move(s));
+  }
 }
-void LocalInv(ibv_qp_ex* q, uint32_t) { Begin(q, IBV_QP_EX_WITH_LOCAL_INV, "ibv_wr_local_inv", WrOpcode::kLocalInv); }
-void SendInv(ibv_qp_ex* q, uint32_t) { Begin(q, IBV_QP_EX_WITH_SEND_WITH_INV, "ibv_wr_send_inv", WrOpcode::kSendWithInv); }
+void LocalInv(ibv_qp_ex* q, uint32_t rkey) {
+  if (SendWr* w = Begin(q, IBV_QP_EX_WITH_LOCAL_INV, "ibv_wr_local_inv", WrOpcode::kLocalInv)) w->invalidate_rkey = rkey;
+}
+void SendInv(ibv_qp_ex* q, uint32_t rkey) {
+  if (SendWr* w = Begin(q, IBV_QP_EX_WITH_SEND_WITH_INV, "ibv_wr_send_inv", WrOpcode::kSendWithInv))
+    w->invalidate_rkey = rkey;
+}
+// TSO and ATOMIC WRITE are refused at creation, so these can only refuse.
 void SendTso(ibv_qp_ex* q, void*, uint16_t, uint16_t) { Begin(q, IBV_QP_EX_WITH_TSO, "ibv_wr_send_tso", WrOpcode::kTso); }
 void AtomicWrite(ibv_qp_ex* q, uint32_t, uint64_t, const void*) {
   Begin(q, IBV_QP_EX_WITH_ATOMIC_WRITE, "ibv_wr_atomic_write", WrOpcode::kAtomicWrite);

@@ -9,6 +9,7 @@
 #include "core/qp.h"
 #include "core/srq.h"
 #include "core/types.h"
+#include "transport/work_request.h"
 
 namespace softverbs::core {
 
@@ -110,6 +111,56 @@ SV_SAME(kEventPortActive, IBV_EVENT_PORT_ACTIVE);
 SV_SAME(kEventSrqLimitReached, IBV_EVENT_SRQ_LIMIT_REACHED);
 SV_SAME(kEventQpLastWqeReached, IBV_EVENT_QP_LAST_WQE_REACHED);
 
-#undef SV_SAME
 
 }  // namespace softverbs::core
+
+// transport/work_request.h: the work request and completion codes (copied, not translated).
+namespace softverbs::transport {
+
+SV_SAME(WrOpcode::kRdmaWrite, IBV_WR_RDMA_WRITE);
+SV_SAME(WrOpcode::kRdmaWriteWithImm, IBV_WR_RDMA_WRITE_WITH_IMM);
+SV_SAME(WrOpcode::kSend, IBV_WR_SEND);
+SV_SAME(WrOpcode::kSendWithImm, IBV_WR_SEND_WITH_IMM);
+SV_SAME(WrOpcode::kRdmaRead, IBV_WR_RDMA_READ);
+SV_SAME(WrOpcode::kAtomicCmpSwp, IBV_WR_ATOMIC_CMP_AND_SWP);
+SV_SAME(WrOpcode::kAtomicFetchAdd, IBV_WR_ATOMIC_FETCH_AND_ADD);
+SV_SAME(WrOpcode::kLocalInv, IBV_WR_LOCAL_INV);
+SV_SAME(WrOpcode::kBindMw, IBV_WR_BIND_MW);
+SV_SAME(WrOpcode::kSendWithInv, IBV_WR_SEND_WITH_INV);
+SV_SAME(WrOpcode::kTso, IBV_WR_TSO);
+SV_SAME(WrOpcode::kDriver1, IBV_WR_DRIVER1);
+SV_SAME(WrOpcode::kAtomicWrite, IBV_WR_ATOMIC_WRITE);
+SV_SAME(send_flag::kFence, IBV_SEND_FENCE);
+SV_SAME(send_flag::kSignaled, IBV_SEND_SIGNALED);
+SV_SAME(send_flag::kSolicited, IBV_SEND_SOLICITED);
+SV_SAME(send_flag::kInline, IBV_SEND_INLINE);
+SV_SAME(send_flag::kIpCsum, IBV_SEND_IP_CSUM);
+SV_SAME(wc_opcode::kSend, IBV_WC_SEND);
+SV_SAME(wc_opcode::kRdmaWrite, IBV_WC_RDMA_WRITE);
+SV_SAME(wc_opcode::kRdmaRead, IBV_WC_RDMA_READ);
+SV_SAME(wc_opcode::kCompSwap, IBV_WC_COMP_SWAP);
+SV_SAME(wc_opcode::kFetchAdd, IBV_WC_FETCH_ADD);
+SV_SAME(wc_opcode::kBindMw, IBV_WC_BIND_MW);
+SV_SAME(wc_opcode::kLocalInv, IBV_WC_LOCAL_INV);
+SV_SAME(wc_opcode::kRecv, IBV_WC_RECV);
+SV_SAME(wc_opcode::kRecvRdmaWithImm, IBV_WC_RECV_RDMA_WITH_IMM);
+SV_SAME(wc_opcode::kDriver1, IBV_WC_DRIVER1);
+SV_SAME(wc_status::kSuccess, IBV_WC_SUCCESS);
+SV_SAME(wc_status::kLocLenErr, IBV_WC_LOC_LEN_ERR);
+SV_SAME(wc_status::kLocQpOpErr, IBV_WC_LOC_QP_OP_ERR);
+SV_SAME(wc_status::kLocProtErr, IBV_WC_LOC_PROT_ERR);
+SV_SAME(wc_status::kWrFlushErr, IBV_WC_WR_FLUSH_ERR);
+SV_SAME(wc_status::kMwBindErr, IBV_WC_MW_BIND_ERR);
+SV_SAME(wc_status::kRemInvReqErr, IBV_WC_REM_INV_REQ_ERR);
+SV_SAME(wc_status::kRemAccessErr, IBV_WC_REM_ACCESS_ERR);
+SV_SAME(wc_status::kRemOpErr, IBV_WC_REM_OP_ERR);
+SV_SAME(wc_status::kRetryExcErr, IBV_WC_RETRY_EXC_ERR);
+SV_SAME(wc_status::kRnrRetryExcErr, IBV_WC_RNR_RETRY_EXC_ERR);
+SV_SAME(wc_status::kFatalErr, IBV_WC_FATAL_ERR);
+SV_SAME(wc_flag::kGrh, IBV_WC_GRH);
+SV_SAME(wc_flag::kWithImm, IBV_WC_WITH_IMM);
+SV_SAME(wc_flag::kWithInv, IBV_WC_WITH_INV);
+
+}  // namespace softverbs::transport
+
+#undef SV_SAME

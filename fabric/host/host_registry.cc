@@ -14,7 +14,7 @@ namespace softverbs::fabric {
 namespace {
 
 constexpr uint64_t kMagic = 0x47455256'534f5353ull;  // "SSOSVREG"
-constexpr int kLayoutVersion = 4;
+constexpr int kLayoutVersion = 5;
 constexpr unsigned long long kInitialPidNamespace = 0xEFFFFFFCull;  // PROC_PID_INIT_INO
 
 struct RegionHeader {

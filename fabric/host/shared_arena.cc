@@ -72,10 +72,6 @@ void SharedArena::Free(SharedRef ref, size_t size) {
   }
 }
 
-void* SharedArena::At(SharedRef ref) const {
-  return base_[ref.segment].load(std::memory_order_acquire) + ref.offset;
-}
-
 int SharedArena::SegmentFd(uint32_t index) const {
   std::lock_guard lock(mu_);
   return index < segments_.size() ? segments_[index]->fd.get() : -1;

@@ -407,15 +407,19 @@ class PostRefusalTest(ErrorTestCase):
         p.post_recv(dst.sge(), wr_id=2)  # accepted from INIT on
         self.assertNoCompletion(p, 0.01)
 
-    def test_memory_window_opcodes_are_eopnotsupp(self):
-        a, b = self.pair()
+    def test_memory_window_opcodes_need_rc_or_uc(self):
+        # ibv_bind_mw(3): binds on UC, RC (and XRC_SEND); SEND_WITH_INV is RC's (IBA 9.4).
         src = Buffer(self.pd, 64)
-        for opcode in (e.IBV_WR_LOCAL_INV, e.IBV_WR_BIND_MW, e.IBV_WR_SEND_WITH_INV):
-            with self.subTest(opcode=opcode):
-                self.assertRDMAError(errno.EOPNOTSUPP, a.post_send,
-                                     base.send_wr(opcode, [src.sge()], wr_id=1))
-        self.assertNoCompletion(a, 0.01)
-        self.assertState(a, e.IBV_QPS_RTS)
+        for qpt, opcodes in ((UD, (e.IBV_WR_LOCAL_INV, e.IBV_WR_SEND_WITH_INV)),
+                             (UC, (e.IBV_WR_SEND_WITH_INV,))):
+            a, b = self.pair(qpt)
+            for opcode in opcodes:
+                with self.subTest(qp_type=base.QPT_NAMES[qpt], opcode=opcode):
+                    wr = base.send_wr(opcode, [src.sge()], wr_id=1,
+                                      ud=(a.ah(), b.qpn, base.QKEY) if qpt == UD else None)
+                    self.assertRDMAError(errno.EINVAL, a.post_send, wr)
+            self.assertNoCompletion(a, 0.01)
+            self.assertState(a, e.IBV_QPS_RTS)
 
     def test_opcodes_the_qp_type_lacks_are_einval(self):
         src = Buffer(self.pd, 64)

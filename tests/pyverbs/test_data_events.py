@@ -144,3 +144,50 @@ class ChannelTest(base.DataTestCase):
         self.send(a, b, wr_id=53)
         self.get_event(b.cq)
         self.assertWC(b.poll()[0], wr_id=52, status=OK)
+
+
+# The owner of a small receive CQ blocks in ibv_get_async_event (at most 5 s: SIGALRM ends it)
+# while another process sends it more UD messages than the CQ holds.
+CQ_OVERRUN_OWNER = '''
+import signal
+import sys
+import base
+import pyverbs.enums as e
+from pyverbs.cq import CQ
+from pyverbs.pd import PD
+ctx = base.open_context()
+pd = PD(ctx)
+peer = base.Peer(ctx, pd, e.IBV_QPT_UD, cqe=2).connect()
+buf = base.Buffer(pd, 8 * 128)
+for k in range(8):
+    peer.post_recv(buf.sge(128 * k, 128), wr_id=k)
+print('qpn', peer.qpn, 'cqe', peer.cq.cqe, flush=True)
+signal.alarm(5)  # default action: the process ends if no event comes
+ev = ctx.get_async_event()
+print('event', ev.event_type, flush=True)
+ev.ack()
+sys.stdin.readline()  # the sender is done
+print('polled', len(base.drain(peer.cq)), flush=True)
+'''
+
+
+class CqOverrunTest(base.DataTestCase):
+
+    def test_a_peer_overrunning_a_cq_raises_cq_err_at_its_owner(self):
+        # IBA 11.4.2.1 / ibv_get_async_event(3): a completion that finds its CQ full is lost and
+        # the CQ is in error; its owner hears IBV_EVENT_CQ_ERR even while blocked waiting for it.
+        owner = base.start_python(CQ_OVERRUN_OWNER)
+        self.addCleanup(base.stop_child, owner)
+        lines = base.LineReader(owner)
+        self.addCleanup(lines.close)
+        _, qpn, _, cqe = lines.readline().split()
+        qpn, cqe = int(qpn), int(cqe)
+        self.assertLess(cqe, 8)
+        me = base.Peer(self.ctx, self.pd, UD).connect()
+        src = Buffer(self.pd, 64)
+        for k in range(8):
+            me.post_send(base.send_wr(e.IBV_WR_SEND, [src.sge(0, 8)], wr_id=k, ud=(me.ah(), qpn, base.QKEY)))
+        self.assertEqual([w.status for w in me.poll(8)], [OK] * 8)  # UD: the sender never knows
+        self.assertEqual(lines.readline(), f'event {e.IBV_EVENT_CQ_ERR}')
+        owner.stdin.write(b'done\n')
+        self.assertEqual(lines.readline(), f'polled {cqe}')  # what fitted is there; the rest is lost

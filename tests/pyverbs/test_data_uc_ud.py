@@ -8,6 +8,7 @@ import socket
 import base
 import pyverbs.enums as e
 from base import Buffer
+from pyverbs.qp import QPAttr
 
 tearDownModule = base.tear_down_module
 
@@ -21,7 +22,28 @@ def payload(n, seed=1):
     return random.Random(seed).randbytes(n)
 
 
-class UcTest(base.DataTestCase):
+def state(peer):
+    return base.STATE_NAMES[peer.qp.query(e.IBV_QP_STATE)[0].qp_state]
+
+
+class SendQueueErrorMixin:
+    """IBA 10.3.1 / 10.8.3: a UC or UD send completion in error moves the QP to SQE, not ERR: what
+    is posted next is flushed, receives go on, and ibv_modify_qp SQE -> RTS resumes sending."""
+
+    def check_sqe(self, fail, send_ok, receive_ok):
+        fail(wr_id=1)
+        self.assertNotEqual(self.a.poll()[0].status, OK)
+        self.assertEqual(state(self.a), 'SQE')
+        send_ok(wr_id=2)
+        self.assertWC(self.a.poll()[0], wr_id=2, status=e.IBV_WC_WR_FLUSH_ERR)
+        receive_ok()  # the receive queue still works
+        self.a.qp.modify(QPAttr(qp_state=e.IBV_QPS_RTS, cur_qp_state=e.IBV_QPS_SQE), e.IBV_QP_STATE)
+        self.assertEqual(state(self.a), 'RTS')
+        send_ok(wr_id=3)
+        self.assertWC(self.a.poll()[0], wr_id=3, status=OK)
+
+
+class UcTest(SendQueueErrorMixin, base.DataTestCase):
 
     def setUp(self):
         super().setUp()
@@ -129,7 +151,24 @@ class UcTest(base.DataTestCase):
         self.assertEqual(self.a.qp.query(e.IBV_QP_STATE)[0].qp_state, e.IBV_QPS_RTS)
 
 
-class UdTest(base.DataTestCase):
+    def test_a_local_send_error_enters_sqe_and_receives_go_on(self):
+        def fail(wr_id):  # an SGE with a key that is no MR: IBV_WC_LOC_PROT_ERR
+            self.a.post_send(base.send_wr(e.IBV_WR_SEND, [self.src.sge(0, 8, lkey=0xdead00)], wr_id=wr_id))
+
+        def send_ok(wr_id):
+            self.b.post_recv(self.dst.sge(0, 64), wr_id=100 + wr_id)
+            self.a.post_send(base.send_wr(e.IBV_WR_SEND, [self.src.sge(0, 8)], wr_id=wr_id))
+
+        def receive_ok():
+            self.a.post_recv(self.dst.sge(64, 64), wr_id=50)
+            self.b.post_send(base.send_wr(e.IBV_WR_SEND, [self.src.sge(0, 8)], wr_id=51))
+            self.assertWC(self.b.poll()[0], wr_id=51, status=OK)
+            self.assertWC(self.a.poll()[0], wr_id=50, status=OK, opcode=e.IBV_WC_RECV)
+        self.check_sqe(fail, send_ok, receive_ok)
+        self.b.drain()
+
+
+class UdTest(SendQueueErrorMixin, base.DataTestCase):
 
     def setUp(self):
         super().setUp()
@@ -282,3 +321,20 @@ class UdTest(base.DataTestCase):
         self.assertWC(self.a.poll()[0], wr_id=2, status=OK)
         self.assertWC(self.b.poll()[0], wr_id=1, status=e.IBV_WC_LOC_LEN_ERR)
         self.assertTrue(small.guards_intact())
+
+    def test_a_local_send_error_enters_sqe_and_receives_go_on(self):
+        def fail(wr_id):  # longer than one packet: IBV_WC_LOC_LEN_ERR (IBA 9.6.3)
+            self.send(base.UD_MAX_MSG + 1, wr_id=wr_id)
+
+        def send_ok(wr_id):
+            self.b.post_recv(self.dst.sge(0, GRH + 64), wr_id=100 + wr_id)
+            self.send(8, wr_id=wr_id)
+
+        def receive_ok():
+            self.a.post_recv(self.dst.sge(4096, GRH + 64), wr_id=50)
+            self.b.post_send(base.send_wr(e.IBV_WR_SEND, [self.src.sge(0, 8)], wr_id=51,
+                                          ud=(self.b.ah(), self.a.qpn, base.QKEY)))
+            self.assertWC(self.b.poll()[0], wr_id=51, status=OK)
+            self.assertWC(self.a.poll()[0], wr_id=50, status=OK, opcode=e.IBV_WC_RECV)
+        self.check_sqe(fail, send_ok, receive_ok)
+        self.b.drain()

@@ -66,8 +66,11 @@ class DeviceTest(unittest.TestCase):
         # What the verbs refuse, the device must not advertise (and the reverse for SRQ resize).
         a = self.ctx.query_device()
         x = self.ctx.query_device_ex()
-        self.assertFalse(a.device_cap_flags & e.IBV_DEVICE_MEM_WINDOW)  # MW_BIND refused
-        self.assertEqual(a.max_mw, 0)
+        # Memory windows of both types, type 2 checking QP and PD (2B); MRs and MWs share keys.
+        self.assertTrue(a.device_cap_flags & e.IBV_DEVICE_MEM_WINDOW)
+        self.assertTrue(a.device_cap_flags & e.IBV_DEVICE_MEM_WINDOW_TYPE_2B)
+        self.assertFalse(a.device_cap_flags & e.IBV_DEVICE_MEM_WINDOW_TYPE_2A)
+        self.assertEqual(a.max_mw, a.max_mr)
         self.assertFalse(a.device_cap_flags & e.IBV_DEVICE_XRC)  # ibv_open_xrcd refused
         self.assertTrue(a.device_cap_flags & e.IBV_DEVICE_SRQ_RESIZE)  # IBV_SRQ_MAX_WR works
         self.assertEqual(x.odp_caps.general_caps, 0)  # IBV_ACCESS_ON_DEMAND refused

@@ -191,6 +191,22 @@ class LocalTest(MkeyTestCase):
         self.assertEqual(pbuf.read(0, len(second)), second.read(0, len(second)))
         self.assertNotEqual(second.read(0, len(second)), first.read(0, len(second)))
 
+    def test_local_inv_invalidates_until_the_next_umr(self):
+        peer, pbuf = self.peer()
+        mkey, layout = self.configured(interleaved=False)
+        self.qp.post_send(base.send_wr(e.IBV_WR_LOCAL_INV, wr_id=0x55, imm_data=mkey.rkey))
+        self.assertWC(base.poll(self.cq)[0], wr_id=0x55, status=OK, opcode=e.IBV_WC_LOCAL_INV)
+        peer.post_send(base.send_wr(e.IBV_WR_RDMA_READ, [pbuf.sge(0, 8)], rdma=(mkey.rkey, 0)))
+        self.assertWC(peer.poll()[0], status=e.IBV_WC_REM_ACCESS_ERR)
+        # A new UMR configures it again (posted on a fresh QP: the access error moved the first
+        # one, the target, to ERR).
+        qp = self.mlx5_qp()
+        peer, pbuf = self.peer_of(qp)
+        self.assertWC(self.umr(mkey, layout, qp=qp), status=OK, opcode=UMR)
+        peer.post_send(base.send_wr(e.IBV_WR_RDMA_READ, [pbuf.sge(0, 8)], rdma=(mkey.rkey, 0)))
+        self.assertWC(peer.poll()[0], status=OK)
+        self.assertEqual(pbuf.read(0, 8), layout.read(0, 8))
+
     def test_remote_access_beyond_the_layout_is_an_access_error(self):
         peer, pbuf = self.peer()
         mkey, layout = self.configured(interleaved=True)

@@ -216,8 +216,11 @@ class SendOpsTest(base.SoftverbsTestCase):
         self.assertEqual(qp.qp_state, e.IBV_QPS_RESET)
 
     def test_valid_ops_per_type(self):
-        cases = {e.IBV_QPT_UC: e.IBV_QP_EX_WITH_RDMA_WRITE | e.IBV_QP_EX_WITH_SEND |
-                 e.IBV_QP_EX_WITH_SEND_WITH_IMM | e.IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM,
+        cases = {e.IBV_QPT_RC: e.IBV_QP_EX_WITH_SEND | e.IBV_QP_EX_WITH_BIND_MW |
+                 e.IBV_QP_EX_WITH_LOCAL_INV | e.IBV_QP_EX_WITH_SEND_WITH_INV,
+                 e.IBV_QPT_UC: e.IBV_QP_EX_WITH_RDMA_WRITE | e.IBV_QP_EX_WITH_SEND |
+                 e.IBV_QP_EX_WITH_SEND_WITH_IMM | e.IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
+                 e.IBV_QP_EX_WITH_BIND_MW | e.IBV_QP_EX_WITH_LOCAL_INV,
                  e.IBV_QPT_UD: e.IBV_QP_EX_WITH_SEND | e.IBV_QP_EX_WITH_SEND_WITH_IMM}
         for qpt, ops in cases.items():
             with self.subTest(qp_type=base.QPT_NAMES[qpt]):
@@ -226,10 +229,12 @@ class SendOpsTest(base.SoftverbsTestCase):
     def test_refused_ops(self):
         cases = [
             (e.IBV_QPT_RC, e.IBV_QP_EX_WITH_SEND | e.IBV_QP_EX_WITH_TSO, errno.EINVAL, 'TSO'),
-            (e.IBV_QPT_RC, e.IBV_QP_EX_WITH_SEND | e.IBV_QP_EX_WITH_BIND_MW, errno.EOPNOTSUPP,
-             'BIND_MW'),
-            (e.IBV_QPT_RC, e.IBV_QP_EX_WITH_SEND | e.IBV_QP_EX_WITH_LOCAL_INV, errno.EOPNOTSUPP,
-             'LOCAL_INV'),
+            (e.IBV_QPT_UC, e.IBV_QP_EX_WITH_SEND | e.IBV_QP_EX_WITH_SEND_WITH_INV, errno.EINVAL,
+             'UC SEND_WITH_INV'),
+            (e.IBV_QPT_UD, e.IBV_QP_EX_WITH_SEND | e.IBV_QP_EX_WITH_BIND_MW, errno.EINVAL,
+             'UD BIND_MW'),
+            (e.IBV_QPT_UD, e.IBV_QP_EX_WITH_SEND | e.IBV_QP_EX_WITH_LOCAL_INV, errno.EINVAL,
+             'UD LOCAL_INV'),
             (e.IBV_QPT_UD, e.IBV_QP_EX_WITH_SEND | e.IBV_QP_EX_WITH_RDMA_WRITE, errno.EINVAL,
              'UD RDMA_WRITE'),
             (e.IBV_QPT_UD, e.IBV_QP_EX_WITH_RDMA_READ, errno.EINVAL, 'UD RDMA_READ'),

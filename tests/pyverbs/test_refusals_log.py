@@ -57,6 +57,20 @@ BAD_CREATE_QP = PRELUDE + textwrap.dedent('''
     refused(new_qp, max_send_wr=32769)
 ''')
 
+BAD_BIND = PRELUDE + textwrap.dedent('''
+    import base
+    from pyverbs.mr import MW, MWBindInfo
+    from pyverbs.wr import SendWR
+    a, b = base.connected_pair(ctx, pd, e.IBV_QPT_RC)
+    mr = MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE)  # no IBV_ACCESS_MW_BIND
+    mw = MW(pd, e.IBV_MW_TYPE_2)
+    wr = SendWR(opcode=e.IBV_WR_BIND_MW, wr_id=1, send_flags=e.IBV_SEND_SIGNALED)
+    wr.set_bind_wr(mw, MWBindInfo(mr, mr.buf, 64, e.IBV_ACCESS_REMOTE_READ))
+    a.post_send(wr)
+    print('qp_num', a.qpn, 'status', a.poll()[0].status)
+    mw.close()
+''')
+
 GOOD_RUN = PRELUDE + textwrap.dedent('''
     qp = new_qp(e.IBV_QPT_UD)
     a = QPAttr(qp_state=e.IBV_QPS_INIT)
@@ -100,6 +114,14 @@ class RefusalLogTest(unittest.TestCase):
         r = self.run_child(BAD_CREATE_QP, 'error')
         self.assertIn('refused 22', r.stdout)
         self.assertOneLine(r, r'ibv_create_qp\(pd 0x[0-9a-f]+\): .*max_send_wr.*32769.*')
+
+    def test_failed_bind_logs_one_line(self):
+        # A work request that fails says why too: once, when it completes in error.
+        r = self.run_child(BAD_BIND, 'error')
+        self.assertIn(f'status {base.e.IBV_WC_MW_BIND_ERR}', r.stdout)
+        m = self.assertOneLine(r, r'ibv_post_send\(qp (0x[0-9a-f]+)\): BIND_MW completes with IBV_WC_MW_BIND_ERR: '
+                                  r'.*IBV_ACCESS_MW_BIND.*')
+        self.assertEqual(int(m.group(2), 16), int(r.stdout.split('qp_num ')[1].split()[0]))
 
     def test_silent_without_softverbs_log(self):
         for name, code in (('modify', BAD_MODIFY), ('reg_mr', BAD_REG_MR),
