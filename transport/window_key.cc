@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "base/strings.h"
+#include "fabric/host/shared_backing.h"
 #include "transport/key_table.h"
 
 namespace softverbs::transport {
@@ -44,6 +45,7 @@ WindowKey::~WindowKey() {
   }
   fabric::HostRegistry& registry = local_.registry();
   WithdrawKey(registry, slot_);  // ibv_dealloc_mw(3): "Unbinds in case was previously bound"
+  fabric::ClearBacking(registry, slot_);
   registry.keys().Free(slot_, fabric::ProcessToken::Self());
 }
 
@@ -111,6 +113,12 @@ std::string WindowKey::Bind(const BindRequest& req, const WindowQp& qp) {
   v.length = req.length;
   // ibv_bind_mw(3): with IBV_ACCESS_ZERO_BASED remote addresses are offsets from the start.
   v.iova = (req.access & kZeroBased) ? 0 : req.addr;
+  // A window over a shared-backed MR reaches the same file (fabric/host/shared_backing.h): the
+  // MR cannot be deregistered while the window is bound, so its file stays open.
+  fabric::ClearBacking(registry, slot_);
+  if ((mr.access & kSharedBacking) && req.length != 0 &&
+      fabric::PublishBackingWithin(registry, KeySlot(req.mr_key), req.mr_key, slot_, req.rkey, v.addr - mr.addr))
+    v.access |= kSharedBacking;
   PublishKey(registry, slot_, v);
   bound_rkey_ = req.rkey;
   bound_mr_ = req.mr_key;

@@ -247,4 +247,19 @@ void ClearBacking(HostRegistry& registry, uint32_t slot) {
   BackingOf(registry, slot).key.store(0, std::memory_order_release);
 }
 
+bool PublishBackingWithin(HostRegistry& registry, uint32_t from_slot, uint32_t from_key, uint32_t to_slot,
+                          uint32_t to_key, uint64_t skip) {
+  const BackingRecord& from = BackingOf(registry, from_slot);
+  if (from.key.load(std::memory_order_acquire) != from_key) return false;
+  BackingRecord& r = BackingOf(registry, to_slot);
+  r.kind = from.kind;
+  r.handle = from.handle;
+  r.dev = from.dev;
+  r.tag = from.tag;
+  r.ino = from.ino;
+  r.offset = from.offset + skip;
+  r.key.store(to_key, std::memory_order_release);  // before the key's own publication
+  return true;
+}
+
 }  // namespace softverbs::fabric

@@ -98,6 +98,12 @@ std::optional<SharedBacking> FindSharedBacking(uint64_t addr, uint64_t length);
 // Owner side: the record of key slot `slot` (call while the key is withdrawn).
 void PublishBacking(HostRegistry& registry, uint32_t slot, uint32_t key, const SharedBacking& backing);
 void ClearBacking(HostRegistry& registry, uint32_t slot);
+// Owner side: describes key `to_key` of slot `to_slot` -- a range starting `skip` bytes into the
+// registration of `from_key` -- with that registration's record (a memory window over a
+// shared-backed MR reaches the same file). False, writing nothing, if `from_key`'s slot does
+// not describe `from_key` now.
+bool PublishBackingWithin(HostRegistry& registry, uint32_t from_slot, uint32_t from_key, uint32_t to_slot,
+                          uint32_t to_key, uint64_t skip);
 
 // st_dev as the kernel encodes it in 32 bits (what a BackingRecord carries).
 uint32_t EncodeDev(dev_t dev);

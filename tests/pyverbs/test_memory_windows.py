@@ -13,6 +13,7 @@ from base import Buffer
 from pyverbs.mr import MW, MWBind, MWBindInfo
 from pyverbs.qp import QPCap, QPEx, QPInitAttrEx
 from pyverbs.wr import SendWR
+from shared_memory import SharedBuffer
 
 tearDownModule = base.tear_down_module
 
@@ -273,6 +274,29 @@ class WindowsAcrossProcessesTest(WindowTestCase):
                    rkey=mw.rkey, raddr=self.buf.addr + 500)  # 12 bytes before the window
         self.assertEqual(child.call('poll', id=cid)[0]['status'], e.IBV_WC_REM_ACCESS_ERR)
         self.assertEqual(self.buf.read(500, 12), bytes(12))
+
+    def test_a_window_over_a_shared_file_is_reached_through_the_file(self):
+        # A window over a shared-backed MR (docs/data-path.md) is reached as its MR is: through a
+        # mapping of the file. With our own mapping gone the bytes still reach the file, which
+        # process_vm_writev could not do (as the private buffer shows).
+        for backing, status in (('file', OK), ('private', e.IBV_WC_REM_OP_ERR)):
+            with self.subTest(backing=backing):
+                child, cid, me = self.link()
+                buf = SharedBuffer(self.pd, 4096, BINDABLE, backing=backing)
+                self.addCleanup(buf.close)
+                mw = self.window(e.IBV_MW_TYPE_2)
+                wr = SendWR(opcode=e.IBV_WR_BIND_MW, wr_id=2, send_flags=e.IBV_SEND_SIGNALED)
+                wr.set_bind_wr(mw, MWBindInfo(buf.mr, buf.addr + 1024, 512, RW))
+                me.post_send(wr)
+                self.assertWC(me.poll()[0], status=OK)
+                buf.unmap()
+                child.call('write', id=cid, offset=0, data=b'through the file'.hex())
+                child.call('post_send', id=cid, opcode=e.IBV_WR_RDMA_WRITE, wr_id=1, offset=0, length=16,
+                           rkey=inc_rkey(mw.rkey), raddr=buf.addr + 1100)
+                self.assertEqual(child.call('poll', id=cid)[0]['status'], status)
+                if status == OK:
+                    self.assertEqual(buf.file_bytes(1100, 16), b'through the file')
+                mw.close()  # before the MR: unbinds it
 
     def test_send_with_inv_invalidates_the_window(self):
         child, cid, me = self.link()
