@@ -219,8 +219,18 @@ TEST(SharedBackingTest, RecordIsPublishedAndCleared) {
   EXPECT_EQ(r.handle, b->file->handle());
   EXPECT_EQ(r.offset, 8u);
   EXPECT_EQ(r.ino, m.Stat().st_ino);
+  // A range inside it (a memory window): the same file, further in; only while 0x4e01 is there.
+  EXPECT_TRUE(PublishBackingWithin(**registry, 77, 0x4e01, 78, 0x4f07, 100));
+  const BackingRecord& w = BackingOf(**registry, 78);
+  EXPECT_EQ(w.key.load(), 0x4f07u);
+  EXPECT_EQ(w.handle, r.handle);
+  EXPECT_EQ(w.ino, r.ino);
+  EXPECT_EQ(w.offset, 108u);
+  EXPECT_FALSE(PublishBackingWithin(**registry, 77, 0x4e02, 79, 0x5001, 0));  // another key
+  EXPECT_EQ(BackingOf(**registry, 79).key.load(), 0u);
   ClearBacking(**registry, 77);
   EXPECT_EQ(r.key.load(), 0u);
+  EXPECT_FALSE(PublishBackingWithin(**registry, 77, 0x4e01, 79, 0x5001, 0));  // cleared
   shm_unlink((*registry)->name().c_str());
   delete registry.value();
 }
