@@ -48,15 +48,16 @@ void PublishKey(fabric::HostRegistry& registry, uint32_t slot, const KeyView& vi
 
 namespace {
 
-void WaitForAccesses(fabric::KeyEntry& e, uint32_t slot) {
+void WaitForAccesses(fabric::HostRegistry& registry, uint32_t slot) {
   // Accesses that pinned the key before it was withdrawn finish first. An initiator that died
   // while holding a pin never releases it: after a second, give up waiting and say so.
+  std::atomic<uint32_t>& pins = registry.key_pins(slot);
   auto start = std::chrono::steady_clock::now();
-  while (e.users.load(std::memory_order_acquire) != 0) {
+  while (pins.load(std::memory_order_seq_cst) != 0) {
     if (std::chrono::steady_clock::now() - start > std::chrono::seconds(1)) {
       SV_LOG(kWarn, "key invalidation: %u access(es) through key slot %u never finished (initiator died?)",
-             e.users.load(), slot);
-      e.users.store(0, std::memory_order_release);
+             pins.load(), slot);
+      pins.store(0, std::memory_order_release);
       break;
     }
     sched_yield();
@@ -68,7 +69,7 @@ void WaitForAccesses(fabric::KeyEntry& e, uint32_t slot) {
 void WithdrawKey(fabric::HostRegistry& registry, uint32_t slot) {
   fabric::KeyEntry& e = Entry(registry, slot);
   WriteLocked(e, [&] { e.key.store(0, kRel); });
-  WaitForAccesses(e, slot);
+  WaitForAccesses(registry, slot);
 }
 
 uint32_t KeyHeldBy(fabric::HostRegistry& registry, uint32_t slot) {
@@ -83,14 +84,14 @@ bool InvalidateKey(fabric::HostRegistry& registry, uint32_t key) {
   // valid), and the pins it took before the swap are waited for below.
   uint32_t expected = key;
   if (!e.key.compare_exchange_strong(expected, 0, std::memory_order_seq_cst)) return false;
-  WaitForAccesses(e, slot);
+  WaitForAccesses(registry, slot);
   return true;
 }
 
 KeyPin& KeyPin::operator=(KeyPin&& o) noexcept {
   if (this != &o) {
     Release();
-    entry_ = std::exchange(o.entry_, nullptr);
+    pins_ = std::exchange(o.pins_, nullptr);
     view_ = o.view_;
   }
   return *this;
@@ -122,15 +123,15 @@ KeyPin KeyPin::Acquire(fabric::HostRegistry& registry, uint32_t key) {
   KeyPin pin;
   const uint32_t slot = KeySlot(key);
   if (key == 0 || slot >= registry.keys().count()) return pin;
-  fabric::KeyEntry& e = Entry(registry, slot);
+  std::atomic<uint32_t>& pins = registry.key_pins(slot);
   // Pin first, then read a consistent copy: a withdrawal after the pin waits for us, and one
-  // before it is seen as key == 0.
-  e.users.fetch_add(1, std::memory_order_acq_rel);
-  if (ReadView(e, key, &pin.view_)) {
-    pin.entry_ = &e;
+  // before it is seen as key == 0 (both sides store, then load: sequentially consistent).
+  pins.fetch_add(1, std::memory_order_seq_cst);
+  if (ReadView(Entry(registry, slot), key, &pin.view_)) {
+    pin.pins_ = &pins;
     return pin;
   }
-  e.users.fetch_sub(1, std::memory_order_acq_rel);
+  pins.fetch_sub(1, std::memory_order_acq_rel);
   return pin;
 }
 
@@ -141,8 +142,8 @@ bool KeyPin::Peek(fabric::HostRegistry& registry, uint32_t key, KeyView* view) {
 }
 
 void KeyPin::Release() {
-  if (entry_ != nullptr) entry_->users.fetch_sub(1, std::memory_order_acq_rel);
-  entry_ = nullptr;
+  if (pins_ != nullptr) pins_->fetch_sub(1, std::memory_order_acq_rel);
+  pins_ = nullptr;
 }
 
 }  // namespace softverbs::transport

@@ -77,7 +77,7 @@ bool InvalidateKey(fabric::HostRegistry& registry, uint32_t key);
 class KeyPin {
  public:
   KeyPin() = default;
-  KeyPin(KeyPin&& o) noexcept : entry_(std::exchange(o.entry_, nullptr)), view_(o.view_) {}
+  KeyPin(KeyPin&& o) noexcept : pins_(std::exchange(o.pins_, nullptr)), view_(o.view_) {}
   KeyPin& operator=(KeyPin&& o) noexcept;
   KeyPin(const KeyPin&) = delete;
   KeyPin& operator=(const KeyPin&) = delete;
@@ -88,12 +88,12 @@ class KeyPin {
   // The registration `key` names now, without pinning it: for checks whose access happens
   // later under a pin of its own (a landed message is written by the owner's poll).
   static bool Peek(fabric::HostRegistry& registry, uint32_t key, KeyView* view);
-  explicit operator bool() const { return entry_ != nullptr; }
+  explicit operator bool() const { return pins_ != nullptr; }
   const KeyView& view() const { return view_; }
 
  private:
   void Release();
-  fabric::KeyEntry* entry_ = nullptr;
+  std::atomic<uint32_t>* pins_ = nullptr;  // the key slot's pin count (HostRegistry::key_pins)
   KeyView view_;
 };
 

@@ -34,11 +34,10 @@ static_assert(sizeof(QpEntry) <= sizeof(HostSlot::payload));
 // Payload of a key-table slot: what an initiator checks before touching registered memory. A
 // seqlock guards the fields (odd `seq` = being written); they are atomics written with release
 // and read with acquire, which orders them against `seq` without fences (and costs nothing on
-// x86). `users` counts accesses in flight so deregistration can wait for them, as hardware
-// invalidation does.
+// x86). The accesses in flight, which deregistration waits for as hardware invalidation does,
+// are counted on a line of their own (HostRegistry::key_pins): the entry stays read-mostly.
 struct KeyEntry {
   std::atomic<uint32_t> seq;
-  std::atomic<uint32_t> users;
   std::atomic<uint32_t> key;     // the full lkey/rkey; 0 = invalid
   std::atomic<uint32_t> access;  // ibv_access_flags
   std::atomic<uint64_t> pd;      // host-unique PD handle

@@ -14,7 +14,7 @@ namespace softverbs::fabric {
 namespace {
 
 constexpr uint64_t kMagic = 0x47455256'534f5353ull;  // "SSOSVREG"
-constexpr int kLayoutVersion = 5;
+constexpr int kLayoutVersion = 6;
 constexpr unsigned long long kInitialPidNamespace = 0xEFFFFFFCull;  // PROC_PID_INIT_INO
 
 struct RegionHeader {
@@ -35,7 +35,9 @@ constexpr size_t kProcessOffset = kSrqOffset + HostRegistry::kSrqSlots * sizeof(
 constexpr size_t kStripeOffset = kProcessOffset + HostRegistry::kProcessSlots * sizeof(HostSlot);
 constexpr size_t kMcastOffset = kStripeOffset + HostRegistry::kAtomicStripes * sizeof(uint64_t);
 constexpr size_t kBackingOffset = kMcastOffset + HostRegistry::kMcastSlots * sizeof(HostSlot);
-constexpr size_t kRegionSize = kBackingOffset + HostRegistry::kKeySlots * HostRegistry::kKeyBackingBytes;
+constexpr size_t kPinOffset = kBackingOffset + HostRegistry::kKeySlots * HostRegistry::kKeyBackingBytes;
+static_assert(kPinOffset % 64 == 0);
+constexpr size_t kRegionSize = kPinOffset + HostRegistry::kKeySlots * HostRegistry::kKeyPinBytes;
 
 Status Errno(const char* what, const std::string& name) {
   int e = errno;
@@ -133,6 +135,7 @@ Status HostRegistry::Open(const std::string& shm_name) {
   stripes_ = reinterpret_cast<std::atomic<uint64_t>*>(base + kStripeOffset);
   mcasts_ = SlotTable(&header->mcast_cursor, reinterpret_cast<HostSlot*>(base + kMcastOffset), HostRegistry::kMcastSlots);
   backings_ = base + kBackingOffset;
+  pins_ = base + kPinOffset;
   return Status::Ok();
 }
 

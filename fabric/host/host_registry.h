@@ -62,6 +62,7 @@ class HostRegistry {
   static constexpr uint32_t kAtomicStripes = 4096;
   static constexpr uint32_t kMcastSlots = 1024;    // multicast attachments (group, QP) host-wide
   static constexpr size_t kKeyBackingBytes = 40;   // per key slot: fabric/host/shared_backing.h
+  static constexpr size_t kKeyPinBytes = 64;       // per key slot: its pin count, on a line of its own
 
   // The registry of this process's host, opened on first use. Fails (with the reason) if the
   // region cannot be created or belongs to another user.
@@ -81,6 +82,11 @@ class HostRegistry {
   // Key slot `slot`'s side record: how peers map the registration's memory when it is shared
   // (a BackingRecord, fabric/host/shared_backing.h).
   uint8_t* key_backing(uint32_t slot) { return backings_ + static_cast<size_t>(slot % kKeySlots) * kKeyBackingBytes; }
+  // Key slot `slot`'s count of accesses in flight (transport/key_table.h). Apart from the key's
+  // entry: pins are written on every access, the entry is read by everyone who checks the key.
+  std::atomic<uint32_t>& key_pins(uint32_t slot) {
+    return *reinterpret_cast<std::atomic<uint32_t>*>(pins_ + static_cast<size_t>(slot % kKeySlots) * kKeyPinBytes);
+  }
   const std::string& name() const { return name_; }
 
   // The shm name of this host: "/softverbs-<uid>-<netns inode>-v<layout>" plus "-<SOFTVERBS_HOST>".
@@ -96,6 +102,7 @@ class HostRegistry {
   SlotTable qps_, keys_, srqs_, processes_, mcasts_;
   std::atomic<uint64_t>* stripes_ = nullptr;
   uint8_t* backings_ = nullptr;
+  uint8_t* pins_ = nullptr;
 };
 
 }  // namespace softverbs::fabric
