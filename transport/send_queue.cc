@@ -240,13 +240,14 @@ void SendQueue::Finish(const SendWr& wr, uint32_t status, uint64_t byte_len) {
 
 void SendQueue::Fail(const SendWr& wr, uint32_t status) {
   // IBA 10.8.3: a completion in error stops the send queue and what follows is flushed; the QP
-  // enters ERR (RC) or SQE (UC, UD: IBA 10.3.1, their receive queue goes on).
-  Finish(wr, status, 0);
+  // enters ERR (RC) or SQE (UC, UD: IBA 10.3.1, their receive queue goes on). The state change
+  // is announced before the completion is written, so whoever polls it sees the QP's new state.
   error_ = true;
   if (config_.type == kRc)
     host_.EnterError();
   else
     host_.EnterSendQueueError();
+  Finish(wr, status, 0);
 }
 
 Reply SendQueue::DeliverDatagram(const Target& target, const SendWr& wr, const iovec* local, size_t nl,
