@@ -26,9 +26,10 @@ Status CheckRoceAddressVector(const AddressVector& av, uint64_t valid_gids, bool
 }
 
 Result<std::unique_ptr<Ah>> Ah::Create(Pd& pd, const AddressVector& av) {
-  SV_RETURN_IF_ERROR(CheckRoceAddressVector(av, pd.context().gids().valid_mask(), false));
+  const GidTable gids = pd.context().gids();
+  SV_RETURN_IF_ERROR(CheckRoceAddressVector(av, gids.valid_mask(), false));
   pd.users().Acquire();
-  return std::unique_ptr<Ah>(new Ah(pd, av, pd.context().NewHandle()));
+  return std::unique_ptr<Ah>(new Ah(pd, av, pd.context().NewHandle(), gids.Find(av.dgid) >= 0));
 }
 
 }  // namespace softverbs::core

@@ -22,12 +22,18 @@ class Ah {
 
   const AddressVector& av() const { return av_; }
   uint32_t handle() const { return handle_; }
+  // The destination GID is one of this host's (its namespace's addresses): the same-host fabric
+  // reaches it, any other GID the wire (DESIGN.md section 6). Decided once, as a NIC resolves an
+  // address handle when it is created.
+  bool on_host() const { return on_host_; }
 
  private:
-  Ah(Pd& pd, const AddressVector& av, uint32_t handle) : pd_(pd), av_(av), handle_(handle) {}
+  Ah(Pd& pd, const AddressVector& av, uint32_t handle, bool on_host)
+      : pd_(pd), av_(av), handle_(handle), on_host_(on_host) {}
   Pd& pd_;
   AddressVector av_;
   uint32_t handle_;
+  bool on_host_;
 };
 
 }  // namespace softverbs::core

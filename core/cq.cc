@@ -214,8 +214,8 @@ void Cq::ScatterLanding(const CqEntry& entry, Completion* c) {
     // Never an indirect key: a receive through one is copied by the sender, not landed
     // (transport/responder.cc), so one here would be a slot reused since -- a lost MR.
     placed = transport::KeyPin::Peek(local_->registry(), p.lkey, &k) && k.owner_process_slot() == local_->slot() &&
-             !k.indirect() && !k.window() && (k.access & access::kLocalWrite) && p.addr >= k.addr && p.length <= k.length &&
-             p.addr - k.addr <= k.length - p.length && p.length <= static_cast<uint64_t>(end - from);
+             !k.indirect() && !k.window() && (k.access & access::kLocalWrite) && transport::RangeWithin(k.addr, k.length, p.addr, p.length) &&
+             p.length <= static_cast<uint64_t>(end - from);
     if (placed) {
       memcpy(reinterpret_cast<void*>(p.addr), from, p.length);
       from += p.length;

@@ -60,7 +60,7 @@ Result<std::vector<uint8_t>> Mkey::BuildUmr(const Pd& qp_pd, uint32_t access, bo
     // The last byte the entry reaches: repetition repeat_count - 1 at addr + r * (count + skip).
     const uint64_t reps = interleaved ? repeat_count : 1;
     const uint64_t span = (reps - 1) * (static_cast<uint64_t>(e.count) + e.skip) + e.count;
-    if (e.addr < k.iova || span > k.length || e.addr - k.iova > k.length - span)
+    if (!transport::KeyCovers(k, e.addr, span))
       return Invalid(which + " reaches [" + Hex(e.addr) + ", +" + std::to_string(span) + ") outside its MR");
   }
   transport::UmrRequest req;

@@ -11,7 +11,9 @@
 #include "core/device_limits.h"
 #include "core/qp_state_machine.h"
 #include "fabric/host/process_token.h"
+#include "transport/host/host_link.h"
 #include "transport/mcast_table.h"
+#include "transport/unreachable_link.h"
 #include "transport/window_key.h"
 
 namespace softverbs::core {
@@ -151,7 +153,11 @@ Qp::Qp(Context& context, const QpInitAttributes& init, uint32_t slot, std::uniqu
     : context_(context), init_(init), slot_(slot), qpn_(QpnOfSlot(slot)), rq_(std::move(rq)),
       endpoint_ref_(endpoint) {
   attr_.cap = init.cap;
-  sq_ = std::make_unique<transport::SendQueue>(context.local(), static_cast<transport::RequesterHost&>(*this));
+  host_link_ = std::make_unique<transport::HostLink>(context.local());
+  wire_link_ = std::make_unique<transport::UnreachableLink>("softverbs does not reach other hosts yet (RoCEv2 on "
+                                                            "the wire is not implemented)");
+  sq_ = std::make_unique<transport::Requester>(context.local(), static_cast<transport::RequesterHost&>(*this),
+                                               transport::Links{host_link_.get(), wire_link_.get()});
   sq_->Configure(RequesterConfigOf());
   QpEndpoint& e = this->endpoint();
   e.qp_num = qpn_;

@@ -13,7 +13,8 @@
 #include "core/pd.h"
 #include "transport/qp_endpoint.h"
 #include "transport/recv_queue.h"
-#include "transport/send_queue.h"
+#include "transport/link.h"
+#include "transport/requester.h"
 #include "core/srq.h"
 #include "core/types.h"
 
@@ -142,7 +143,10 @@ class Qp : private transport::RequesterHost {
   std::atomic<uint32_t> state_{static_cast<uint32_t>(QpState::kReset)};  // attr_.qp_state, lock-free
   std::atomic<bool> requester_error_{false};
   std::atomic<bool> send_queue_error_{false};  // UC/UD: SQE pending (EnterSendQueueError)
-  std::unique_ptr<transport::SendQueue> sq_;
+  // How the requester reaches destinations: this host's QPs, and the others.
+  std::unique_ptr<transport::Link> host_link_;
+  std::unique_ptr<transport::Link> wire_link_;
+  std::unique_ptr<transport::Requester> sq_;
   UseCount mcast_groups_;
   void* user_handle_ = nullptr;
 };

@@ -10,21 +10,32 @@ using transport::Completion;
 
 transport::RequesterConfig Qp::RequesterConfigOf() const {
   transport::RequesterConfig c;
-  c.qp_num = qpn_;
-  c.type = static_cast<uint32_t>(TransportTypeOf(init_.type, init_.dc.role));  // DC: RC's requester
+  c.completer.qp_num = qpn_;
+  c.completer.type = static_cast<uint32_t>(TransportTypeOf(init_.type, init_.dc.role));  // DC: RC's requester
+  c.completer.timeout = attr_.timeout;
+  c.completer.retry_cnt = attr_.retry_cnt;
+  c.completer.rnr_retry = attr_.rnr_retry;
+  c.completer.sq_sig_all = init_.sq_sig_all;
   c.dc_initiator = init_.dc.role == DcRole::kDci;
   c.source_qpn = init_.has_create_flags && (init_.create_flags & create_flag::kSourceQpn) ? init_.source_qpn : 0;
   c.pd = init_.pd->host_id();
   c.process_slot = context_.local().slot();
   c.dest_qp_num = attr_.dest_qp_num;
+  if (attr_.ah_attr.is_global) {
+    // RC/UC: the address vector decides the fabric (DESIGN.md section 6) and the network header.
+    const GidTable gids = context_.gids();
+    const AddressVector& av = attr_.ah_attr;
+    memcpy(c.av.sgid, gids.at(av.sgid_index).gid.data(), 16);
+    memcpy(c.av.dgid, av.dgid.data(), 16);
+    c.av.flow_label = av.flow_label;
+    c.av.traffic_class = av.traffic_class;
+    c.av.hop_limit = av.hop_limit;
+    c.dest_on_host = gids.Find(av.dgid) >= 0;
+  }
   // UD sends are bounded by the port's MTU; RC/UC segment by path_mtu (one message here).
   c.path_mtu = init_.type == QpType::kUd ? MtuBytes(DeviceLimits::kMaxMtu) : MtuBytes(attr_.path_mtu);
   c.qkey = attr_.qkey;
-  c.timeout = attr_.timeout;
-  c.retry_cnt = attr_.retry_cnt;
-  c.rnr_retry = attr_.rnr_retry;
   c.max_rd_atomic = attr_.max_rd_atomic;
-  c.sq_sig_all = init_.sq_sig_all;
   c.max_send_wr = init_.cap.max_send_wr;
   c.max_send_sge = init_.cap.max_send_sge;
   c.max_inline = init_.cap.max_inline_data;

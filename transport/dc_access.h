@@ -13,16 +13,15 @@
 #include <cstdint>
 
 #include "transport/qp_endpoint.h"
-#include "transport/work_request.h"
 
 namespace softverbs::transport {
 
-// Whether a request from a QP (a DCI when `from_dci`, carrying `dest`) is accepted by `target`.
-// Inline: the requester asks it for every operation.
-inline bool DcAdmits(const QpEndpoint& target, bool from_dci, const DcDestination& dest) {
+// Whether a request from a QP (a DCI when `from_dci`, presenting `access_key`) is accepted by
+// `target`. Inline: the responder asks it for every request.
+inline bool DcAdmits(const QpEndpoint& target, bool from_dci, uint64_t access_key) {
   if (!from_dci && !target.dct) return true;        // RC/UC/UD to a non-DC QP: not DC's business
   if (from_dci != (target.dct != 0)) return false;  // a DCI meets DCTs only, and only DCIs reach a DCT
-  return target.dc_access_key == dest.access_key;
+  return target.dc_access_key == access_key;
 }
 
 }  // namespace softverbs::transport

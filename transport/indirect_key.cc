@@ -56,7 +56,7 @@ bool ResolveIndirect(fabric::HostRegistry& registry, const KeyView& k, const voi
   memcpy(&h, layout, sizeof h);
   const auto* entries = reinterpret_cast<const LayoutEntry*>(static_cast<const uint8_t*>(layout) + sizeof h);
   // Beyond the layout's end is out of the key's bounds, like any key (IBA 10.6.3.1 / 9.7.5.1.3).
-  if (h.total_length != k.length || addr > h.total_length || length > h.total_length - addr) return false;
+  if (h.total_length != k.length || !RangeWithin(0, h.total_length, addr, length)) return false;
   bool ok = true;
   // Each piece is checked against its underlying key, which
   // this access pins once however many pieces use it.
@@ -77,8 +77,7 @@ bool ResolveIndirect(fabric::HostRegistry& registry, const KeyView& k, const voi
     // access writes, and holds the piece.
     const KeyView& u = pin->view();
     if (u.indirect() || u.window() || u.owner_process_slot() != rule.owner_slot || u.pd != rule.pd ||
-        (rule.writes && !(u.access & 1u /* IBV_ACCESS_LOCAL_WRITE */)) || piece_addr < u.iova ||
-        piece_length > u.length || piece_addr - u.iova > u.length - piece_length) {
+        (rule.writes && !(u.access & 1u /* IBV_ACCESS_LOCAL_WRITE */)) || !KeyCovers(u, piece_addr, piece_length)) {
       ok = false;
       return;
     }

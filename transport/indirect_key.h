@@ -61,7 +61,7 @@ bool ComputeLayoutLengths(LayoutHeader& h, const LayoutEntry* entries);
 // false (calling nothing) if the range ends beyond the layout. Zero-length entries are skipped.
 template <typename Piece>
 bool WalkLayout(const LayoutHeader& h, const LayoutEntry* entries, uint64_t offset, uint64_t length, Piece&& piece) {
-  if (offset > h.total_length || length > h.total_length - offset) return false;
+  if (!RangeWithin(0, h.total_length, offset, length)) return false;
   if (length == 0) return true;
   uint64_t rep = offset / h.pattern_length;
   uint64_t within = offset % h.pattern_length;
@@ -88,7 +88,7 @@ class PinnedPieces {
   const KeyPin* Find(uint32_t key) const;
   const iovec* data() const { return grown_.empty() ? fixed_ : grown_.data(); }
   size_t size() const { return grown_.empty() ? n_ : grown_.size(); }
-  // The pins held, in the order kept (transport/mapped_copy.h finds each piece's key by them).
+  // The pins held, in the order kept (transport/host/mapped_copy.h finds each piece's key by them).
   size_t pin_count() const { return pins_ + more_pins_.size(); }
   const KeyPin& pin(size_t i) const { return i < pins_ ? fixed_pins_[i] : more_pins_[i - pins_]; }
   void Clear();
@@ -115,7 +115,7 @@ struct KeyRule {
   uint32_t qp_num = 0;
 };
 
-// The owner, PD and access checks of `rule` on key `k` (bounds are the caller's).
+// The owner, PD and access checks of `rule` on key `k` (bounds: KeyCovers).
 inline bool KeyAdmits(const KeyView& k, const KeyRule& rule) {
   if (k.owner_process_slot() != rule.owner_slot || (k.access & rule.access) != rule.access) return false;
   if (k.window()) {
@@ -129,7 +129,7 @@ inline bool KeyAdmits(const KeyView& k, const KeyRule& rule) {
 
 // Resolves [addr, +length) of `key` under `rule` and appends the first `use` bytes of it
 // (use <= length) to `out` as pieces of the owner's memory, with their pins. `layout_at` gives
-// this process's address of a block of the owner's arena (Target::Resolve, or LocalProcess::At
+// this process's address of a block of the owner's arena (TargetQp::Resolve, or LocalProcess::At
 // for the owner itself). False if any rule is broken or the range leaves the key.
 template <typename LayoutAt>
 bool ResolveKey(fabric::HostRegistry& registry, uint32_t key, uint64_t addr, uint64_t length, uint64_t use,
@@ -150,7 +150,7 @@ bool ResolveKey(fabric::HostRegistry& registry, uint32_t key, uint64_t addr, uin
     const void* layout = layout_at(k.layout());
     if (layout == nullptr || !ResolveIndirect(registry, k, layout, addr, length, use, rule, out)) return false;
   } else {
-    if (addr < k.iova || length > k.length || addr - k.iova > k.length - length) return false;
+    if (!KeyCovers(k, addr, length)) return false;
     if (use > 0) out->Add({reinterpret_cast<void*>(k.addr + (addr - k.iova)), use});
   }
   out->Keep(std::move(pin));

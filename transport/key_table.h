@@ -20,7 +20,7 @@ namespace softverbs::transport {
 inline constexpr uint32_t kIndirectKey = 1u << 31;
 // Set in a direct key's access bits when its memory is a shared mapping of a file or SysV
 // segment that peers may map too: a BackingRecord in the key slot's side record says how
-// (fabric/host/shared_backing.h, transport/mapped_copy.h). No ibv_access_flags bit uses it.
+// (fabric/host/shared_backing.h, transport/host/mapped_copy.h). No ibv_access_flags bit uses it.
 inline constexpr uint32_t kSharedBacking = 1u << 29;
 // Set in a KeyView's access bits for a memory window's key (transport/window_key.h): a range of
 // an MR of the owner, for remote access only (IBA 10.6.7).
@@ -48,6 +48,18 @@ struct KeyView {
     return {static_cast<uint32_t>(addr >> 32), static_cast<uint32_t>(addr)};
   }
 };
+
+// [addr, +length) lies inside [base, +size), without overflow: the one range rule of every key,
+// window, layout and landing check (IBA 10.6.3: an access outside the region is a protection
+// error).
+inline bool RangeWithin(uint64_t base, uint64_t size, uint64_t addr, uint64_t length) {
+  return addr >= base && length <= size && addr - base <= size - length;
+}
+
+// [addr, +length) of key `k`'s address space (its iova) is inside the registration.
+inline bool KeyCovers(const KeyView& k, uint64_t addr, uint64_t length) {
+  return RangeWithin(k.iova, k.length, addr, length);
+}
 
 // Key index in the host table: keys are (slot + 1) << 8 | variant.
 inline uint32_t KeySlot(uint32_t key) { return (key >> 8) - 1; }

@@ -2,7 +2,7 @@
 
 #include <unistd.h>
 
-#include "transport/send_queue.h"
+#include "transport/requester.h"
 
 namespace softverbs::transport {
 
@@ -21,18 +21,18 @@ ProgressThread& ProgressThread::Get() {
 
 ProgressThread::ProgressThread() { std::thread([this] { Run(); }).detach(); }
 
-void ProgressThread::Schedule(SendQueue* q, TimePoint when) {
+void ProgressThread::Schedule(Requester* q, TimePoint when) {
   std::lock_guard lock(mu_);
   auto [it, inserted] = due_.emplace(q, when);
   if (!inserted && when < it->second) it->second = when;
   cv_.notify_one();
 }
 
-void ProgressThread::Forget(SendQueue* q) {
+void ProgressThread::Forget(Requester* q) {
   std::unique_lock lock(mu_);
   due_.erase(q);
   idle_cv_.wait(lock, [&] { return running_ != q; });
-  // A run that was in progress may have scheduled q again (Run and SendQueue::RunQueue do, under
+  // A run that was in progress may have scheduled q again (Run and Requester::RunQueue do, under
   // this lock, before running_ is cleared): remove that too.
   due_.erase(q);
 }
@@ -52,7 +52,7 @@ void ProgressThread::Run() {
       cv_.wait_until(lock, when);
       continue;
     }
-    SendQueue* q = next->first;
+    Requester* q = next->first;
     due_.erase(next);
     running_ = q;
     lock.unlock();

@@ -10,7 +10,7 @@
 
 namespace softverbs::transport {
 
-class SendQueue;
+class Requester;
 
 class ProgressThread {
  public:
@@ -20,9 +20,9 @@ class ProgressThread {
   static ProgressThread& Get();
 
   // Runs q->Progress() at `when` (or earlier if already scheduled earlier).
-  void Schedule(SendQueue* q, TimePoint when);
+  void Schedule(Requester* q, TimePoint when);
   // After this returns, q is neither scheduled nor running.
-  void Forget(SendQueue* q);
+  void Forget(Requester* q);
 
  private:
   ProgressThread();
@@ -31,8 +31,8 @@ class ProgressThread {
   std::mutex mu_;
   std::condition_variable cv_;
   std::condition_variable idle_cv_;
-  std::map<SendQueue*, TimePoint> due_;
-  SendQueue* running_ = nullptr;
+  std::map<Requester*, TimePoint> due_;
+  Requester* running_ = nullptr;
 };
 
 }  // namespace softverbs::transport

@@ -1,81 +1,49 @@
-// The responder's work, done by the initiator on the target's behalf (DESIGN.md section 5): check
-// the target QP and the remote key, place or fetch the data, consume a receive WQE and write the
-// target's receive completion. Each function reports the outcome the requester turns into its
-// completion (IBA 9.7.5: ACK, RNR NAK, or NAK with an error syndrome).
+// The responder role (IBA 9.7.4 / 9.7.5): executes a request at its destination QP -- checks the
+// QP may take it, checks the remote key, places or fetches the bytes, consumes a receive WQE and
+// writes the receive completion -- and answers with the Reply the requester's completer turns
+// into a completion (ACK, RNR NAK, NAK with a syndrome, or nothing at all).
+//
+// Written once against TargetQp (transport/target_qp.h): it never knows which fabric brought the
+// request. On the same host it runs in the initiator's process, on the target's behalf
+// (DESIGN.md section 5: the initiator is the NIC).
 #pragma once
-
-#include <sys/uio.h>
 
 #include <cstdint>
 
-#include "fabric/host/host_directory.h"
 #include "transport/indirect_key.h"
-#include "transport/key_table.h"
 #include "transport/recv_queue.h"
-#include "transport/target.h"
-#include "transport/work_request.h"
+#include "transport/request.h"
+#include "transport/target_qp.h"
 
 namespace softverbs::transport {
 
-enum class Reply : uint8_t {
-  kAck,             // done
-  kRnr,             // no receive WQE (RC: retry later)
-  kDropped,         // UC/UD: silently lost (no WQE, wrong Q_Key, target not ready)
-  kNotReady,        // RC: the target does not answer (not in RTR/RTS, or gone): transport retry
-  kRemoteAccess,    // NAK: remote access error
-  kInvalidRequest,  // NAK: invalid request (e.g. message too long for the WQE)
-  kRemoteOp,        // NAK: remote operation error (the target could not complete it)
-};
-
-// What a delivered message carries besides its bytes.
-struct MessageInfo {
-  uint32_t src_qp = 0;
-  uint32_t imm_data = 0;
-  bool with_imm = false;
-  bool solicited = false;
-  bool rdma_write = false;  // WRITE_WITH_IMM: the WQE is consumed, its buffers are not written
-  bool invalidate = false;  // SEND_WITH_INV: invalidates `invalidate_rkey` at the target
-  uint32_t invalidate_rkey = 0;
-  // UD: the GRH written into the first 40 bytes of the receive buffer.
-  const uint8_t* grh = nullptr;
-};
-
 // Where a receive WQE's buffers are in the target process, and the pins that keep them.
 struct ScatterList {
-  PinnedPieces pieces;   // no pins when only checked (Responder::Scatter's peek_only)
+  PinnedPieces pieces;     // no pins when only checked (peek_only)
   uint32_t lkey[kMaxSge];  // peek_only: the key of each piece (one per SGE)
   bool indirect = false;   // peek_only: an SGE names an indirect key (not checked: never landed)
 };
 
 class Responder {
  public:
-  explicit Responder(fabric::LocalProcess& local) : local_(local) {}
-
-  // SEND / SEND_WITH_IMM / RDMA_WRITE_WITH_IMM's receive side: takes a WQE of the target, scatters
-  // `local` (length `total`) into it and completes it on the target's receive CQ.
-  Reply Deliver(const Target& t, uint32_t qp_type, const iovec* local, size_t nl, uint64_t total,
-                const MessageInfo& info);
-  // RDMA WRITE: `local` into [remote_addr, +total) through `rkey`.
-  Reply Write(const Target& t, uint32_t rkey, uint64_t remote_addr, const iovec* local, size_t nl, uint64_t total);
-  // RDMA READ: [remote_addr, +total) through `rkey` into `local`.
-  Reply Read(const Target& t, uint32_t rkey, uint64_t remote_addr, const iovec* local, size_t nl, uint64_t total);
-  // ATOMIC CMP_AND_SWP / FETCH_AND_ADD on the 8 bytes at remote_addr; `original` gets the value
-  // before the operation.
-  Reply Atomic(const Target& t, WrOpcode op, uint32_t rkey, uint64_t remote_addr, uint64_t compare_add,
-               uint64_t swap, uint64_t* original);
+  // Executes `r` at `t`. `grh`: the 40-byte network header a UD receive starts with (built by
+  // the fabric that carried the datagram), nullptr for RC/UC.
+  static Reply Execute(const TargetQp& t, const Request& r, const uint8_t* grh = nullptr);
 
  private:
-  // Resolves [remote_addr, +length) of `rkey` to pieces of the target's memory (one, or several
-  // through an indirect key), checking IBA 10.6.3's rules: the key is the target's, in the target
-  // QP's PD, grants `access`, covers the range, and the QP grants the same access.
-  Reply CheckRemote(const Target& t, uint32_t rkey, uint64_t remote_addr, uint64_t length, uint32_t access,
-                    PinnedPieces* pieces);
-  // Resolves WQE `w`'s buffers for a message of `need` bytes (see Deliver).
-  Reply Scatter(const Target& t, const TakenWqe& w, uint64_t need, bool peek_only, ScatterList* out);
-  // RDMA WRITE (write) or READ: the shared checks, then the copy.
-  Reply Rdma(const Target& t, bool write, uint32_t rkey, uint64_t remote_addr, const iovec* local, size_t nl,
-             uint64_t total);
-  fabric::LocalProcess& local_;
+  // SEND / SEND_WITH_IMM / SEND_WITH_INV / RDMA_WRITE_WITH_IMM's receive side: takes a WQE,
+  // scatters the message (after `grh`, if any) into it and completes it on the receive CQ.
+  static Reply Deliver(const TargetQp& t, const Request& r, const uint8_t* grh);
+  static Reply Rdma(const TargetQp& t, const Request& r, bool write);
+  static Reply Atomic(const TargetQp& t, const Request& r);
+  // Resolves [addr, +length) of `rkey` under IBA 10.6.3's rules into pieces of the target's
+  // memory: the key is the target's, in its QP's PD, grants `access`, covers the range, and the
+  // QP grants the same access.
+  static ReplyCode CheckRemote(const TargetQp& t, uint32_t rkey, uint64_t addr, uint64_t length, uint32_t access,
+                               PinnedPieces* pieces);
+  // Resolves WQE `w`'s buffers for a message of `need` bytes: kAck, kRemoteOp (a bad SGE) or
+  // kInvalidRequest (the message does not fit).
+  static ReplyCode Scatter(const TargetQp& t, const TakenWqe& w, uint64_t need, bool peek_only, ScatterList* out);
 };
 
 }  // namespace softverbs::transport

@@ -33,6 +33,14 @@ enum class WrOpcode : uint32_t {
   kAtomicWrite = 15,
 };
 
+// Opcodes whose message carries the local bytes, and so may carry them inline (ibv_post_send(3):
+// IBV_SEND_INLINE is "valid only for the Send and RDMA Write opcodes"; mlx5 ignores it on READ and
+// atomics, whose SGEs are written, not sent).
+inline bool CarriesData(WrOpcode op) {
+  return op == WrOpcode::kSend || op == WrOpcode::kSendWithImm || op == WrOpcode::kSendWithInv ||
+         op == WrOpcode::kRdmaWrite || op == WrOpcode::kRdmaWriteWithImm;
+}
+
 // ibv_send_flags
 namespace send_flag {
 inline constexpr uint32_t kFence = 1u << 0;
@@ -88,16 +96,17 @@ struct UdDestination {
   uint8_t hop_limit;
   uint32_t remote_qpn;
   uint32_t remote_qkey;
+  bool on_host;  // dgid is one of this host's GIDs (the same-host fabric reaches it)
 };
 
 // The DC destination of a DCI's work request (mlx5dv_wr_set_dc_addr(3)): the DCT number, the
-// access key presented to it, and the AH's address (for a wire fabric; the host fabric routes
-// by the number alone).
+// access key presented to it, and the AH's address, which decides the fabric.
 struct DcDestination {
   bool set = false;
   uint32_t remote_dctn = 0;
   uint64_t access_key = 0;
   uint8_t dgid[16] = {};
+  bool on_host = false;  // dgid is one of this host's GIDs
 };
 
 // A memory window bind (IBV_WR_BIND_MW, ibv_bind_mw: struct ibv_mw_bind_info and the R_Key the

@@ -38,6 +38,7 @@ void SetDcAddr(mlx5dv_qp_ex* mqp, ibv_ah* ah, uint32_t remote_dctn, uint64_t rem
   dc.remote_dctn = remote_dctn;
   dc.access_key = remote_dc_key;
   memcpy(dc.dgid, ToSv(ah)->ud.dgid, sizeof dc.dgid);
+  dc.on_host = ToSv(ah)->ud.on_host;
 }
 
 // DCI streams are not implemented (dci_streams_caps 0, and MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS is

@@ -23,8 +23,10 @@ Status ToTransport(const ibv_send_wr& in, transport::SendWr* out) {
     out->sge[i] = {in.sg_list[i].addr, in.sg_list[i].length, in.sg_list[i].lkey};
     inline_length += in.sg_list[i].length;
   }
-  if (in.send_flags & IBV_SEND_INLINE) {
+  if ((in.send_flags & IBV_SEND_INLINE) && transport::CarriesData(out->opcode)) {
     // ibv_post_send(3): inline data is read from the SGE addresses now; lkeys are not checked.
+    // Only for SEND and WRITE: on READ and atomics the flag is ignored (as mlx5 does) and their
+    // SGEs stay SGEs, checked against their lkeys when executed.
     // A gather list is flattened into one buffer the requester copies if it must wait.
     static thread_local uint8_t buffer[transport::kMaxInlineData];
     if (inline_length > sizeof(buffer)) return Invalid("inline data exceeds max_inline_data");

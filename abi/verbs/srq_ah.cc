@@ -111,6 +111,7 @@ SV_EXPORT ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
   ah->ud.flow_label = av.flow_label;
   ah->ud.traffic_class = av.traffic_class;
   ah->ud.hop_limit = av.hop_limit;
+  ah->ud.on_host = ah->core->on_host();
   return &ah->ah;
 }
 SV_DEFAULT_VERSION(ibv_create_ah);

@@ -168,6 +168,9 @@ class DcTest : public CoreTest {
     w.dc.set = true;
     w.dc.remote_dctn = dctn;
     w.dc.access_key = key;
+    // The DCT is on this host: the address handle's GID is one of its own (core::Ah::on_host).
+    memcpy(w.dc.dgid, context_->gids().at(1).gid.data(), 16);
+    w.dc.on_host = true;
     return w;
   }
   void PostRecv(uint64_t id, uint64_t off, uint32_t len) {

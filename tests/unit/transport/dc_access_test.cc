@@ -14,23 +14,16 @@ struct Endpoint {
   QpEndpoint e{};
 };
 
-DcDestination To(uint64_t key) {
-  DcDestination d;
-  d.set = true;
-  d.access_key = key;
-  return d;
-}
-
 TEST(DcAccess, DctAdmitsDcisWithItsKeyOnly) {
   const Endpoint dct(true, 42);
-  EXPECT_TRUE(DcAdmits(dct, true, To(42)));
-  EXPECT_FALSE(DcAdmits(dct, true, To(43)));
-  EXPECT_FALSE(DcAdmits(dct, false, To(42)));  // an RC QP never reaches a DCT
+  EXPECT_TRUE(DcAdmits(dct, true, 42));
+  EXPECT_FALSE(DcAdmits(dct, true, 43));
+  EXPECT_FALSE(DcAdmits(dct, false, 42));  // an RC QP never reaches a DCT
 }
 
 TEST(DcAccess, DciReachesOnlyDcts) {
-  EXPECT_FALSE(DcAdmits(Endpoint(false, 0), true, To(0)));
-  EXPECT_TRUE(DcAdmits(Endpoint(false, 0), false, DcDestination{}));  // RC to RC: not DC's business
+  EXPECT_FALSE(DcAdmits(Endpoint(false, 0), true, 0));
+  EXPECT_TRUE(DcAdmits(Endpoint(false, 0), false, 0));  // RC to RC: not DC's business
 }
 
 }  // namespace

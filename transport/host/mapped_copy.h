@@ -14,17 +14,17 @@
 #include "fabric/host/backing_maps.h"
 #include "fabric/host/host_registry.h"
 #include "transport/indirect_key.h"
-#include "transport/target.h"
 
 namespace softverbs::transport {
 
 // The target's pieces as this process reaches them through mappings of their backings.
 class MappedPieces {
  public:
-  // Translates every piece of `remote` (pinned by it, in `t`'s process); false -- and nothing
+  // Translates every piece of `remote` (pinned by it, in `peer`'s process); false -- and nothing
   // to use -- if one is not in a shared-backed key of that process or its backing cannot be
-  // mapped with certainty (the caller then uses process_vm_writev/readv).
-  bool Map(fabric::HostRegistry& registry, fabric::BackingMaps& maps, const Target& t, const PinnedPieces& remote);
+  // mapped with certainty (the caller then uses process_vm_writev/readv). `peer` null: the
+  // memory is this process's own, reached directly anyway.
+  bool Map(fabric::HostRegistry& registry, fabric::BackingMaps& maps, fabric::Peer* peer, const PinnedPieces& remote);
   const iovec* data() const { return pieces_.data(); }
   size_t size() const { return pieces_.size(); }
 

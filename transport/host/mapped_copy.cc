@@ -1,4 +1,4 @@
-#include "transport/mapped_copy.h"
+#include "transport/host/mapped_copy.h"
 
 #include <cstring>
 
@@ -16,18 +16,17 @@ size_t PinHolding(const PinnedPieces& remote, uint64_t addr, uint64_t length, si
     const size_t i = (hint + k) % n;
     const KeyView& v = remote.pin(i).view();
     if (v.indirect()) continue;  // its pieces are in the keys of its layout, pinned next to it
-    if (addr >= v.addr && length <= v.length && addr - v.addr <= v.length - length) return i;
+    if (RangeWithin(v.addr, v.length, addr, length)) return i;
   }
   return SIZE_MAX;
 }
 
 }  // namespace
 
-bool MappedPieces::Map(fabric::HostRegistry& registry, fabric::BackingMaps& maps, const Target& t,
+bool MappedPieces::Map(fabric::HostRegistry& registry, fabric::BackingMaps& maps, fabric::Peer* peer,
                        const PinnedPieces& remote) {
   pieces_.clear();
   windows_.clear();
-  fabric::Peer* peer = t.peer();
   if (peer == nullptr) return false;  // this process's own memory is reached by memcpy anyway
   // Cheap refusal first: private memory (the common case) has no key marked kSharedBacking.
   bool any = false;

@@ -1,67 +1,56 @@
 // The requester role: a QP's send queue. ibv_post_send hands each work request here; it is
 // executed at once, in the poster's thread, when nothing is queued before it (the initiator is
-// the NIC). A request the target cannot take yet (RNR, or a target that does not answer) waits
-// in the queue, with everything posted after it, until the progress thread retries it after the
-// delay the QP's attributes imply (min_rnr_timer / timeout), at most rnr_retry / retry_cnt times.
+// the NIC). Executing a work request means checking its local side (IBA 10.6.3.1), building the
+// Request the packets of the message would carry, and handing it to the link of its destination
+// (transport/link.h); the reply goes to the completer (transport/completer.h). A request the
+// target cannot take yet (RNR, or a target that does not answer) waits in the queue, with
+// everything posted after it, until the progress thread retries it when the completer says.
 // Every request completes exactly once: success, error, or flush.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <deque>
-#include <memory>
 #include <mutex>
 #include <vector>
 
 #include "base/status.h"
 #include "fabric/host/host_directory.h"
-#include "transport/completion.h"
-#include "transport/responder.h"
-#include "transport/target.h"
+#include "transport/completer.h"
+#include "transport/link.h"
+#include "transport/request.h"
 #include "transport/work_request.h"
 
 namespace softverbs::transport {
 
-// Where the send queue's completions go (the QP's send CQ) and how it reports that a completion
-// error other than a flush took the QP out of RTS (IBA 10.8.3): RC enters ERR; UC and UD enter
-// SQE, whose receive queue keeps working (IBA 10.3.1).
-class RequesterHost {
- public:
-  virtual ~RequesterHost() = default;
-  virtual void Complete(const Completion& c) = 0;
-  virtual void EnterError() = 0;
-  virtual void EnterSendQueueError() = 0;
-};
+class PinnedPieces;
 
 // The QP attributes the requester works with; the core refreshes them on every ibv_modify_qp.
 struct RequesterConfig {
-  uint32_t qp_num = 0;
-  uint32_t type = 0;          // enum ibv_qp_type
+  CompleterConfig completer;  // qp_num, transport type, timers, retry counts, sq_sig_all
   uint32_t source_qpn = 0;    // UD with IBV_QP_CREATE_SOURCE_QPN: the QPN its sends carry
   uint64_t pd = 0;            // host-unique PD id
   uint32_t process_slot = 0;  // this process (owner of the local keys)
   uint32_t dest_qp_num = 0;   // RC/UC
+  Addressing av;              // RC/UC: the address vector's GIDs and GRH fields
+  bool dest_on_host = false;  // RC/UC: av.dgid is one of this host's GIDs
   uint32_t path_mtu = 4096;   // bytes
   uint32_t qkey = 0;          // UD: the QP's own Q_Key (used when a WR's has the high bit set)
-  uint8_t timeout = 0;        // local ACK timeout exponent (0: wait forever)
-  uint8_t retry_cnt = 0;
-  uint8_t rnr_retry = 0;      // 7: retry forever
   uint8_t max_rd_atomic = 0;  // RDMA READs / atomics this QP may have outstanding as initiator
-  bool sq_sig_all = false;
   uint32_t max_send_wr = 0;
   uint32_t max_send_sge = 0;
   uint32_t max_inline = 0;
   bool block_self_mcast_lb = false;  // IBV_QP_CREATE_BLOCK_SELF_MCAST_LB
-  uint8_t sgid[16] = {};      // UD: the GRH source of sends (from the AH)
   bool dc_initiator = false;  // a DCI: each WR names its DCT (SendWr::dc)
 };
 
-class SendQueue {
+class Requester {
  public:
-  SendQueue(fabric::LocalProcess& local, RequesterHost& host);
-  ~SendQueue();
-  SendQueue(const SendQueue&) = delete;
-  SendQueue& operator=(const SendQueue&) = delete;
+  // `links`: how destinations on this host and elsewhere are reached (owned by the caller).
+  Requester(fabric::LocalProcess& local, RequesterHost& host, Links links);
+  ~Requester();
+  Requester(const Requester&) = delete;
+  Requester& operator=(const Requester&) = delete;
 
   void Configure(const RequesterConfig& config);
 
@@ -82,38 +71,36 @@ class SendQueue {
   struct Pending {
     SendWr wr;
     std::vector<uint8_t> inline_copy;  // IBV_SEND_INLINE bytes, copied at post time
-    uint32_t rnr_left = 0;
-    uint32_t retries_left = 0;
+    RetryState retry;
     std::chrono::steady_clock::time_point due{};
   };
-  enum class Step { kDone, kWait };
 
   Status Check(const SendWr& wr, uint32_t qp_state) const;
   // Appends `p` to the queue (under mu_), copying its inline bytes.
   void Enqueue(Pending&& p);
-  // Runs the head of the queue once; kWait if it must be retried later.
-  Step Execute(Pending& p);
+  // Runs the head of the queue once; what the completer decided.
+  Completer::Verdict Execute(Pending& p);
   // A UMR (kDriver1): configures an indirect mkey of this process (transport/indirect_key.h).
-  Step ExecuteUmr(const SendWr& wr);
+  Completer::Verdict ExecuteUmr(const SendWr& wr);
   // BIND_MW / LOCAL_INV: changes a key of this process (transport/window_key.h).
-  Step ExecuteLocalOp(const SendWr& wr);
-  void Finish(const SendWr& wr, uint32_t status, uint64_t byte_len);
-  void Fail(const SendWr& wr, uint32_t status);
-  void RunQueue(std::unique_lock<std::mutex>& lock);
-  // UD SEND to one target: the Q_Key rule, then the delivery with the GRH.
-  Reply DeliverDatagram(const Target& target, const SendWr& wr, const iovec* local, size_t nl, uint64_t total,
-                        MessageInfo& info);
-  // UD SEND to a multicast GID: delivered to every QP attached to the group.
-  void SendMulticast(const SendWr& wr, const iovec* local, size_t nl, uint64_t total);
+  Completer::Verdict ExecuteLocalOp(const SendWr& wr);
+  // The message's local side: inline bytes, or SGEs checked against this process's keys and
+  // resolved into pieces of memory. 0, or the completion error of a bad local side.
+  uint32_t GatherLocal(const SendWr& wr, PinnedPieces& pieces, uint64_t* total);
+  // The Request `wr` makes (local side in `pieces`); `ud` receives a UD send's addressing.
+  Request BuildRequest(const SendWr& wr, const PinnedPieces& pieces, uint64_t total, Addressing* ud) const;
+  // Runs the queue from its head while heads complete; flushes what follows a failure.
+  void RunQueue();
+  // Applies a verdict about the queue's head; false if the queue must wait.
+  bool Settle(Pending& head, const Completer::Verdict& v);
 
   fabric::LocalProcess& local_;
-  RequesterHost& host_;
-  Responder responder_;
+  Completer completer_;
+  Links links_;
   std::mutex mu_;
   RequesterConfig config_;
   std::deque<Pending> queue_;
-  bool error_ = false;
-  PeerHint peer_hint_;
+  bool stopped_ = false;  // a completion error stopped the queue (ERR, or SQE for UC/UD)
 };
 
 }  // namespace softverbs::transport

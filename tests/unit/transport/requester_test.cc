@@ -1,0 +1,187 @@
+// The requester role against fake links: which link a work request takes (the destination GID
+// decides, never the QP number), what Request it hands over, and how it completes.
+#include "transport/requester.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "core/mr.h"
+#include "tests/unit/core/test_context.h"
+
+namespace softverbs::core {
+namespace {
+
+using transport::Reply;
+using transport::ReplyCode;
+using transport::Request;
+using transport::SendWr;
+using transport::WrOpcode;
+
+constexpr uint32_t kRc = 2, kUd = 4;
+constexpr uint32_t kRts = 3;
+
+struct FakeLink : transport::Link {
+  Reply Carry(const Request& r) override {
+    seen.push_back(r);
+    return next;
+  }
+  void CarryMulticast(const Request& r, uint32_t) override { multicast.push_back(r); }
+  std::vector<Request> seen;
+  std::vector<Request> multicast;
+  Reply next = Reply::Of(ReplyCode::kAck);
+};
+
+struct FakeQp : transport::RequesterHost {
+  void Complete(const transport::Completion& c) override { completions.push_back(c); }
+  void EnterError() override { ++errors; }
+  void EnterSendQueueError() override {}
+  std::vector<transport::Completion> completions;
+  int errors = 0;
+};
+
+class RequesterTest : public CoreTest {
+ protected:
+  RequesterTest() : requester_(context_->local(), qp_, {&host_, &wire_}) {
+    mr_ = std::move(Mr::Register(*pd_, {reinterpret_cast<uint64_t>(buf_), sizeof(buf_), reinterpret_cast<uint64_t>(buf_),
+                                        access::kLocalWrite})
+                        .value());
+  }
+  transport::RequesterConfig Config(uint32_t type, bool on_host) {
+    transport::RequesterConfig c;
+    c.completer.qp_num = 0x200;
+    c.completer.type = type;
+    c.completer.timeout = 14;
+    c.completer.retry_cnt = 7;
+    c.completer.rnr_retry = 7;
+    c.pd = pd_->host_id();
+    c.process_slot = context_->local().slot();
+    c.dest_qp_num = 0x201;
+    c.dest_on_host = on_host;
+    c.max_rd_atomic = 1;
+    c.max_send_wr = 16;
+    c.max_send_sge = 4;
+    c.max_inline = 64;
+    c.qkey = 0x5555;
+    return c;
+  }
+  SendWr Wr(WrOpcode op, uint32_t length = 8) {
+    SendWr w;
+    w.wr_id = 1;
+    w.opcode = op;
+    w.flags = transport::send_flag::kSignaled;
+    w.num_sge = 1;
+    w.sge[0] = {reinterpret_cast<uint64_t>(buf_), length, mr_->lkey()};
+    return w;
+  }
+  uint8_t buf_[256] = {};
+  FakeQp qp_;
+  FakeLink host_, wire_;
+  std::unique_ptr<Mr> mr_;
+  transport::Requester requester_;
+};
+
+TEST_F(RequesterTest, ADestinationOffThisHostNeverReachesALocalQp) {
+  // Issue 11's defect: QP number 0x201 may exist here, but the GID is another host's.
+  requester_.Configure(Config(kRc, /*on_host=*/false));
+  ASSERT_TRUE(requester_.Post(Wr(WrOpcode::kRdmaWrite), kRts).ok());
+  EXPECT_TRUE(host_.seen.empty());
+  ASSERT_EQ(wire_.seen.size(), 1u);
+  EXPECT_EQ(wire_.seen[0].dest_qp, 0x201u);
+  requester_.Configure(Config(kRc, /*on_host=*/true));
+  ASSERT_TRUE(requester_.Post(Wr(WrOpcode::kRdmaWrite), kRts).ok());
+  EXPECT_EQ(host_.seen.size(), 1u);
+}
+
+TEST_F(RequesterTest, UdRoutesEachDatagramByItsAddressHandle) {
+  requester_.Configure(Config(kUd, false));
+  SendWr w = Wr(WrOpcode::kSend);
+  w.ud.remote_qpn = 0x300;
+  w.ud.remote_qkey = 0x80000000;  // IBA 10.2.5: the QP's own Q_Key
+  w.ud.on_host = false;
+  ASSERT_TRUE(requester_.Post(w, kRts).ok());
+  w.ud.on_host = true;
+  w.ud.remote_qkey = 0x42;
+  ASSERT_TRUE(requester_.Post(w, kRts).ok());
+  ASSERT_EQ(wire_.seen.size(), 1u);
+  ASSERT_EQ(host_.seen.size(), 1u);
+  EXPECT_EQ(wire_.seen[0].qkey, 0x5555u);
+  EXPECT_EQ(host_.seen[0].qkey, 0x42u);
+  EXPECT_EQ(host_.seen[0].dest_qp, 0x300u);
+  EXPECT_EQ(host_.seen[0].src_qp, 0x200u);
+}
+
+TEST_F(RequesterTest, TheRequestCarriesTheMessage) {
+  requester_.Configure(Config(kRc, true));
+  memcpy(buf_, "abcdefgh", 8);
+  SendWr w = Wr(WrOpcode::kRdmaWriteWithImm);
+  w.rkey = 0x777;
+  w.remote_addr = 0x1000;
+  w.imm_data = 0x01020304;
+  w.flags |= transport::send_flag::kSolicited;
+  ASSERT_TRUE(requester_.Post(w, kRts).ok());
+  ASSERT_EQ(host_.seen.size(), 1u);
+  const Request& r = host_.seen[0];
+  EXPECT_EQ(r.opcode, WrOpcode::kRdmaWriteWithImm);
+  EXPECT_EQ(r.rkey, 0x777u);
+  EXPECT_EQ(r.remote_addr, 0x1000u);
+  EXPECT_EQ(r.imm_data, 0x01020304u);
+  EXPECT_TRUE(r.solicited);
+  EXPECT_EQ(r.length, 8u);
+  ASSERT_EQ(qp_.completions.size(), 1u);
+  EXPECT_EQ(qp_.completions[0].byte_len, 8u);
+}
+
+TEST_F(RequesterTest, InlineIsIgnoredOnReadsAndABadSgeIsALocalProtectionError) {
+  // Issue 17 item 8: IBV_SEND_INLINE on an RDMA READ (mlx5 ignores it) with an SGE that no key
+  // covers completes with IBV_WC_LOC_PROT_ERR; nothing is read from the address.
+  requester_.Configure(Config(kRc, true));
+  SendWr w = Wr(WrOpcode::kRdmaRead);
+  w.flags |= transport::send_flag::kInline;
+  w.sge[0] = {0x10, 8, mr_->lkey()};  // not inside the MR
+  w.inline_length = 4096;  // what an unchecked inline copy would have claimed
+  ASSERT_TRUE(requester_.Post(w, kRts).ok());
+  EXPECT_TRUE(host_.seen.empty());
+  ASSERT_EQ(qp_.completions.size(), 1u);
+  EXPECT_EQ(qp_.completions[0].status, transport::wc_status::kLocProtErr);
+  EXPECT_EQ(qp_.errors, 1);
+}
+
+TEST_F(RequesterTest, AtomicOriginalLandsInTheLocalBuffer) {
+  requester_.Configure(Config(kRc, true));
+  host_.next = Reply::Of(ReplyCode::kAck);
+  host_.next.original = 0x1122334455667788;
+  ASSERT_TRUE(requester_.Post(Wr(WrOpcode::kAtomicFetchAdd), kRts).ok());
+  uint64_t got;
+  memcpy(&got, buf_, 8);
+  EXPECT_EQ(got, 0x1122334455667788u);
+}
+
+TEST_F(RequesterTest, AFailureFlushesWhatFollows) {
+  requester_.Configure(Config(kRc, true));
+  host_.next = Reply::Of(ReplyCode::kRemoteAccess);
+  ASSERT_TRUE(requester_.Post(Wr(WrOpcode::kRdmaWrite), kRts).ok());
+  host_.next = Reply::Of(ReplyCode::kAck);
+  SendWr w = Wr(WrOpcode::kRdmaWrite);
+  w.wr_id = 2;
+  ASSERT_TRUE(requester_.Post(w, kRts).ok());
+  ASSERT_EQ(qp_.completions.size(), 2u);
+  EXPECT_EQ(qp_.completions[0].status, transport::wc_status::kRemAccessErr);
+  EXPECT_EQ(qp_.completions[1].status, transport::wc_status::kWrFlushErr);
+  EXPECT_EQ(host_.seen.size(), 1u);  // the second never left
+}
+
+TEST_F(RequesterTest, MulticastGoesToTheHostsMembers) {
+  requester_.Configure(Config(kUd, false));
+  SendWr w = Wr(WrOpcode::kSend);
+  const uint8_t group[16] = {0xff, 0x0e, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  memcpy(w.ud.dgid, group, 16);
+  w.ud.remote_qpn = 0xffffff;
+  ASSERT_TRUE(requester_.Post(w, kRts).ok());
+  EXPECT_EQ(host_.multicast.size(), 1u);
+  EXPECT_TRUE(wire_.seen.empty());
+}
+
+}  // namespace
+}  // namespace softverbs::core

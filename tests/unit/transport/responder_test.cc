@@ -1,0 +1,266 @@
+// The responder role against a fake fabric: a TargetQp in this process whose bytes move with
+// memcpy, so each rule of the responder is seen without any fabric's mechanism.
+#include "transport/responder.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "core/cq.h"
+#include "core/mr.h"
+#include "tests/unit/core/test_context.h"
+#include "transport/key_table.h"
+
+namespace softverbs::core {
+namespace {
+
+using transport::Reply;
+using transport::ReplyCode;
+using transport::Request;
+using transport::WrOpcode;
+
+constexpr uint32_t kRc = 2, kUc = 3, kUd = 4;
+constexpr uint32_t kRts = 3, kInit = 1;
+
+// The fake fabric: the target QP's endpoint in plain memory, its queues in this process's arena.
+class FakeTarget final : public transport::TargetQp {
+ public:
+  explicit FakeTarget(fabric::LocalProcess& local) : local_(local) {}
+  transport::QpEndpoint& endpoint() const override { return e_; }
+  uint32_t process_slot() const override { return local_.slot(); }
+  fabric::HostRegistry& registry() const override { return local_.registry(); }
+  void* Resolve(fabric::SharedRef ref) const override { return local_.At(ref); }
+  Status Move(bool write, const iovec* local, size_t nl, const transport::PinnedPieces& remote) const override {
+    ++moves;
+    std::vector<uint8_t> bytes;
+    const iovec* from = write ? local : remote.data();
+    const size_t nf = write ? nl : remote.size();
+    for (size_t i = 0; i < nf; ++i)
+      bytes.insert(bytes.end(), static_cast<uint8_t*>(from[i].iov_base), static_cast<uint8_t*>(from[i].iov_base) + from[i].iov_len);
+    const iovec* to = write ? remote.data() : local;
+    const size_t nt = write ? remote.size() : nl;
+    size_t at = 0;
+    for (size_t i = 0; i < nt && at < bytes.size(); ++i) {
+      const size_t n = std::min(to[i].iov_len, bytes.size() - at);
+      memcpy(to[i].iov_base, bytes.data() + at, n);
+      at += n;
+    }
+    return Status::Ok();
+  }
+  Result<uint64_t> AtomicUpdate(const transport::PinnedPieces& remote, uint64_t (*op)(uint64_t, const void*),
+                                const void* arg) const override {
+    auto* word = static_cast<uint64_t*>(remote.data()[0].iov_base);
+    const uint64_t before = *word;
+    *word = op(before, arg);
+    return before;
+  }
+  void Signal(int, uint64_t) const override { ++signals; }
+  bool IsAlive() const override { return alive; }
+  bool LandsInCompletion() const override { return lands; }
+
+  mutable transport::QpEndpoint e_{};
+  mutable int moves = 0;
+  mutable int signals = 0;
+  bool alive = true;
+  bool lands = false;
+
+ private:
+  fabric::LocalProcess& local_;
+};
+
+class ResponderTest : public CoreTest {
+ protected:
+  ResponderTest() : target_(context_->local()) {
+    cq_ = std::move(Cq::Create(*context_, 64, nullptr, 0).value());
+    rq_ = std::move(transport::RecvQueue::Create(context_->local(), 16, 4).value());
+    mr_ = std::move(Mr::Register(*pd_, {reinterpret_cast<uint64_t>(buf_), sizeof(buf_), reinterpret_cast<uint64_t>(buf_),
+                                        access::kLocalWrite | access::kRemoteWrite | access::kRemoteRead |
+                                            access::kRemoteAtomic})
+                        .value());
+    transport::QpEndpoint& e = target_.e_;
+    e.state.store(kRts);
+    e.qp_num = 0x1234;
+    e.type = kRc;
+    e.access = access::kRemoteWrite | access::kRemoteRead | access::kRemoteAtomic;
+    e.max_dest_rd_atomic = 4;
+    e.min_rnr_timer = 12;
+    e.pd = pd_->host_id();
+    e.recv_cq = cq_->ring_ref();
+    e.recv_queue = rq_->ref();
+    e.async_fd = -1;
+  }
+  Request Make(WrOpcode op, uint32_t type = kRc) {
+    Request r;
+    r.qp_type = type;
+    r.opcode = op;
+    r.src_qp = 0x99;
+    r.dest_qp = 0x1234;
+    r.local = &local_;
+    r.local_count = 1;
+    r.length = local_.iov_len;
+    r.rkey = mr_->rkey();
+    r.remote_addr = reinterpret_cast<uint64_t>(buf_);
+    return r;
+  }
+  void PostRecv(uint64_t id, uint32_t offset, uint32_t length) {
+    transport::RecvSge s{reinterpret_cast<uint64_t>(buf_) + offset, length, mr_->lkey()};
+    ASSERT_TRUE(rq_->Post(id, &s, 1).ok());
+  }
+  int Poll(transport::Completion* c) { return cq_->Poll(c, 1); }
+
+  uint8_t buf_[4096] = {};
+  uint8_t payload_[64] = {'h', 'e', 'l', 'l', 'o'};
+  iovec local_{payload_, 5};
+  FakeTarget target_;
+  std::unique_ptr<Cq> cq_;
+  std::unique_ptr<transport::RecvQueue> rq_;
+  std::unique_ptr<Mr> mr_;
+};
+
+TEST_F(ResponderTest, WriteLandsThroughTheRkey) {
+  Request r = Make(WrOpcode::kRdmaWrite);
+  r.remote_addr += 100;
+  EXPECT_EQ(transport::Responder::Execute(target_, r).code, ReplyCode::kAck);
+  EXPECT_EQ(memcmp(buf_ + 100, "hello", 5), 0);
+}
+
+TEST_F(ResponderTest, TransportMismatchIsDiscardedUntouched) {
+  // Issue 17 item 3: an RC WRITE into a UC QP, and a UC WRITE into an RC QP, are dropped as a NIC
+  // drops a packet whose opcode's transport is not its QP's (IBA 9.6.1.1).
+  target_.e_.type = kUc;
+  EXPECT_EQ(transport::Responder::Execute(target_, Make(WrOpcode::kRdmaWrite, kRc)).code, ReplyCode::kNoAnswer);
+  target_.e_.type = kRc;
+  EXPECT_EQ(transport::Responder::Execute(target_, Make(WrOpcode::kRdmaWrite, kUc)).code, ReplyCode::kDropped);
+  EXPECT_EQ(target_.moves, 0);
+  EXPECT_EQ(buf_[0], 0);
+}
+
+TEST_F(ResponderTest, QpNotReceivingIsSilent) {
+  target_.e_.state.store(kInit);
+  EXPECT_EQ(transport::Responder::Execute(target_, Make(WrOpcode::kRdmaWrite)).code, ReplyCode::kNoAnswer);
+  EXPECT_EQ(target_.moves, 0);
+}
+
+TEST_F(ResponderTest, WriteOutsideTheKeyIsRemoteAccessAndErrsTheTarget) {
+  Request r = Make(WrOpcode::kRdmaWrite);
+  r.remote_addr += sizeof(buf_) - 2;  // 5 bytes from 2 before the end
+  EXPECT_EQ(transport::Responder::Execute(target_, r).code, ReplyCode::kRemoteAccess);
+  EXPECT_EQ(target_.moves, 0);
+  EXPECT_EQ(target_.e_.remote_error.load(), 1u);  // IBA 9.9.3: the RC responder enters ERR
+}
+
+TEST_F(ResponderTest, AccessTheQpDoesNotGrantIsRefused) {
+  target_.e_.access = access::kRemoteRead;
+  EXPECT_EQ(transport::Responder::Execute(target_, Make(WrOpcode::kRdmaWrite)).code, ReplyCode::kRemoteAccess);
+}
+
+TEST_F(ResponderTest, SendWithoutAWqeIsRnrWithTheTargetsTimer) {
+  Reply reply = transport::Responder::Execute(target_, Make(WrOpcode::kSend));
+  EXPECT_EQ(reply.code, ReplyCode::kRnr);
+  EXPECT_EQ(reply.rnr_timer, 12);
+  target_.alive = false;  // a dead owner answers nothing
+  EXPECT_EQ(transport::Responder::Execute(target_, Make(WrOpcode::kSend)).code, ReplyCode::kNoAnswer);
+}
+
+TEST_F(ResponderTest, SendScattersIntoTheWqeAndCompletesAtTheTarget) {
+  PostRecv(7, 200, 64);
+  Request r = Make(WrOpcode::kSendWithImm);
+  r.imm_data = 0xabcd;
+  EXPECT_EQ(transport::Responder::Execute(target_, r).code, ReplyCode::kAck);
+  EXPECT_EQ(memcmp(buf_ + 200, "hello", 5), 0);
+  transport::Completion c;
+  ASSERT_EQ(Poll(&c), 1);
+  EXPECT_EQ(c.wr_id, 7u);
+  EXPECT_EQ(c.byte_len, 5u);
+  EXPECT_EQ(c.src_qp, 0x99u);
+  EXPECT_EQ(c.imm_data, 0xabcdu);
+  EXPECT_TRUE(c.wc_flags & transport::wc_flag::kWithImm);
+}
+
+TEST_F(ResponderTest, SendTooLargeForTheWqeFailsBothSides) {
+  PostRecv(7, 200, 4);
+  EXPECT_EQ(transport::Responder::Execute(target_, Make(WrOpcode::kSend)).code, ReplyCode::kInvalidRequest);
+  transport::Completion c;
+  ASSERT_EQ(Poll(&c), 1);
+  EXPECT_EQ(c.status, transport::wc_status::kLocLenErr);
+  EXPECT_EQ(buf_[200], 0);
+}
+
+TEST_F(ResponderTest, SmallSendLandsInTheCompletionWhenTheFabricAsks) {
+  target_.lands = true;
+  PostRecv(7, 200, 64);
+  EXPECT_EQ(transport::Responder::Execute(target_, Make(WrOpcode::kSend)).code, ReplyCode::kAck);
+  EXPECT_EQ(target_.moves, 0);  // carried in the completion entry
+  transport::Completion c;
+  ASSERT_EQ(Poll(&c), 1);  // the owner's poll scatters it
+  EXPECT_EQ(memcmp(buf_ + 200, "hello", 5), 0);
+}
+
+TEST_F(ResponderTest, UdDatagramsNeedTheQkeyAndCarryTheGrh) {
+  target_.e_.type = kUd;
+  target_.e_.qkey = 0x11;
+  PostRecv(7, 0, 64);
+  uint8_t grh[40];
+  memset(grh, 0xee, sizeof grh);
+  Request r = Make(WrOpcode::kSend, kUd);
+  r.qkey = 0x12;
+  EXPECT_EQ(transport::Responder::Execute(target_, r, grh).code, ReplyCode::kDropped);
+  transport::Completion c;
+  EXPECT_EQ(Poll(&c), 0);  // IBA 10.2.5: dropped, the WQE still posted
+  r.qkey = 0x11;
+  EXPECT_EQ(transport::Responder::Execute(target_, r, grh).code, ReplyCode::kAck);
+  ASSERT_EQ(Poll(&c), 1);
+  EXPECT_EQ(c.byte_len, 45u);
+  EXPECT_TRUE(c.wc_flags & transport::wc_flag::kGrh);
+  EXPECT_EQ(buf_[39], 0xee);
+  EXPECT_EQ(memcmp(buf_ + 40, "hello", 5), 0);
+}
+
+TEST_F(ResponderTest, ReadFetchesAndNeedsResponderResources) {
+  memcpy(buf_ + 300, "world", 5);
+  uint8_t into[5] = {};
+  iovec l{into, 5};
+  Request r = Make(WrOpcode::kRdmaRead);
+  r.local = &l;
+  r.remote_addr += 300;
+  EXPECT_EQ(transport::Responder::Execute(target_, r).code, ReplyCode::kAck);
+  EXPECT_EQ(memcmp(into, "world", 5), 0);
+  target_.e_.max_dest_rd_atomic = 0;  // IBA 9.7.5.1.4
+  EXPECT_EQ(transport::Responder::Execute(target_, r).code, ReplyCode::kInvalidRequest);
+}
+
+TEST_F(ResponderTest, AtomicsReturnTheOriginalAndNeedAlignment) {
+  uint64_t word = 40;
+  memcpy(buf_ + 512, &word, 8);
+  Request r = Make(WrOpcode::kAtomicFetchAdd);
+  r.remote_addr += 512;
+  r.compare_add = 2;
+  Reply reply = transport::Responder::Execute(target_, r);
+  ASSERT_EQ(reply.code, ReplyCode::kAck);
+  EXPECT_EQ(reply.original, 40u);
+  memcpy(&word, buf_ + 512, 8);
+  EXPECT_EQ(word, 42u);
+  r.opcode = WrOpcode::kAtomicCmpSwp;
+  r.compare_add = 42;
+  r.swap = 7;
+  EXPECT_EQ(transport::Responder::Execute(target_, r).original, 42u);
+  memcpy(&word, buf_ + 512, 8);
+  EXPECT_EQ(word, 7u);
+  r.remote_addr += 4;  // IBA 9.4.5: naturally aligned only
+  EXPECT_EQ(transport::Responder::Execute(target_, r).code, ReplyCode::kInvalidRequest);
+}
+
+TEST_F(ResponderTest, DctAdmitsOnlyDcisWithItsKey) {
+  target_.e_.dct = 1;
+  target_.e_.dc_access_key = 77;
+  Request r = Make(WrOpcode::kRdmaWrite);
+  EXPECT_EQ(transport::Responder::Execute(target_, r).code, ReplyCode::kNoAnswer);  // not a DCI
+  r.from_dci = true;
+  r.dc_access_key = 78;
+  EXPECT_EQ(transport::Responder::Execute(target_, r).code, ReplyCode::kNoAnswer);  // wrong key
+  r.dc_access_key = 77;
+  EXPECT_EQ(transport::Responder::Execute(target_, r).code, ReplyCode::kAck);
+}
+
+}  // namespace
+}  // namespace softverbs::core

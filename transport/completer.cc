@@ -1,0 +1,100 @@
+#include "transport/completer.h"
+
+#include <algorithm>
+
+namespace softverbs::transport {
+namespace {
+
+constexpr uint32_t kRc = 2;
+
+// IBA 9.7.5.2.8 table 45: the RNR timer codes, in microseconds (code 0 is the longest).
+constexpr uint32_t kRnrDelayUs[32] = {655360, 10,    20,    30,    40,    60,    80,    120,
+                                      160,    240,   320,   480,   640,   960,   1280,  1920,
+                                      2560,   3840,  5120,  7680,  10240, 15360, 20480, 30720,
+                                      40960,  61440, 81920, 122880, 163840, 245760, 327680, 491520};
+
+uint32_t WcOpcode(WrOpcode op) {
+  switch (op) {
+    case WrOpcode::kRdmaWrite:
+    case WrOpcode::kRdmaWriteWithImm: return wc_opcode::kRdmaWrite;
+    case WrOpcode::kRdmaRead: return wc_opcode::kRdmaRead;
+    case WrOpcode::kAtomicCmpSwp: return wc_opcode::kCompSwap;
+    case WrOpcode::kAtomicFetchAdd: return wc_opcode::kFetchAdd;
+    case WrOpcode::kBindMw: return wc_opcode::kBindMw;
+    case WrOpcode::kLocalInv: return wc_opcode::kLocalInv;
+    case WrOpcode::kDriver1: return wc_opcode::kDriver1;  // MLX5DV_WC_UMR (mlx5dv_wr_post(3))
+    default: return wc_opcode::kSend;
+  }
+}
+
+}  // namespace
+
+Completer::Clock::duration AckTimeout(uint8_t timeout) {
+  if (timeout == 0) return std::chrono::seconds(1);
+  return std::chrono::nanoseconds(static_cast<int64_t>(4096.0 * static_cast<double>(1ull << std::min<uint8_t>(timeout, 31))));
+}
+
+Completer::Clock::duration RnrDelay(uint8_t code) { return std::chrono::microseconds(kRnrDelayUs[code & 31]); }
+
+Completer::Verdict Completer::OnReply(const SendWr& wr, RetryState& retry, const Reply& reply, uint64_t byte_len) {
+  ReplyCode code = reply.code;
+  // UC and UD have no acknowledgements (IBA 9.8.3, 9.6.3): whatever the responder found, the
+  // requester only knows it sent the message.
+  if (config_.type != kRc) code = ReplyCode::kAck;
+  switch (code) {
+    case ReplyCode::kAck:
+    case ReplyCode::kDropped:
+      Finish(wr, wc_status::kSuccess, byte_len);
+      return {};
+    case ReplyCode::kRnr:
+      // IBA 9.7.5.2.8: wait the responder's RNR delay, at most rnr_retry times (7: forever).
+      if (config_.rnr_retry != 7 && retry.rnr_left == 0) return Fail(wr, wc_status::kRnrRetryExcErr);
+      if (config_.rnr_retry != 7) --retry.rnr_left;
+      return {Verdict::kRetry, Clock::now() + RnrDelay(reply.rnr_timer)};
+    case ReplyCode::kNoAnswer:
+      // IBA 9.7.6.1.3: no answer; the local ACK timeout runs before anything is decided.
+      retry.awaiting_timeout = true;
+      return {Verdict::kRetry, Clock::now() + AckTimeout(config_.timeout)};
+    case ReplyCode::kRemoteAccess:
+      return Fail(wr, wc_status::kRemAccessErr);
+    case ReplyCode::kInvalidRequest:
+      return Fail(wr, wc_status::kRemInvReqErr);
+    case ReplyCode::kRemoteOp:
+      return Fail(wr, wc_status::kRemOpErr);
+  }
+  return {};
+}
+
+Completer::Verdict Completer::OnTimeout(const SendWr& wr, RetryState& retry) {
+  retry.awaiting_timeout = false;
+  // IBA 9.7.6.1.3: the request is sent once and retried retry_cnt times, each attempt waiting
+  // one timeout: the error comes when the (retry_cnt + 1)-th timeout expires. timeout 0 is an
+  // infinite timeout: never.
+  if (config_.timeout != 0 && ++retry.timeouts > config_.retry_cnt) return Fail(wr, wc_status::kRetryExcErr);
+  return {Verdict::kRetry, Clock::now()};
+}
+
+void Completer::Finish(const SendWr& wr, uint32_t status, uint64_t byte_len) {
+  if (status == wc_status::kSuccess && !(wr.flags & send_flag::kSignaled) && !config_.sq_sig_all) return;
+  Completion c;
+  c.wr_id = wr.wr_id;
+  c.status = status;
+  c.opcode = WcOpcode(wr.opcode);
+  c.byte_len = static_cast<uint32_t>(byte_len);
+  c.qp_num = config_.qp_num;
+  host_.Complete(c);
+}
+
+Completer::Verdict Completer::Fail(const SendWr& wr, uint32_t status) {
+  // IBA 10.8.3: a completion in error stops the send queue and what follows is flushed; the QP
+  // enters ERR (RC) or SQE (UC, UD: IBA 10.3.1, their receive queue goes on). The state change
+  // is announced before the completion is written, so whoever polls it sees the QP's new state.
+  if (config_.type == kRc)
+    host_.EnterError();
+  else
+    host_.EnterSendQueueError();
+  Finish(wr, status, 0);
+  return {Verdict::kFailed};
+}
+
+}  // namespace softverbs::transport

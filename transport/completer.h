@@ -1,0 +1,85 @@
+// The completer role (IBA 9.7.6 / 10.8.3): turns the responder's Reply to a work request into
+// its completion, or into a retry after the delay the QP's attributes give (RNR: min_rnr_timer
+// and rnr_retry; no answer: the local ACK timeout and retry_cnt), and decides when a completion
+// error takes the QP out of RTS. It writes completions and reports state changes through
+// RequesterHost; what the requester must do next comes back as a typed Verdict.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+
+#include "transport/completion.h"
+#include "transport/request.h"
+#include "transport/work_request.h"
+
+namespace softverbs::transport {
+
+// Where the send queue's completions go (the QP's send CQ) and how it reports that a completion
+// error other than a flush took the QP out of RTS (IBA 10.8.3): RC enters ERR; UC and UD enter
+// SQE, whose receive queue keeps working (IBA 10.3.1).
+class RequesterHost {
+ public:
+  virtual ~RequesterHost() = default;
+  virtual void Complete(const Completion& c) = 0;
+  virtual void EnterError() = 0;
+  virtual void EnterSendQueueError() = 0;
+};
+
+// The attributes the completer applies (from ibv_modify_qp).
+struct CompleterConfig {
+  uint32_t qp_num = 0;
+  uint32_t type = 0;      // enum ibv_qp_type of the transport (DC: RC)
+  uint8_t timeout = 0;    // local ACK timeout exponent (0: wait forever)
+  uint8_t retry_cnt = 0;  // retries after a timeout (IBA 9.7.6.1.3)
+  uint8_t rnr_retry = 0;  // retries after an RNR NAK (7: forever)
+  bool sq_sig_all = false;
+};
+
+// A work request's retry budget, kept with it while it waits.
+struct RetryState {
+  uint32_t rnr_left = 0;
+  uint32_t timeouts = 0;  // local ACK timeouts that have expired
+  bool awaiting_timeout = false;  // the last attempt got no answer: its timeout is running
+};
+
+class Completer {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // What the requester does with the work request next.
+  struct Verdict {
+    enum Kind { kCompleted, kRetry, kFailed } kind = kCompleted;
+    Clock::time_point retry_at{};  // kRetry
+  };
+
+  explicit Completer(RequesterHost& host) : host_(host) {}
+  void Configure(const CompleterConfig& config) { config_ = config; }
+  const CompleterConfig& config() const { return config_; }
+
+  // A fresh budget for a work request about to be attempted the first time.
+  RetryState Budget() const { return RetryState{config_.rnr_retry, 0, false}; }
+  // The reply to an attempt of `wr`; `byte_len` is what a successful completion reports.
+  Verdict OnReply(const SendWr& wr, RetryState& retry, const Reply& reply, uint64_t byte_len);
+  // `wr` is due again after a local ACK timeout: kFailed (IBV_WC_RETRY_EXC_ERR) when it was the
+  // last the retry count allows, otherwise kRetry now (IBA 9.7.6.1.3).
+  Verdict OnTimeout(const SendWr& wr, RetryState& retry);
+
+  // Completes `wr` (unsignaled successes produce nothing: ibv_post_send(3), sq_sig_all).
+  void Finish(const SendWr& wr, uint32_t status, uint64_t byte_len);
+  // Completes `wr` in error and takes the QP out of RTS (IBA 10.8.3): kFailed.
+  Verdict Fail(const SendWr& wr, uint32_t status);
+  // Completes `wr` with IBV_WC_WR_FLUSH_ERR (IBA 10.8.3.1).
+  void Flush(const SendWr& wr) { Finish(wr, wc_status::kWrFlushErr, 0); }
+
+ private:
+  RequesterHost& host_;
+  CompleterConfig config_;
+};
+
+// IBA 9.7.6.1.3: the local ACK timeout is 4.096 us * 2^timeout; 0 means "wait forever", which
+// is retried once a second here.
+Completer::Clock::duration AckTimeout(uint8_t timeout);
+// IBA 9.7.5.2.8 table 45: the RNR delay of timer code `code`.
+Completer::Clock::duration RnrDelay(uint8_t code);
+
+}  // namespace softverbs::transport

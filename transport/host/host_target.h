@@ -1,0 +1,68 @@
+// The same-host fabric's TargetQp (transport/target_qp.h): the destination QP found through the
+// host registry by its number, in this process or another of the same host, with its owner
+// reached by shared memory and cross-memory attach (DESIGN.md section 5: the initiator does the
+// responder's work on the target's behalf).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+
+#include "base/status.h"
+#include "fabric/host/host_directory.h"
+#include "transport/qp_endpoint.h"
+#include "transport/target_qp.h"
+
+namespace softverbs::transport {
+
+// The process an initiator reached last, kept by its link: most work requests of a QP go to the
+// same process, and this spares the process-cache lookup (DESIGN.md section 5's fast path).
+struct PeerHint {
+  uint64_t token = 0;  // the process slot owner's token the peer belongs to
+  std::shared_ptr<fabric::Peer> peer;
+};
+
+class HostTarget final : public TargetQp {
+ public:
+  HostTarget(HostTarget&& o) noexcept
+      : local_(o.local_), process_slot_(o.process_slot_), peer_(std::move(o.peer_)),
+        endpoint_(std::exchange(o.endpoint_, nullptr)) {}
+  HostTarget& operator=(HostTarget&&) = delete;
+  HostTarget(const HostTarget&) = delete;
+  ~HostTarget() override { Release(); }
+
+  // The QP numbered `qpn` on this host; ENOENT if there is none (never created, destroyed, or
+  // its process died).
+  static Result<HostTarget> Find(fabric::LocalProcess& local, uint32_t qpn, PeerHint* hint = nullptr);
+
+  QpEndpoint& endpoint() const override { return *endpoint_; }
+  uint32_t process_slot() const override { return process_slot_; }
+  fabric::HostRegistry& registry() const override { return local_->registry(); }
+  void* Resolve(fabric::SharedRef ref) const override;
+  Status Move(bool write, const iovec* local, size_t nl, const PinnedPieces& remote) const override;
+  Result<uint64_t> AtomicUpdate(const PinnedPieces& remote, uint64_t (*op)(uint64_t, const void*),
+                                const void* arg) const override;
+  void Signal(int fd, uint64_t tag) const override;
+  bool IsAlive() const override { return peer_ == nullptr || peer_->process().IsAlive(); }
+  // Another process's memory costs a system call to reach; this process's does not.
+  bool LandsInCompletion() const override { return peer_ != nullptr; }
+
+ private:
+  HostTarget(fabric::LocalProcess& local, uint32_t slot, std::shared_ptr<fabric::Peer> peer, QpEndpoint* e)
+      : local_(&local), process_slot_(slot), peer_(std::move(peer)), endpoint_(e) {}
+  void Release() {
+    if (endpoint_ != nullptr) endpoint_->users.fetch_sub(1, std::memory_order_acq_rel);
+    endpoint_ = nullptr;
+  }
+  // Pins `e` for the life of this target; false if it no longer is QP `qpn`.
+  static bool Pin(QpEndpoint* e, uint32_t qpn);
+  // Copies into / out of the target process's memory (process_vm_writev / readv).
+  Status CopyV(bool write, const iovec* local, size_t nl, const iovec* remote, size_t nr) const;
+
+  fabric::LocalProcess* local_;
+  uint32_t process_slot_;
+  std::shared_ptr<fabric::Peer> peer_;  // null: the target is in this process
+  QpEndpoint* endpoint_;
+};
+
+}  // namespace softverbs::transport

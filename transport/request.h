@@ -1,0 +1,79 @@
+// The typed events between the transport roles (DESIGN.md sections 4 and 6): the requester turns
+// a work request into a Request, a fabric's Link carries it to the responder of the destination
+// QP, and the responder's Reply travels back to the completer, which turns it into a completion
+// or a retry. No role reads another's state: everything one needs of another is in these events.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <cstdint>
+
+#include "transport/work_request.h"
+
+namespace softverbs::transport {
+
+// What the responder answered (IBA 9.7.5: ACK, RNR NAK, or NAK with an error syndrome), or that
+// nothing answered. For UC and UD the requester learns nothing (IBA 9.8.3, 9.6.3): the completer
+// treats every reply but kAck as the message having been sent.
+enum class ReplyCode : uint8_t {
+  kAck,             // done
+  kRnr,             // RC: no receive WQE; retry after Reply::rnr_timer (IBA 9.7.5.2.8)
+  kDropped,         // UC/UD: silently lost (no WQE, wrong Q_Key, target not receiving)
+  kNoAnswer,        // RC: the target does not answer (gone, not in RTR/RTS): the local ACK timeout
+  kRemoteAccess,    // NAK remote access error (IBA 9.7.5.2.4, AETH 0x62)
+  kInvalidRequest,  // NAK invalid request (AETH 0x61)
+  kRemoteOp,        // NAK remote operational error (AETH 0x63)
+};
+
+struct Reply {
+  ReplyCode code = ReplyCode::kNoAnswer;
+  uint8_t rnr_timer = 0;  // kRnr: the responder's min_rnr_timer code (IBA table 45)
+  uint64_t original = 0;  // atomics with kAck: the remote value before the operation (AtomicAckETH)
+
+  static Reply Of(ReplyCode code) { return Reply{code}; }
+  static Reply Rnr(uint8_t timer) { return Reply{ReplyCode::kRnr, timer}; }
+};
+
+// The network header a message arrives with, from the requester's address vector: RoCEv2 has
+// no GRH on the wire, the IP header is its GRH (IBA annex A17.4.5.2). A UD receiver gets it in
+// the first 40 bytes of its buffer.
+struct Addressing {
+  uint8_t sgid[16] = {};
+  uint8_t dgid[16] = {};
+  uint32_t flow_label = 0;
+  uint8_t traffic_class = 0;
+  uint8_t hop_limit = 0;
+};
+
+// One message, as the requester hands it to a link: what the packets of the message would carry
+// (BTH opcode and destination, RETH, AtomicETH, DETH, ImmDt, IETH) and where its bytes are in the
+// requester's memory.
+struct Request {
+  uint32_t qp_type = 0;  // the requester's transport (enum ibv_qp_type: RC, UC, UD; DC runs RC)
+  WrOpcode opcode = WrOpcode::kSend;
+  uint32_t src_qp = 0;   // BTH/DETH source (UD with IBV_QP_CREATE_SOURCE_QPN: the QPN sends carry)
+  uint32_t dest_qp = 0;  // BTH DestQP
+  // The message's bytes: SENDs and WRITEs read them, READs and atomics write them.
+  const iovec* local = nullptr;
+  size_t local_count = 0;
+  uint64_t length = 0;
+  // RETH / AtomicETH
+  uint64_t remote_addr = 0;
+  uint32_t rkey = 0;
+  uint64_t compare_add = 0;
+  uint64_t swap = 0;
+  // ImmDt / IETH / the solicited event bit
+  uint32_t imm_data = 0;  // network order
+  uint32_t invalidate_rkey = 0;
+  bool solicited = false;
+  // UD: DETH's Q_Key (already resolved: never the "use my own" form) and the network header.
+  uint32_t qkey = 0;
+  const Addressing* addressing = nullptr;
+  // DC: the requester is a DCI presenting this access key to the DCT (transport/dc_access.h).
+  bool from_dci = false;
+  uint64_t dc_access_key = 0;
+
+  bool with_imm() const { return opcode == WrOpcode::kSendWithImm || opcode == WrOpcode::kRdmaWriteWithImm; }
+};
+
+}  // namespace softverbs::transport

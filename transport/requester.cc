@@ -1,0 +1,316 @@
+#include "transport/requester.h"
+
+#include <cstring>
+
+#include "base/log.h"
+#include "transport/indirect_key.h"
+#include "transport/key_table.h"
+#include "transport/mcast_table.h"
+#include "transport/progress_thread.h"
+#include "transport/window_key.h"
+
+namespace softverbs::transport {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Verdict = Completer::Verdict;
+
+// enum ibv_qp_type / ibv_qp_state values.
+constexpr uint32_t kRc = 2, kUc = 3, kUd = 4;
+constexpr uint32_t kRts = 3, kErr = 6;
+constexpr uint32_t kLocalWrite = 1u << 0;
+
+bool IsAtomic(WrOpcode op) { return op == WrOpcode::kAtomicCmpSwp || op == WrOpcode::kAtomicFetchAdd; }
+// READ and atomics write the local buffers; the rest read them.
+bool WritesLocal(WrOpcode op) { return op == WrOpcode::kRdmaRead || IsAtomic(op); }
+
+}  // namespace
+
+Requester::Requester(fabric::LocalProcess& local, RequesterHost& host, Links links)
+    : local_(local), completer_(host), links_(links) {}
+
+Requester::~Requester() { ProgressThread::Get().Forget(this); }
+
+void Requester::Configure(const RequesterConfig& config) {
+  std::lock_guard lock(mu_);
+  config_ = config;
+  completer_.Configure(config.completer);
+}
+
+Status Requester::Check(const SendWr& wr, uint32_t qp_state) const {
+  const uint32_t type = config_.completer.type;
+  // ibv_post_send(3) / IBA 10.8.2: sends are accepted from RTS on (and flushed in ERR).
+  if (qp_state < kRts) return Invalid("the QP must be in RTS to post sends (IBA 10.8.2)");
+  if (wr.num_sge > config_.max_send_sge)
+    return Invalid("num_sge " + std::to_string(wr.num_sge) + " exceeds max_send_sge " + std::to_string(config_.max_send_sge));
+  if ((wr.flags & send_flag::kInline) && CarriesData(wr.opcode) && wr.inline_length > config_.max_inline)
+    return Invalid("inline data of " + std::to_string(wr.inline_length) + " bytes exceeds max_inline_data " +
+                   std::to_string(config_.max_inline));
+  switch (wr.opcode) {
+    case WrOpcode::kSend:
+    case WrOpcode::kSendWithImm:
+      return Status::Ok();
+    case WrOpcode::kRdmaWrite:
+    case WrOpcode::kRdmaWriteWithImm:
+      if (type == kUd) return Invalid("UD QPs have no RDMA WRITE (IBA 9.4)");
+      return Status::Ok();
+    case WrOpcode::kRdmaRead:
+    case WrOpcode::kAtomicCmpSwp:
+    case WrOpcode::kAtomicFetchAdd:
+      if (type != kRc) return Invalid("only RC QPs have RDMA READ and atomics (IBA 9.4)");
+      // IBA 11.2.4.2: max_rd_atomic is how many may be outstanding; 0 allows none.
+      if (config_.max_rd_atomic == 0)
+        return Invalid("max_rd_atomic is 0: this QP may not initiate RDMA READ or atomics");
+      return Status::Ok();
+    case WrOpcode::kLocalInv:
+    case WrOpcode::kBindMw:
+      // ibv_bind_mw(3): "The QP Transport Service Type must be either UC, RC or XRC_SEND for
+      // bind operations"; local invalidation works on the same QPs.
+      if ((type != kRc && type != kUc) || config_.dc_initiator)
+        return Invalid("BIND_MW and LOCAL_INV are posted on RC and UC QPs only (ibv_bind_mw(3))");
+      return Status::Ok();
+    case WrOpcode::kSendWithInv:
+      // IBA 9.4: SEND with Invalidate is an RC (and XRC) operation.
+      if (type != kRc || config_.dc_initiator) return Invalid("SEND_WITH_INV is an RC operation (IBA 9.4)");
+      return Status::Ok();
+    case WrOpcode::kAtomicWrite:
+      return NotSupported("ATOMIC WRITE is not offered");
+    case WrOpcode::kDriver1:
+      // mlx5dv_wr_post(3) lists mlx5dv_wr_mr_interleaved / mlx5dv_wr_mr_list under "RC QPs".
+      if (!wr.umr)
+        return Invalid("opcode IBV_WR_DRIVER1 is posted by mlx5dv_wr_mr_list / mlx5dv_wr_mr_interleaved only");
+      if (type != kRc) return Invalid("UMR work requests (indirect mkeys) are for RC QPs (mlx5dv_wr_post(3))");
+      if (wr.inline_length < sizeof(UmrRequest)) return Invalid("a UMR work request without its layout");
+      return Status::Ok();
+    default:
+      return Invalid("opcode " + std::to_string(static_cast<uint32_t>(wr.opcode)) + " is not a send opcode of this QP");
+  }
+}
+
+Status Requester::Post(const SendWr& wr, uint32_t qp_state) {
+  std::lock_guard lock(mu_);
+  SV_RETURN_IF_ERROR(Check(wr, qp_state));
+  if (stopped_ || qp_state == kErr) {
+    // IBA 10.8.3.1: a WR posted to a QP in ERR completes with a flush error.
+    completer_.Flush(wr);
+    return Status::Ok();
+  }
+  if (queue_.size() >= config_.max_send_wr)
+    return Status(ENOMEM, "the send queue is full (" + std::to_string(config_.max_send_wr) + " WRs waiting)");
+  Pending p;
+  p.wr = wr;
+  p.retry = completer_.Budget();
+  // Nothing waits before it: executed here and now, without entering the queue.
+  if (qp_state == kRts && queue_.empty()) {
+    const Verdict v = Execute(p);
+    if (v.kind == Verdict::kFailed) stopped_ = true;
+    if (v.kind != Verdict::kRetry) return Status::Ok();
+    p.due = v.retry_at;  // RNR or no answer: it waits in the queue like the rest
+    Enqueue(std::move(p));
+    ProgressThread::Get().Schedule(this, queue_.front().due);
+    return Status::Ok();
+  }
+  // SQD: accepted, executed once the QP is back in RTS; SQE: the send queue is stopped.
+  Enqueue(std::move(p));
+  if (qp_state == kRts) RunQueue();
+  return Status::Ok();
+}
+
+void Requester::Enqueue(Pending&& p) {
+  // The caller's inline bytes are only valid during ibv_post_send: a queued WR keeps a copy.
+  if (p.wr.flags & send_flag::kInline) {
+    p.inline_copy.assign(p.wr.inline_data, p.wr.inline_data + p.wr.inline_length);
+    p.wr.inline_data = p.inline_copy.data();
+  }
+  queue_.push_back(std::move(p));
+}
+
+bool Requester::Settle(Pending& head, const Verdict& v) {
+  if (v.kind == Verdict::kFailed) stopped_ = true;
+  if (v.kind != Verdict::kRetry) return true;
+  head.due = v.retry_at;
+  ProgressThread::Get().Schedule(this, head.due);
+  return false;
+}
+
+void Requester::RunQueue() {
+  while (!queue_.empty() && !stopped_) {
+    Pending& head = queue_.front();
+    if (head.due > Clock::now()) return;
+    // A head whose last attempt got no answer has waited its timeout: the completer decides
+    // whether it is tried again.
+    Verdict v{Verdict::kRetry, Clock::now()};
+    if (head.retry.awaiting_timeout) v = completer_.OnTimeout(head.wr, head.retry);
+    if (v.kind == Verdict::kRetry) v = Execute(head);
+    if (!Settle(head, v)) return;
+    queue_.pop_front();
+  }
+  // The head failed: what waited behind it is flushed now, not at the owner's next verb
+  // (IBA 10.8.3.1), so a consumer that only polls sees every completion.
+  while (stopped_ && !queue_.empty()) {
+    completer_.Flush(queue_.front().wr);
+    queue_.pop_front();
+  }
+}
+
+Clock::time_point Requester::Progress() {
+  std::lock_guard lock(mu_);
+  RunQueue();
+  if (queue_.empty() || stopped_) return Clock::time_point::max();
+  return queue_.front().due;
+}
+
+void Requester::Flush() {
+  std::lock_guard lock(mu_);
+  stopped_ = true;
+  while (!queue_.empty()) {
+    completer_.Flush(queue_.front().wr);
+    queue_.pop_front();
+  }
+}
+
+void Requester::Reset() {
+  std::lock_guard lock(mu_);
+  queue_.clear();
+  stopped_ = false;
+}
+
+void Requester::Resume() {
+  std::lock_guard lock(mu_);
+  stopped_ = false;  // what waited was flushed when the error happened
+}
+
+Verdict Requester::ExecuteUmr(const SendWr& wr) {
+  UmrRequest req;
+  memcpy(&req, wr.inline_data, sizeof req);
+  if (wr.inline_length != sizeof req + static_cast<uint64_t>(req.entries) * sizeof(LayoutEntry))
+    return completer_.Fail(wr, wc_status::kLocQpOpErr);  // not what the builders write: a malformed WQE
+  std::vector<LayoutEntry> entries(req.entries);
+  if (req.entries) memcpy(entries.data(), wr.inline_data + sizeof req, req.entries * sizeof(LayoutEntry));
+  // The builder checked the mkey when it was posted; it may have been destroyed since, which
+  // makes the UMR a local protection error (the mkey is not valid for this QP).
+  std::shared_ptr<IndirectKey> mkey = IndirectKey::Find(req.mkey);
+  if (mkey == nullptr || mkey->pd() != config_.pd || req.entries > mkey->max_entries())
+    return completer_.Fail(wr, wc_status::kLocProtErr);
+  mkey->Configure(req.access, req.repeat_count, entries.data(), req.entries);
+  completer_.Finish(wr, wc_status::kSuccess, 0);
+  return {};
+}
+
+Verdict Requester::ExecuteLocalOp(const SendWr& wr) {
+  // Memory window binds and local invalidations change keys of this process, in order with the
+  // rest of the queue; a refusal completes in error and the QP enters ERR (IBA 10.8.3).
+  const WindowQp qp{config_.completer.qp_num, config_.pd};
+  std::string rule;
+  uint32_t status;
+  if (wr.opcode == WrOpcode::kBindMw) {
+    std::shared_ptr<WindowKey> window = WindowKey::Find(wr.bind.window);
+    rule = window == nullptr ? "the window was deallocated" : window->Bind(wr.bind, qp);
+    status = wc_status::kMwBindErr;
+  } else {
+    rule = LocalInvalidate(local_, wr.invalidate_rkey, qp);
+    status = wc_status::kLocQpOpErr;
+  }
+  if (!rule.empty()) {
+    SV_LOG(kError, "ibv_post_send(qp 0x%x): %s completes with %s: %s", config_.completer.qp_num,
+           wr.opcode == WrOpcode::kBindMw ? "BIND_MW" : "LOCAL_INV",
+           wr.opcode == WrOpcode::kBindMw ? "IBV_WC_MW_BIND_ERR" : "IBV_WC_LOC_QP_OP_ERR", rule.c_str());
+    return completer_.Fail(wr, status);
+  }
+  completer_.Finish(wr, wc_status::kSuccess, 0);
+  return {};
+}
+
+uint32_t Requester::GatherLocal(const SendWr& wr, PinnedPieces& pieces, uint64_t* total) {
+  // Inline bytes were copied at post time; otherwise the SGEs are checked against this process's
+  // keys (IBA 10.6.3.1), each resolved into pieces (one per SGE, or several through an indirect key).
+  *total = 0;
+  if ((wr.flags & send_flag::kInline) && CarriesData(wr.opcode)) {
+    if (wr.inline_length) pieces.Add({wr.inline_data, wr.inline_length});
+    *total = wr.inline_length;
+    return wc_status::kSuccess;
+  }
+  const bool writes = WritesLocal(wr.opcode);
+  const KeyRule rule{config_.process_slot, config_.pd, writes ? kLocalWrite : 0, writes};
+  for (uint32_t i = 0; i < wr.num_sge; ++i) {
+    const Sge& s = wr.sge[i];
+    if (s.length == 0) continue;
+    if (!ResolveKey(local_.registry(), s.lkey, s.addr, s.length, s.length, rule,
+                    [this](fabric::SharedRef ref) { return local_.At(ref); }, &pieces))
+      return wc_status::kLocProtErr;
+    *total += s.length;
+  }
+  if (*total > (1ull << 31)) return wc_status::kLocLenErr;  // IBA: 2^31 bytes per message
+  // The local buffer of an atomic is the 8-byte original value (IBA 9.4.5).
+  if (IsAtomic(wr.opcode) && *total != 8) return wc_status::kLocLenErr;
+  // A UD message fits one packet: at most the path MTU (IBA 9.6.3).
+  if (config_.completer.type == kUd && *total > config_.path_mtu) return wc_status::kLocLenErr;
+  return wc_status::kSuccess;
+}
+
+Request Requester::BuildRequest(const SendWr& wr, const PinnedPieces& pieces, uint64_t total, Addressing* ud) const {
+  Request r;
+  r.qp_type = config_.completer.type;
+  r.opcode = wr.opcode;
+  r.src_qp = config_.source_qpn ? config_.source_qpn : config_.completer.qp_num;
+  r.local = pieces.data();
+  r.local_count = pieces.size();
+  r.length = total;
+  r.remote_addr = wr.remote_addr;
+  r.rkey = wr.rkey;
+  r.compare_add = wr.compare_add;
+  r.swap = wr.swap;
+  r.imm_data = wr.imm_data;
+  r.invalidate_rkey = wr.invalidate_rkey;
+  r.solicited = (wr.flags & send_flag::kSolicited) != 0;
+  r.from_dci = config_.dc_initiator;
+  r.addressing = &config_.av;
+  r.dest_qp = config_.dest_qp_num;
+  if (r.qp_type == kUd) {
+    // IBA 10.2.5: a Q_Key with the high bit set means "use the QP's own Q_Key".
+    r.qkey = (wr.ud.remote_qkey & 0x80000000u) ? config_.qkey : wr.ud.remote_qkey;
+    r.dest_qp = wr.ud.remote_qpn;
+    memcpy(ud->sgid, wr.ud.sgid, 16);
+    memcpy(ud->dgid, wr.ud.dgid, 16);
+    ud->flow_label = wr.ud.flow_label;
+    ud->traffic_class = wr.ud.traffic_class;
+    ud->hop_limit = wr.ud.hop_limit;
+    r.addressing = ud;
+  } else if (config_.dc_initiator) {  // DC: the WR names its DCT (mlx5dv_wr_set_dc_addr(3))
+    r.dest_qp = wr.dc.remote_dctn;
+    r.dc_access_key = wr.dc.access_key;
+    *ud = config_.av;
+    memcpy(ud->dgid, wr.dc.dgid, 16);
+    r.addressing = ud;
+  }
+  return r;
+}
+
+Verdict Requester::Execute(Pending& p) {
+  const SendWr& wr = p.wr;
+  if (wr.opcode == WrOpcode::kDriver1) return ExecuteUmr(wr);
+  if (wr.opcode == WrOpcode::kBindMw || wr.opcode == WrOpcode::kLocalInv) return ExecuteLocalOp(wr);
+  PinnedPieces pieces;
+  uint64_t total = 0;
+  if (uint32_t error = GatherLocal(wr, pieces, &total); error != wc_status::kSuccess) return completer_.Fail(wr, error);
+  Addressing addressing;
+  const Request r = BuildRequest(wr, pieces, total, &addressing);
+  const uint32_t type = config_.completer.type;
+  if (type == kUd && IsMulticastGid(wr.ud.dgid)) {
+    // Multicast reaches this host's members (docs/cm.md: not across hosts). UD: sent is all
+    // the requester knows.
+    links_.host->CarryMulticast(r, config_.block_self_mcast_lb ? config_.completer.qp_num : 0);
+    return completer_.OnReply(wr, p.retry, Reply::Of(ReplyCode::kAck), total);
+  }
+  const bool on_host = type == kUd ? wr.ud.on_host : config_.dc_initiator ? wr.dc.on_host : config_.dest_on_host;
+  const Reply reply = links_.For(on_host).Carry(r);
+  if (reply.code == ReplyCode::kAck && IsAtomic(wr.opcode)) {
+    // The original value (AtomicAckETH); its 8 bytes may span pieces of an indirect local key.
+    const auto* from = reinterpret_cast<const uint8_t*>(&reply.original);
+    for (size_t i = 0; i < pieces.size(); from += pieces.data()[i].iov_len, ++i)
+      memcpy(pieces.data()[i].iov_base, from, pieces.data()[i].iov_len);
+  }
+  return completer_.OnReply(wr, p.retry, reply, total);
+}
+
+}  // namespace softverbs::transport
