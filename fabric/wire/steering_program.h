@@ -33,8 +33,9 @@ inline constexpr uint32_t kDestQpWordOffset = 4;
 inline constexpr uint32_t kQpnMask = 0xffffff;
 
 // The program for `ranges` (any order; QPNs above 24 bits are ignored; where ranges overlap, the
-// one that starts first wins). The result may exceed kMaxSteeringInstructions for very many
-// fragmented ranges (about 1300): the caller checks before attaching.
+// one that starts first wins). About two instructions per range boundary: roughly 1000 ranges
+// with gaps between them, or 2000 adjacent ones, fit in kMaxSteeringInstructions; the caller
+// checks before attaching.
 std::vector<sock_filter> BuildSteeringProgram(const std::vector<QpnRange>& ranges);
 
 }  // namespace softverbs::fabric::wire

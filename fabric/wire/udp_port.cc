@@ -14,6 +14,9 @@
 #include "base/log.h"
 #include "fabric/wire/port_conflict.h"
 
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103  // include/uapi/linux/udp.h
+#endif
 #ifndef UDP_NO_CHECK6_RX
 #define UDP_NO_CHECK6_RX 102  // include/uapi/linux/udp.h
 #endif
@@ -22,6 +25,11 @@ namespace softverbs::fabric::wire {
 namespace {
 
 constexpr size_t kMaxBatch = 64;  // datagrams per sendmmsg/recvmmsg call
+// UDP_SEGMENT limits (include/linux/udp.h UDP_MAX_SEGMENTS, net/ipv4/udp.c udp_send_skb): at most
+// 64 segments on older kernels, and one IP datagram's worth of payload.
+constexpr size_t kMaxGsoSegments = 64;
+constexpr size_t kMaxGsoBytes = 65000;
+constexpr size_t kMaxGsoPieces = 256;
 
 Status Errno(const std::string& what) { return Status(errno, what + ": " + strerror(errno)); }
 
@@ -176,23 +184,56 @@ Status UdpPort::Send(const UdpAddress& dest, uint16_t src_port, std::span<const 
   return Status::Ok();
 }
 
+static size_t DatagramLength(const TxDatagram& t) {
+  size_t n = 0;
+  for (const iovec& v : t.pieces) n += v.iov_len;
+  return n;
+}
+
+// How many datagrams from the start of `b` one UDP_SEGMENT send can carry: same source port and
+// destination, equal lengths (the last may be shorter, as a message's LAST packet after MIDDLEs).
+static size_t GsoRunLength(std::span<const TxDatagram> b) {
+  const size_t seg = DatagramLength(b[0]);
+  size_t total = seg, pieces = b[0].pieces.size(), i = 1;
+  for (; i < b.size() && i < kMaxGsoSegments; ++i) {
+    const size_t len = DatagramLength(b[i]);
+    if (b[i].src_port != b[0].src_port || !(*b[i].dest == *b[0].dest) || len > seg || len == 0 ||
+        total + len > kMaxGsoBytes || pieces + b[i].pieces.size() > kMaxGsoPieces)
+      break;
+    total += len;
+    pieces += b[i].pieces.size();
+    if (len < seg) return i + 1;
+  }
+  return i;
+}
+
 Result<size_t> UdpPort::SendBatch(std::span<const TxDatagram> batch) {
   ServiceFaults();
   if (faults_ && faults_->Affects(Direction::kTx)) return SendFaulty(batch);
   size_t done = 0;
   while (done < batch.size()) {
-    // One sendmmsg per run of datagrams leaving from the same source port.
-    size_t end = done + 1;
-    while (end < batch.size() && end - done < kMaxBatch && batch[end].src_port == batch[done].src_port) ++end;
     Result<int> fd = SenderFor(batch[done].src_port);
     if (!fd.ok()) return done > 0 ? Result<size_t>(done) : Result<size_t>(fd.status());
-    const size_t run = end - done;
-    Result<size_t> n = SendRun(*fd, batch.subspan(done, run));
+    const size_t gso = gso_ok_ ? GsoRunLength(batch.subspan(done)) : 1;
+    // Otherwise one sendmmsg per run from the same source port, up to where a GSO run starts.
+    size_t end = done + 1;
+    while (gso < 2 && end < batch.size() && end - done < kMaxBatch && batch[end].src_port == batch[done].src_port &&
+           !(gso_ok_ && GsoRunLength(batch.subspan(end)) >= 2))
+      ++end;
+    const size_t run = gso >= 2 ? gso : end - done;
+    Result<size_t> n = gso >= 2 ? SendGso(*fd, batch.subspan(done, run)) : SendRun(*fd, batch.subspan(done, run));
     if (!n.ok()) return done > 0 ? Result<size_t>(done) : n;
     done += *n;
     if (*n < run) break;  // the socket took only part of the run
   }
   return done;
+}
+
+static Status SendError(const UdpAddress& dest) {
+  if (errno == EAGAIN || errno == ENOBUFS) return Status(EAGAIN, "send: the socket buffer is full");
+  if (errno == EMSGSIZE)
+    return Status(EMSGSIZE, "send to " + dest.ToString() + ": the datagram exceeds the path MTU (DF is set, as rxe does)");
+  return Errno("send to " + dest.ToString());
 }
 
 Result<size_t> UdpPort::SendRun(int fd, std::span<const TxDatagram> run) {
@@ -207,15 +248,39 @@ Result<size_t> UdpPort::SendRun(int fd, std::span<const TxDatagram> run) {
   int n;
   do n = sendmmsg(fd, msgs, static_cast<unsigned>(run.size()), 0);
   while (n < 0 && errno == EINTR);
-  if (n < 0) {
-    if (errno == EAGAIN || errno == ENOBUFS) return Status(EAGAIN, "sendmmsg: the socket buffer is full");
-    if (errno == EMSGSIZE)
-      return Status(EMSGSIZE, "sendmmsg to " + run[0].dest->ToString() +
-                                  ": the datagram exceeds the path MTU (DF is set, as rxe does)");
-    return Errno("sendmmsg to " + run[0].dest->ToString());
-  }
+  if (n < 0) return SendError(*run[0].dest);
   stats_.sent += static_cast<uint64_t>(n);
   return static_cast<size_t>(n);
+}
+
+// One sendmsg with UDP_SEGMENT (udp(7)): the stack cuts it into datagrams of the first one's size,
+// so a receiver sees ordinary datagrams. Measured on veth (README "GSO/GRO"): 4-5x less CPU per
+// datagram than sendmmsg for 1-4 KiB.
+Result<size_t> UdpPort::SendGso(int fd, std::span<const TxDatagram> run) {
+  iovec iov[kMaxGsoPieces];
+  size_t pieces = 0;
+  for (const TxDatagram& t : run)
+    for (const iovec& v : t.pieces) iov[pieces++] = v;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(uint16_t))] = {};
+  msghdr h{const_cast<sockaddr*>(run[0].dest->sa()), run[0].dest->len(), iov, pieces, control, sizeof(control), 0};
+  cmsghdr* c = CMSG_FIRSTHDR(&h);
+  c->cmsg_level = SOL_UDP;
+  c->cmsg_type = UDP_SEGMENT;
+  c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+  const uint16_t seg = static_cast<uint16_t>(DatagramLength(run[0]));
+  memcpy(CMSG_DATA(c), &seg, sizeof(seg));
+  ssize_t n;
+  do n = sendmsg(fd, &h, 0);
+  while (n < 0 && errno == EINTR);
+  if (n >= 0) {
+    stats_.sent += run.size();
+    return run.size();
+  }
+  // EIO: the route's device cannot take GSO (udp_send_skb); EINVAL: a segment over the MTU (the
+  // plain send reports EMSGSIZE) or an old kernel. Either way send this run datagram by datagram.
+  if (errno == EIO || errno == ENOPROTOOPT) gso_ok_ = false;
+  if (errno == EIO || errno == EINVAL || errno == ENOPROTOOPT) return SendRun(fd, run);
+  return SendError(*run[0].dest);
 }
 
 // With faults the datagrams are copied: the injector may hold them past this call.

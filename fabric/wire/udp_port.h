@@ -83,7 +83,8 @@ class UdpPort {
   Status Resteer();
 
   Status Send(const UdpAddress& dest, uint16_t src_port, std::span<const iovec> pieces);
-  // Sends a prefix of `batch` (sendmmsg); returns how many were sent (the rest: try again).
+  // Sends a prefix of `batch` (sendmmsg; runs of equal-size datagrams to one destination as one
+  // UDP_SEGMENT send); returns how many were sent (the rest: try again).
   // EAGAIN when the socket buffer is full, EMSGSIZE when a datagram exceeds the path MTU (DF).
   Result<size_t> SendBatch(std::span<const TxDatagram> batch);
   // Never blocks: fills the first n entries of `slots` (recvmmsg) with datagrams this member owns
@@ -97,6 +98,7 @@ class UdpPort {
   Status AttachLocked(int fd);
   Result<int> SenderFor(uint16_t src_port);
   Result<size_t> SendRun(int fd, std::span<const TxDatagram> run);
+  Result<size_t> SendGso(int fd, std::span<const TxDatagram> run);
   Result<size_t> SendFaulty(std::span<const TxDatagram> batch);
   Status SendOne(const Datagram& dg);
   void ServiceFaults();
@@ -113,6 +115,7 @@ class UdpPort {
   std::unique_ptr<FaultInjector> faults_;
   UniqueFd timer_, epoll_;                // only with faults
   std::vector<Datagram> rx_ready_;        // fault path: received, released, not yet taken
+  bool gso_ok_ = true;                    // UDP_SEGMENT works on this route
   UdpPortStats stats_;
 };
 
