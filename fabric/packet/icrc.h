@@ -27,6 +27,13 @@ uint32_t ComputeIcrc(const IpUdpInfo& ip, std::span<const uint8_t> udp_payload_w
 // Checks the trailing ICRC of a whole UDP payload (BTH ... ICRC). EBADMSG names the mismatch.
 Status CheckIcrc(const IpUdpInfo& ip, std::span<const uint8_t> udp_payload);
 
+// Checks the ICRC of an IPv4 packet whose IP ID the receiver cannot see (a UDP socket does not
+// show it, and the kernel's rxe sends a per-packet ID that the ICRC covers): returns the one ID
+// with which the ICRC verifies (`ip.ip_id` is ignored), or EBADMSG if none does. The CRC is linear,
+// so this solves for the 16 ID bits instead of trying them; the check keeps 16 of its 32 bits of
+// strength (a corrupt packet passes with probability about 2^-16).
+Result<uint16_t> RecoverIpv4Id(const IpUdpInfo& ip, std::span<const uint8_t> udp_payload);
+
 // Writes `icrc` in its wire byte order (little-endian, rxe_icrc.c: "it's a __le32").
 inline void StoreIcrc(uint32_t icrc, uint8_t* out) {
   out[0] = static_cast<uint8_t>(icrc);

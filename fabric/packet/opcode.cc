@@ -49,8 +49,10 @@ constexpr Row kRcRows[] = {
      {kAeth, kAtomicAckEth}},
     {op::kCompareSwap, "COMPARE_SWAP", kCompareSwap, kOnly, true, false, 1, {kAtomicEth}},
     {op::kFetchAdd, "FETCH_ADD", kFetchAdd, kOnly, true, false, 1, {kAtomicEth}},
-    {op::kSendLastWithInvalidate, "SEND_LAST_WITH_INVALIDATE", kSend, kLast, true, true, 1, {kIeth}},
-    {op::kSendOnlyWithInvalidate, "SEND_ONLY_WITH_INVALIDATE", kSend, kOnly, true, true, 1, {kIeth}},
+    {op::kSendLastWithInvalidate, "SEND_LAST_WITH_INVALIDATE", kSend, kLast, true, true, 1,
+     {kIeth}},
+    {op::kSendOnlyWithInvalidate, "SEND_ONLY_WITH_INVALIDATE", kSend, kOnly, true, true, 1,
+     {kIeth}},
 };
 
 // UC has the sends and writes of RC, without invalidate (IBA 9.2 Table 38, opcodes 0x20-0x2B).
@@ -99,7 +101,8 @@ constexpr OpcodeInfo MakeInfo(const Row& row, Transport transport, const char* n
 
 constexpr std::array<OpcodeInfo, 256> MakeTable() {
   std::array<OpcodeInfo, 256> table{};
-  for (const Row& row : kRcRows) table[op::kRc | row.code] = MakeInfo(row, Transport::kRc, kRcNames[row.code]);
+  for (const Row& row : kRcRows)
+    table[op::kRc | row.code] = MakeInfo(row, Transport::kRc, kRcNames[row.code]);
   for (const Row& row : kRcRows) {
     if (row.code > kUcLastCode) continue;
     table[op::kUc | row.code] = MakeInfo(row, Transport::kUc, kUcNames[row.code]);

@@ -19,8 +19,8 @@ std::string Named(const OpcodeInfo& info) {
 // The length rules, in the order a receiver meets them (IBA 9.2 BTH; 9.6 header validation).
 Status CheckLengths(const OpcodeInfo& info, const Bth& bth, size_t size) {
   if (size < info.header_bytes + kIcrcBytes)
-    return Invalid("packet of " + std::to_string(size) + " bytes is shorter than the headers + ICRC of " +
-                   Named(info) + ", " + std::to_string(info.header_bytes + kIcrcBytes) +
+    return Invalid("packet of " + std::to_string(size) +
+                   " bytes is shorter than the headers + ICRC of " + Named(info) + ", " + std::to_string(info.header_bytes + kIcrcBytes) +
                    " bytes (IBA 9.3)");
   // Headers and ICRC are whole words and the pad completes the payload's last word, so the
   // packet is a whole number of 4-byte words (IBA 9.2: PadCnt aligns the payload to 4 bytes).
@@ -90,8 +90,8 @@ Result<size_t> Build(const PacketHeaders& h, std::span<const ConstBuffer> payloa
   SV_RETURN_IF_ERROR(CheckBuildable(h, info, payload_bytes));
   size_t total = WireBytes(*info, payload_bytes);
   if (out.size() < total)
-    return Invalid("Build: output buffer of " + std::to_string(out.size()) + " bytes, packet needs " +
-                   std::to_string(total));
+    return Invalid("Build: output buffer of " + std::to_string(out.size()) +
+                   " bytes, packet needs " + std::to_string(total));
   Bth bth = h.bth;
   bth.pad = static_cast<uint8_t>((0 - payload_bytes) & 3);
   EncodeBth(bth, out.data());

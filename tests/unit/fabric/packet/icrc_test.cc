@@ -117,7 +117,7 @@ TEST(IcrcTest, MaskedFieldsDoNotMatterOthersDo) {
   EXPECT_NE(ComputeIcrc(f, body), want);
 
   CapturedPacket p = AllCapturedPackets().front();
-  std::span<const uint8_t> v4 = std::span<const uint8_t>(p.udp_payload).first(p.udp_payload.size() - 4);
+  auto v4 = std::span<const uint8_t>(p.udp_payload).first(p.udp_payload.size() - 4);
   uint32_t v4_want = ComputeIcrc(p.flow, v4);
   f = p.flow, f.traffic_class = 0xb8, f.hop_limit = 3;
   EXPECT_EQ(ComputeIcrc(f, v4), v4_want);
@@ -134,6 +134,42 @@ TEST(IcrcTest, CheckRefusesAMismatchAndAShortPacket) {
   EXPECT_EQ(s.code(), EBADMSG);
   EXPECT_NE(s.rule().find("ICRC mismatch"), std::string::npos) << s.rule();
   EXPECT_EQ(CheckIcrc(Ipv6Flow(), std::span<const uint8_t>(kIpv6Packet).first(15)).code(), EINVAL);
+}
+
+// A receiver on a UDP socket does not see the IPv4 ID rxe chose; the ICRC tells it.
+TEST(IcrcTest, RecoversRxesIpv4IdFromTheIcrc) {
+  for (const CapturedPacket& p : AllCapturedPackets()) {
+    IpUdpInfo blind = p.flow;
+    blind.ip_id = 0x1234;  // ignored
+    auto id = RecoverIpv4Id(blind, p.udp_payload);
+    ASSERT_TRUE(id.ok()) << id.status().rule();
+    EXPECT_EQ(*id, p.flow.ip_id);
+  }
+  EXPECT_EQ(RecoverIpv4Id(Ipv6Flow(), kIpv6Packet).status().code(), EINVAL);
+}
+
+// With the ID unknown the check keeps 16 bits: a corrupt packet passes with probability about
+// 2^-16, so of the ~90k single-bit flips of the captures only a handful may pass (and no flip
+// may pass with the captured ID itself).
+TEST(IcrcTest, UnknownIdCheckStillRefusesAlmostEveryCorruption) {
+  size_t flips = 0, passed = 0;
+  for (const CapturedPacket& p : AllCapturedPackets()) {
+    for (size_t bit = 0; bit < p.udp_payload.size() * 8; ++bit) {
+      if (bit / 8 == 4) continue;  // BTH resv8a is outside the ICRC
+      std::vector<uint8_t> bad = p.udp_payload;
+      bad[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+      ++flips;
+      auto id = RecoverIpv4Id(p.flow, bad);
+      if (!id.ok()) {
+        EXPECT_EQ(id.status().code(), EBADMSG);
+        continue;
+      }
+      ++passed;
+      EXPECT_NE(*id, p.flow.ip_id);
+    }
+  }
+  EXPECT_GT(flips, 50000u);
+  EXPECT_LE(passed, 8u) << "of " << flips;
 }
 
 }  // namespace

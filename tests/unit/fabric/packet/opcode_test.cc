@@ -70,17 +70,20 @@ void ExpectEntry(uint8_t opcode, const std::string& name, const Expected& e, Tra
 }
 
 TEST(OpcodeTest, RcOpcodes) {
-  for (const Expected& e : kRc) ExpectEntry(e.opcode, std::string("RC_") + e.name, e, Transport::kRc);
+  for (const Expected& e : kRc)
+    ExpectEntry(e.opcode, std::string("RC_") + e.name, e, Transport::kRc);
 }
 
 TEST(OpcodeTest, UcHasTheSendsAndWritesOnly) {
   for (const Expected& e : kRc)
-    if (e.opcode <= 0x0b) ExpectEntry(0x20 | e.opcode, std::string("UC_") + e.name, e, Transport::kUc);
+    if (e.opcode <= 0x0b)
+      ExpectEntry(0x20 | e.opcode, std::string("UC_") + e.name, e, Transport::kUc);
   for (int code = 0x2c; code < 0x40; ++code) EXPECT_EQ(LookupOpcode(code), nullptr) << code;
 }
 
 TEST(OpcodeTest, UdHasTwoSendOnlys) {
-  ExpectEntry(0x64, "UD_SEND_ONLY", {0x64, "", {kDeth}, true, true, Position::kOnly}, Transport::kUd);
+  ExpectEntry(0x64, "UD_SEND_ONLY", {0x64, "", {kDeth}, true, true, Position::kOnly},
+              Transport::kUd);
   ExpectEntry(0x65, "UD_SEND_ONLY_WITH_IMMEDIATE",
               {0x65, "", {kDeth, kImmDt}, true, true, Position::kOnly}, Transport::kUd);
   EXPECT_EQ(LookupOpcode(0x64)->header_bytes, 20);

@@ -144,8 +144,10 @@ TEST(PacketHostileTest, TooShortForItsOpcodeIsRefused) {
   auto pkt = Make(op::kCompareSwap, 0, &flow);  // BTH + AtomicETH (40) + ICRC
   pkt.erase(pkt.begin() + 20, pkt.begin() + 24);
   Reseal(&pkt, flow);
-  ExpectRefused(ParseExact(pkt, &flow), EINVAL, "shorter than the headers + ICRC of RC_COMPARE_SWAP");
-  ExpectRefused(ParseExact(std::vector<uint8_t>(15, 0), nullptr), EINVAL, "shorter than BTH + ICRC");
+  ExpectRefused(ParseExact(pkt, &flow), EINVAL,
+                "shorter than the headers + ICRC of RC_COMPARE_SWAP");
+  ExpectRefused(ParseExact(std::vector<uint8_t>(15, 0), nullptr), EINVAL,
+                "shorter than BTH + ICRC");
 }
 
 TEST(PacketHostileTest, IcrcMismatchIsRefusedOnlyWhenChecked) {
