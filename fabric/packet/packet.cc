@@ -20,8 +20,8 @@ std::string Named(const OpcodeInfo& info) {
 Status CheckLengths(const OpcodeInfo& info, const Bth& bth, size_t size) {
   if (size < info.header_bytes + kIcrcBytes)
     return Invalid("packet of " + std::to_string(size) +
-                   " bytes is shorter than the headers + ICRC of " + Named(info) + ", " + std::to_string(info.header_bytes + kIcrcBytes) +
-                   " bytes (IBA 9.3)");
+                   " bytes is shorter than the headers + ICRC of " + Named(info) + ", " +
+                   std::to_string(info.header_bytes + kIcrcBytes) + " bytes (IBA 9.3)");
   // Headers and ICRC are whole words and the pad completes the payload's last word, so the
   // packet is a whole number of 4-byte words (IBA 9.2: PadCnt aligns the payload to 4 bytes).
   if (size % 4 != 0)
