@@ -1,0 +1,121 @@
+#include "fabric/packet/icrc.h"
+
+#include <array>
+#include <cstring>
+
+#include "base/strings.h"
+#include "fabric/packet/crc32.h"
+#include "fabric/packet/opcode.h"
+
+namespace softverbs::fabric::packet {
+namespace {
+
+// The CRC register after ~0 and the 8 bytes of 0xff standing for the LRH (rxe_icrc.c's seed).
+constexpr uint32_t kSeedAfterMaskedLrh = 0xdebb20e3u;
+
+// Builds the masked IP + UDP + BTH pseudo header; returns its length.
+size_t MaskedPseudoHeader(const IpUdpInfo& ip, std::span<const uint8_t> payload, uint8_t* out) {
+  size_t n = WriteIpUdpHeaders(ip, payload.size() + kIcrcBytes, /*checksums=*/false, nullptr, out);
+  if (ip.ipv6) {
+    // Version stays; traffic class and flow label become ones (rxe: priority = 0xf,
+    // flow_lbl[] = 0xff); hop limit 0xff.
+    out[0] |= 0x0f;
+    out[1] = out[2] = out[3] = 0xff;
+    out[7] = 0xff;
+  } else {
+    out[1] = 0xff;                // TOS
+    out[8] = 0xff;                // TTL
+    out[10] = out[11] = 0xff;     // header checksum (CSUM_MANGLED_0)
+  }
+  size_t udp = ip.ip_header_bytes();
+  out[udp + 6] = out[udp + 7] = 0xff;  // UDP checksum
+  memcpy(out + n, payload.data(), kBthBytes);
+  out[n + 4] = 0xff;  // BTH resv8a: FECN, BECN and resv6 may change in flight
+  return n + kBthBytes;
+}
+
+}  // namespace
+
+uint32_t ComputeIcrc(const IpUdpInfo& ip, std::span<const uint8_t> payload) {
+  if (payload.size() < kBthBytes) return 0;  // not a RoCEv2 packet; never read past it
+  uint8_t pseudo[kMaxIpUdpHeaderBytes + kBthBytes];
+  size_t n = MaskedPseudoHeader(ip, payload, pseudo);
+  uint32_t crc = Crc32Update(kSeedAfterMaskedLrh, pseudo, n);
+  crc = Crc32Update(crc, payload.data() + kBthBytes, payload.size() - kBthBytes);
+  return ~crc;
+}
+
+Status CheckIcrc(const IpUdpInfo& ip, std::span<const uint8_t> udp_payload) {
+  if (udp_payload.size() < kBthBytes + kIcrcBytes)
+    return Invalid("RoCEv2 packet shorter than BTH + ICRC (IBA 9.2, A17)");
+  auto body = udp_payload.first(udp_payload.size() - kIcrcBytes);
+  uint32_t want = ComputeIcrc(ip, body);
+  uint32_t got = LoadIcrc(udp_payload.data() + body.size());
+  if (want != got)
+    return Status(EBADMSG, "ICRC mismatch: packet carries " + Hex(got) + ", computed " + Hex(want) +
+                               " (IBA A17.3.3)");
+  return Status::Ok();
+}
+
+namespace {
+
+// The ICRC's change when bit i of the IPv4 ID is set, for each i: the CRC of the ID bytes alone
+// (from a zero register, so the parts that do not change cancel) carried through the `tail`
+// zero bytes that follow the ID in the covered data. Linear, so any ID's change is an XOR of these.
+std::array<uint32_t, 16> IdBitEffects(size_t tail) {
+  static const uint8_t kZeros[256] = {};
+  std::array<uint32_t, 16> effect{};
+  for (int i = 0; i < 16; ++i) {
+    uint8_t id[2] = {static_cast<uint8_t>((1u << i) >> 8), static_cast<uint8_t>(1u << i)};
+    uint32_t c = Crc32Update(0, id, 2);
+    for (size_t left = tail; left > 0;) {
+      size_t n = left < sizeof(kZeros) ? left : sizeof(kZeros);
+      c = Crc32Update(c, kZeros, n);
+      left -= n;
+    }
+    effect[i] = c;
+  }
+  return effect;
+}
+
+// Gaussian elimination over GF(2): the 16-bit combination of `effect` whose XOR is `target`.
+Result<uint16_t> Solve(const std::array<uint32_t, 16>& effect, uint32_t target) {
+  uint32_t basis[32] = {};
+  uint16_t combo[32] = {};
+  for (int i = 0; i < 16; ++i) {
+    uint32_t v = effect[i];
+    uint16_t c = static_cast<uint16_t>(1u << i);
+    for (int bit = 31; bit >= 0 && v != 0; --bit) {
+      if (!(v >> bit & 1)) continue;
+      if (basis[bit] == 0) {
+        basis[bit] = v, combo[bit] = c;
+        break;
+      }
+      v ^= basis[bit], c ^= combo[bit];
+    }
+  }
+  uint16_t id = 0;
+  for (int bit = 31; bit >= 0; --bit) {
+    if (!(target >> bit & 1)) continue;
+    if (basis[bit] == 0) return Status(EBADMSG, "ICRC mismatch for every IPv4 ID (IBA A17.3.3)");
+    target ^= basis[bit], id ^= combo[bit];
+  }
+  return id;
+}
+
+}  // namespace
+
+Result<uint16_t> RecoverIpv4Id(const IpUdpInfo& ip, std::span<const uint8_t> udp_payload) {
+  if (ip.ipv6) return Invalid("RecoverIpv4Id: an IPv6 flow has no IP ID");
+  if (udp_payload.size() < kBthBytes + kIcrcBytes)
+    return Invalid("RoCEv2 packet shorter than BTH + ICRC (IBA 9.2, A17)");
+  IpUdpInfo zero_id = ip;
+  zero_id.ip_id = 0;
+  auto body = udp_payload.first(udp_payload.size() - kIcrcBytes);
+  uint32_t diff = ComputeIcrc(zero_id, body) ^ LoadIcrc(udp_payload.data() + body.size());
+  // Covered after the ID: the rest of the IPv4 header, the UDP header, BTH ... pad.
+  size_t tail = (kIpv4HeaderBytes - 6) + kUdpHeaderBytes + body.size();
+  return Solve(IdBitEffects(tail), diff);
+}
+
+}  // namespace softverbs::fabric::packet
