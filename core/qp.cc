@@ -13,7 +13,7 @@
 #include "fabric/host/process_token.h"
 #include "transport/host/host_link.h"
 #include "transport/mcast_table.h"
-#include "transport/unreachable_link.h"
+#include "transport/wire/wire_link.h"
 #include "transport/window_key.h"
 
 namespace softverbs::core {
@@ -154,8 +154,17 @@ Qp::Qp(Context& context, const QpInitAttributes& init, uint32_t slot, std::uniqu
       endpoint_ref_(endpoint) {
   attr_.cap = init.cap;
   host_link_ = std::make_unique<transport::HostLink>(context.local());
-  wire_link_ = std::make_unique<transport::UnreachableLink>("softverbs does not reach other hosts yet (RoCEv2 on "
-                                                            "the wire is not implemented)");
+  // Any QP may be reached from another host: this process receives RoCEv2 on the host's
+  // addresses from its first QP on (transport/wire/wire_fabric.h).
+  transport::WireFabric& wire = transport::WireFabric::Get(context.local());
+  {
+    const GidTable gids = context.gids();
+    std::vector<transport::Gid16> listen;
+    for (uint32_t i = 0; i < DeviceLimits::kGidTableLen; ++i)
+      if (gids.at(i).valid) listen.push_back(gids.at(i).gid);
+    wire.Listen(listen);
+  }
+  wire_link_ = std::make_unique<transport::WireLink>(wire);
   sq_ = std::make_unique<transport::Requester>(context.local(), static_cast<transport::RequesterHost&>(*this),
                                                transport::Links{host_link_.get(), wire_link_.get()});
   sq_->Configure(RequesterConfigOf());

@@ -1,0 +1,83 @@
+// The wire fabric's process side (DESIGN.md section 6): this process's members of the per-user
+// UDP 4791 groups of the host's addresses (fabric/wire/udp_port.h), the thread that receives
+// RoCEv2 packets on them, and the send path the wire links use.
+//
+// A received request is executed by the same responder as on the host fabric
+// (transport/responder.h), on the destination QP found in the host registry by the packet's
+// DestQP -- in this process or in another process of the host, reached through the host fabric.
+// So any member of a group may take any datagram: kernel steering by QPN (fabric/wire) only
+// spares that hop, and correctness never depends on it. Only datagrams to this host's own
+// addresses arrive here: a local QP is never reached by a packet meant for another host.
+//
+// No thread spins: the receive thread sleeps in epoll_wait until a datagram arrives.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "base/status.h"
+#include "base/unique_fd.h"
+#include "fabric/host/host_directory.h"
+#include "fabric/wire/udp_port.h"
+
+namespace softverbs::transport {
+
+using Gid16 = std::array<uint8_t, 16>;
+
+// What the wire fabric saw, for `softverbs status` and the tests.
+struct WireCounters {
+  std::atomic<uint64_t> sent{0}, received{0};
+  std::atomic<uint64_t> malformed{0};    // refused by the packet parser (length, opcode, pad...)
+  std::atomic<uint64_t> icrc_errors{0};  // ICRC mismatch: dropped, as rxe and NICs do
+  std::atomic<uint64_t> unknown_qp{0};   // DestQP names no QP of this host
+  std::atomic<uint64_t> unsupported{0};  // a transport softverbs does not carry on the wire yet
+};
+
+class WireFabric {
+ public:
+  // This process's wire fabric (a child of fork() gets its own on first use).
+  static WireFabric& Get(fabric::LocalProcess& local);
+
+  // Receives on every routable address among `gids` (IPv4-mapped and global IPv6; loopback and
+  // link-local addresses are this host's alone). Idempotent; an address whose port is taken by
+  // another owner is skipped, and the reason logged once.
+  void Listen(std::span<const Gid16> gids);
+  // Sends one datagram (a built RoCEv2 packet) from `sgid`'s address to `dgid`'s port 4791.
+  Status Send(const Gid16& sgid, const Gid16& dgid, std::span<const iovec> pieces);
+
+  const WireCounters& counters() const { return counters_; }
+  // The UDP port every member binds: 4791, or SOFTVERBS_ROCE_PORT (tests on one namespace).
+  static uint16_t RocePort();
+
+ private:
+  struct Port {
+    Gid16 gid{};
+    std::mutex mu;  // UdpPort is used by one thread at a time: senders and the receive thread
+    std::unique_ptr<fabric::wire::UdpPort> udp;
+  };
+  explicit WireFabric(fabric::LocalProcess& local);
+  Port* Find(const Gid16& gid);
+  void Run();
+  // One received datagram, from `from` to this port's address.
+  void Deliver(std::span<const uint8_t> datagram, const fabric::wire::UdpAddress& from, const Port& to);
+
+  fabric::LocalProcess& local_;
+  std::mutex mu_;  // ports_
+  std::vector<std::unique_ptr<Port>> ports_;
+  std::vector<Gid16> refused_;  // addresses whose port could not be joined (explained once)
+  UniqueFd epoll_;
+  std::thread thread_;
+  WireCounters counters_;
+};
+
+// IPv4-mapped GIDs are IPv4 addresses; any other GID is an IPv6 address.
+fabric::wire::UdpAddress AddressOfGid(const Gid16& gid, uint16_t port);
+Gid16 GidOfAddress(const fabric::wire::UdpAddress& a);
+
+}  // namespace softverbs::transport
