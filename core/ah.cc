@@ -27,8 +27,10 @@ Status CheckRoceAddressVector(const AddressVector& av, uint64_t valid_gids, bool
 
 Result<std::unique_ptr<Ah>> Ah::Create(Pd& pd, const AddressVector& av) {
   SV_RETURN_IF_ERROR(CheckRoceAddressVector(av, pd.context().gids().valid_mask(), false));
+  auto quota = QuotaHold::Take(QuotaKind::kAh);
+  if (!quota.ok()) return quota.status();
   pd.users().Acquire();
-  return std::unique_ptr<Ah>(new Ah(pd, av, pd.context().NewHandle()));
+  return std::unique_ptr<Ah>(new Ah(pd, av, pd.context().NewHandle(), std::move(quota.value())));
 }
 
 }  // namespace softverbs::core

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "base/status.h"
+#include "core/object_quota.h"
 #include "core/pd.h"
 #include "core/types.h"
 
@@ -17,6 +18,7 @@ Status CheckRoceAddressVector(const AddressVector& av, uint64_t valid_gids, bool
 
 class Ah {
  public:
+  // ibv_create_ah(3); counted against max_ah (ENOMEM beyond it: core/object_quota.h).
   static Result<std::unique_ptr<Ah>> Create(Pd& pd, const AddressVector& av);
   ~Ah() { pd_.users().Release(); }
 
@@ -24,10 +26,12 @@ class Ah {
   uint32_t handle() const { return handle_; }
 
  private:
-  Ah(Pd& pd, const AddressVector& av, uint32_t handle) : pd_(pd), av_(av), handle_(handle) {}
+  Ah(Pd& pd, const AddressVector& av, uint32_t handle, QuotaHold quota)
+      : pd_(pd), av_(av), handle_(handle), quota_(std::move(quota)) {}
   Pd& pd_;
   AddressVector av_;
   uint32_t handle_;
+  QuotaHold quota_;
 };
 
 }  // namespace softverbs::core

@@ -33,6 +33,13 @@ Status CheckMrAccess(uint32_t access) {
 }
 
 Status Mr::CheckLayout(const MrLayout& layout) {
+  // The device translates the iova page by page (ib_umem): the kernel's ib_uverbs_reg_mr refuses
+  // an iova whose offset in its page differs from the address's, before anything else (EINVAL).
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  if ((layout.addr & (page - 1)) != (layout.iova & (page - 1)))
+    return Invalid("iova " + Hex(layout.iova) + " is at offset " + Hex(layout.iova & (page - 1)) +
+                   " of its page but addr " + Hex(layout.addr) + " at " + Hex(layout.addr & (page - 1)) +
+                   ": the kernel's ib_uverbs_reg_mr needs the same page offset");
   SV_RETURN_IF_ERROR(CheckMrAccess(layout.access));
   if (layout.length == 0) return Invalid("length is 0");
   if (layout.length > DeviceLimits::kMaxMrSize)
@@ -49,7 +56,6 @@ Status Mr::CheckLayout(const MrLayout& layout) {
       return Status(EFAULT, range + " is not writable, but the access flags let the device write it");
   } else {
     // msync(MS_ASYNC) has no effect on Linux but fails with ENOMEM on an unmapped range.
-    const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
     uint64_t start = layout.addr & ~(page - 1);
     if (msync(reinterpret_cast<void*>(start), layout.addr + layout.length - start, MS_ASYNC) != 0)
       return Status(EFAULT, range + " is not mapped memory of this process");
