@@ -28,8 +28,11 @@ Status CheckRoceAddressVector(const AddressVector& av, uint64_t valid_gids, bool
 Result<std::unique_ptr<Ah>> Ah::Create(Pd& pd, const AddressVector& av) {
   const GidTable gids = pd.context().gids();
   SV_RETURN_IF_ERROR(CheckRoceAddressVector(av, gids.valid_mask(), false));
+  auto quota = QuotaHold::Take(QuotaKind::kAh);
+  if (!quota.ok()) return quota.status();
   pd.users().Acquire();
-  return std::unique_ptr<Ah>(new Ah(pd, av, pd.context().NewHandle(), gids.Find(av.dgid) >= 0));
+  return std::unique_ptr<Ah>(
+      new Ah(pd, av, pd.context().NewHandle(), gids.Find(av.dgid) >= 0, std::move(quota.value())));
 }
 
 }  // namespace softverbs::core

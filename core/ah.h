@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "base/status.h"
+#include "core/object_quota.h"
 #include "core/pd.h"
 #include "core/types.h"
 
@@ -17,6 +18,7 @@ Status CheckRoceAddressVector(const AddressVector& av, uint64_t valid_gids, bool
 
 class Ah {
  public:
+  // ibv_create_ah(3); counted against max_ah (ENOMEM beyond it: core/object_quota.h).
   static Result<std::unique_ptr<Ah>> Create(Pd& pd, const AddressVector& av);
   ~Ah() { pd_.users().Release(); }
 
@@ -28,12 +30,13 @@ class Ah {
   bool on_host() const { return on_host_; }
 
  private:
-  Ah(Pd& pd, const AddressVector& av, uint32_t handle, bool on_host)
-      : pd_(pd), av_(av), handle_(handle), on_host_(on_host) {}
+  Ah(Pd& pd, const AddressVector& av, uint32_t handle, bool on_host, QuotaHold quota)
+      : pd_(pd), av_(av), handle_(handle), on_host_(on_host), quota_(std::move(quota)) {}
   Pd& pd_;
   AddressVector av_;
   uint32_t handle_;
   bool on_host_;
+  QuotaHold quota_;
 };
 
 }  // namespace softverbs::core

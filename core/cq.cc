@@ -33,7 +33,7 @@ Status CheckCqe(int cqe) {
 Result<std::unique_ptr<CompChannel>> CompChannel::Create(Context& context) {
   auto fd = EventFd::Create();
   if (!fd.ok()) return fd.status();
-  return std::unique_ptr<CompChannel>(new CompChannel(std::move(fd.value()), context.local().NewFdTag()));
+  return std::unique_ptr<CompChannel>(new CompChannel(context, std::move(fd.value()), context.local().NewFdTag()));
 }
 
 void CompChannel::Attach(Cq* cq) {
@@ -87,6 +87,14 @@ Result<std::unique_ptr<Cq>> Cq::Create(Context& context, int cqe, CompChannel* c
   SV_RETURN_IF_ERROR(CheckCqe(cqe));
   if (comp_vector != 0)
     return Invalid("comp_vector " + std::to_string(comp_vector) + " is not below num_comp_vectors 1");
+  // The kernel looks the channel's fd up among the objects of the context's own uverbs file
+  // (rdma_core.c lookup_get_fd_uobject: "uobject->ufile != ufile" -> EBADF): a channel created on
+  // another ibv_context is not one of them.
+  if (channel != nullptr && &channel->context() != &context)
+    return Status(EBADF, "the completion channel (fd " + std::to_string(channel->fd()) +
+                             ") was created on another ibv_context; the kernel refuses it with EBADF");
+  auto quota = QuotaHold::Take(QuotaKind::kCq);
+  if (!quota.ok()) return quota.status();
   fabric::LocalProcess* local = &context.local();
   auto ring_ref = local->Allocate(sizeof(CqRing));
   if (!ring_ref.ok()) return ring_ref.status();
@@ -102,14 +110,15 @@ Result<std::unique_ptr<Cq>> Cq::Create(Context& context, int cqe, CompChannel* c
   ring->channel_tag = channel ? channel->tag() : 0;
   ring->stamp = stamp;
   ring->entries = *entries;
-  std::unique_ptr<Cq> cq(new Cq(context, context.NewHandle(), channel, local, *ring_ref));
+  std::unique_ptr<Cq> cq(new Cq(context, context.NewHandle(), channel, local, *ring_ref, std::move(quota.value())));
   if (channel != nullptr) channel->Attach(cq.get());
   return cq;
 }
 
 Cq::Cq(Context& context, uint32_t handle, CompChannel* channel, fabric::LocalProcess* local,
-       fabric::SharedRef ring_ref)
-    : context_(context), handle_(handle), channel_(channel), local_(local), ring_ref_(ring_ref) {}
+       fabric::SharedRef ring_ref, QuotaHold quota)
+    : context_(context), handle_(handle), channel_(channel), local_(local), ring_ref_(ring_ref),
+      quota_(std::move(quota)) {}
 
 Cq::~Cq() {
   DetachFromChannel();

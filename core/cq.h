@@ -16,6 +16,7 @@
 #include "base/status.h"
 #include "transport/completion.h"
 #include "transport/cq_ring.h"
+#include "core/object_quota.h"
 #include "core/pd.h"
 #include "fabric/host/host_directory.h"
 
@@ -34,6 +35,7 @@ class CompChannel {
 
   int fd() const { return fd_.fd(); }
   uint64_t tag() const { return tag_; }  // names this incarnation of fd() for peers
+  const Context& context() const { return context_; }  // the context it was created on
   UseCount& users() { return users_; }  // CQs bound to it
 
   // ibv_get_cq_event: the CQ of the oldest event; blocks unless fd() is O_NONBLOCK.
@@ -41,10 +43,12 @@ class CompChannel {
 
  private:
   friend class Cq;
-  CompChannel(EventFd fd, uint64_t tag) : fd_(std::move(fd)), tag_(tag) {}
+  CompChannel(const Context& context, EventFd fd, uint64_t tag)
+      : context_(context), fd_(std::move(fd)), tag_(tag) {}
   void Attach(Cq* cq);
   void Detach(Cq* cq);
 
+  const Context& context_;
   EventFd fd_;
   uint64_t tag_;
   std::mutex mu_;
@@ -58,7 +62,8 @@ class Cq {
   void* user_handle() const { return user_handle_; }
   void set_user_handle(void* handle) { user_handle_ = handle; }
 
-  // ibv_create_cq(3): 1 <= cqe <= max_cqe, comp_vector < num_comp_vectors.
+  // ibv_create_cq(3): 1 <= cqe <= max_cqe, comp_vector < num_comp_vectors, a channel of the
+  // same context (EBADF otherwise, as the kernel's uverbs answers).
   // `stamp`: the transport::CqStamp clocks each completion carries (ibv_create_cq_ex wc_flags).
   static Result<std::unique_ptr<Cq>> Create(Context& context, int cqe, CompChannel* channel,
                                             int comp_vector, uint32_t stamp = transport::kCqStampNone);
@@ -106,7 +111,7 @@ class Cq {
  private:
   friend class CompChannel;
   Cq(Context& context, uint32_t handle, CompChannel* channel, fabric::LocalProcess* local,
-     fabric::SharedRef ring_ref);
+     fabric::SharedRef ring_ref, QuotaHold quota);
   CqRing& ring() const { return *static_cast<CqRing*>(local_->At(ring_ref_)); }
   Completion* entries() const { return static_cast<Completion*>(local_->At(ring().entries)); }
   // Completions held (ring locked by the caller).
@@ -124,6 +129,7 @@ class Cq {
   CompChannel* channel_;
   fabric::LocalProcess* local_;
   fabric::SharedRef ring_ref_;
+  QuotaHold quota_;  // one of max_cq
   UseCount users_;
   std::mutex poll_mu_;  // one consumer at a time (the ring's lock is for producers)
   std::mutex qps_mu_;

@@ -4,6 +4,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
+
+#include "base/status.h"
+#include "core/object_quota.h"
 
 namespace softverbs::core {
 
@@ -22,6 +26,9 @@ class UseCount {
 
 class Pd {
  public:
+  // ibv_alloc_pd: a PD counted against max_pd (ENOMEM beyond it: core/object_quota.h).
+  static Result<std::unique_ptr<Pd>> Create(Context& context);
+  // An uncounted PD (tests).
   Pd(Context& context, uint32_t handle);
   Context& context() const { return context_; }
   uint32_t handle() const { return handle_; }
@@ -35,6 +42,7 @@ class Pd {
   uint32_t handle_;
   uint64_t host_id_;
   UseCount users_;
+  QuotaHold quota_;
 };
 
 }  // namespace softverbs::core

@@ -139,7 +139,8 @@ Result<std::unique_ptr<Qp>> Qp::Create(Context& context, QpInitAttributes& attr)
   auto slot = context.registry().qps().Allocate(fabric::ProcessToken::Self());
   if (!slot.ok()) {
     local.Free(*endpoint, sizeof(QpEndpoint));
-    return Status(ENOMEM, "no QP number left: " + slot.status().rule());
+    return Status(ENOMEM, "the device limit max_qp " + to_string(DeviceLimits::kMaxQp) +
+                              " is reached: no QP number left (" + slot.status().rule() + ")");
   }
   attr.pd->users().Acquire();
   attr.send_cq->users().Acquire();
@@ -270,9 +271,11 @@ Status Qp::DetachMcast(const Gid& mgid) {
   return Status::Ok();
 }
 
-Status Qp::Modify(const QpAttributes& a, uint32_t mask) {
+Status Qp::Modify(const QpAttributes& requested, uint32_t mask) {
   ApplyPendingError();
   std::lock_guard lock(mu_);
+  QpAttributes a = requested;
+  const std::string cut = FitFieldWidths(a, mask);
   ModifyContext ctx;
   ctx.type = init_.type;
   ctx.current = attr_.qp_state;
@@ -281,6 +284,7 @@ Status Qp::Modify(const QpAttributes& a, uint32_t mask) {
   if (mask & (attr::kAv | attr::kAltPath)) ctx.valid_gids = context_.gids().valid_mask();
   auto next = CheckModify(ctx, a, mask);
   if (!next.ok()) return next.status();
+  if (!cut.empty()) SV_LOG(kWarn, "ibv_modify_qp(qp 0x%x): %s (as mlx5 does)", qpn_, cut.c_str());
 
   // Everything was checked: apply.
   if (*next == QpState::kReset && attr_.qp_state != QpState::kReset) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <type_traits>
 #include <vector>
 
 #include "core/device_limits.h"
@@ -296,7 +297,6 @@ std::string CheckAv(const ModifyContext& ctx, const AddressVector& av) {
 std::string CheckValues(const ModifyContext& ctx, const QpAttributes& a, uint32_t mask) {
   using L = DeviceLimits;
   auto has = [mask](uint32_t bit) { return (mask & bit) != 0; };
-  constexpr uint32_t kPsnMax = (1u << 24) - 1;  // PSNs and QPNs are 24-bit (IBA 9.2 BTH)
 
   if (has(kPort) && (a.port_num < 1 || a.port_num > L::kPortCount)) {
     return "port_num " + Num(a.port_num) + " does not exist: softverbs0 has " +
@@ -330,28 +330,14 @@ std::string CheckValues(const ModifyContext& ctx, const QpAttributes& a, uint32_
     }
   }
   if (has(kQpn)) {
-    if (a.dest_qp_num > kPsnMax) return "dest_qp_num " + Hex(a.dest_qp_num) + " exceeds 24 bits";
     // QP0 and QP1 are the SMI/GSI management QPs: never a connected peer.
     if (Connected(ctx.type) && a.dest_qp_num <= 1) {
       return "dest_qp_num " + Num(a.dest_qp_num) +
              " is a management QP (QP0/QP1), never a connected peer";
     }
   }
-  if (has(kRqPsn) && a.rq_psn > kPsnMax) return "rq_psn " + Hex(a.rq_psn) + " exceeds 24 bits";
-  if (has(kSqPsn) && a.sq_psn > kPsnMax) return "sq_psn " + Hex(a.sq_psn) + " exceeds 24 bits";
-  // The wire encodings: 5-bit Local ACK Timeout and RNR timer, 3-bit retry counters (IBA 9.7).
-  if (has(kTmo) && a.timeout > L::kMaxTimeout) {
-    return "timeout " + Num(a.timeout) + " exceeds " + Num(L::kMaxTimeout);
-  }
-  if (has(kRetry) && a.retry_cnt > L::kMaxRetryCnt) {
-    return "retry_cnt " + Num(a.retry_cnt) + " exceeds " + Num(L::kMaxRetryCnt);
-  }
-  if (has(kRnrRetry) && a.rnr_retry > L::kMaxRnrRetry) {
-    return "rnr_retry " + Num(a.rnr_retry) + " exceeds " + Num(L::kMaxRnrRetry);
-  }
-  if (has(kRnrTmr) && a.min_rnr_timer > L::kMaxMinRnrTimer) {
-    return "min_rnr_timer " + Num(a.min_rnr_timer) + " exceeds " + Num(L::kMaxMinRnrTimer);
-  }
+  // PSNs, dest_qp_num, timeout, retry_cnt, rnr_retry and min_rnr_timer are not range-checked:
+  // FitFieldWidths() cut them to their wire widths before (as mlx5 does).
   // The device limits of ibv_query_device(3).
   if (has(kInitRd) && a.max_rd_atomic > L::kMaxQpInitRdAtom) {
     return "max_rd_atomic " + Num(a.max_rd_atomic) + " exceeds the device limit " +
@@ -365,6 +351,34 @@ std::string CheckValues(const ModifyContext& ctx, const QpAttributes& a, uint32_
 }
 
 }  // namespace
+
+// The wire widths of IBA 9.2 (BTH: 24-bit PSN and destination QP) and 9.7 (5-bit Local ACK
+// Timeout and RNR timer, 3-bit retry counters). mlx5_ib_modify_qp stores each value with
+// MLX5_SET into its QPC field of that width (next_rcv_psn, next_send_psn, remote_qpn,
+// ack_timeout, min_rnr_nak, retry_count, rnr_retry), which keeps the low bits, and
+// mlx5_ib_query_qp reads the fields back: ibv_query_qp reports the cut value. rxe masks the PSNs
+// the same way (rxe_qp_from_attr: "& BTH_PSN_MASK") but refuses timeout > 31 (rxe_qp_chk_attr) and
+// keeps retry counts > 7 whole; programs that were only ever run on hardware rely on mlx5's
+// behaviour (lrand48() PSNs, timeout = 32), so that is the one followed here.
+std::string FitFieldWidths(QpAttributes& a, uint32_t mask) {
+  std::string cut;
+  auto fit = [&](uint32_t bit, auto& field, uint32_t bits, const char* name, bool hex) {
+    const uint32_t width_mask = (1u << bits) - 1;
+    const uint32_t value = field;
+    if (!(mask & bit) || value <= width_mask) return;
+    field = static_cast<std::remove_reference_t<decltype(field)>>(value & width_mask);
+    cut += std::string(cut.empty() ? "" : ", ") + name + " " + (hex ? Hex(value) : Num(value)) +
+           " masked to its " + Num(bits) + " bits: " + (hex ? Hex(field) : Num(field));
+  };
+  fit(kRqPsn, a.rq_psn, 24, "rq_psn", true);
+  fit(kSqPsn, a.sq_psn, 24, "sq_psn", true);
+  fit(kQpn, a.dest_qp_num, 24, "dest_qp_num", true);
+  fit(kTmo, a.timeout, 5, "timeout", false);
+  fit(kRnrTmr, a.min_rnr_timer, 5, "min_rnr_timer", false);
+  fit(kRetry, a.retry_cnt, 3, "retry_cnt", false);
+  fit(kRnrRetry, a.rnr_retry, 3, "rnr_retry", false);
+  return cut;
+}
 
 bool IsValidTransition(QpType type, QpState from, QpState to) {
   return Find(type, from, to) != nullptr;

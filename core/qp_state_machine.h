@@ -36,6 +36,12 @@ uint32_t OptionalAttrs(QpType type, QpState from, QpState to);
 // transition and the offending attribute, e.g. "RC INIT->RTR is missing IBV_QP_MIN_RNR_TIMER".
 Result<QpState> CheckModify(const ModifyContext& ctx, const QpAttributes& attr, uint32_t mask);
 
+// Cuts the attributes of `mask` that have a wire width (rq_psn, sq_psn, dest_qp_num: 24 bits;
+// timeout, min_rnr_timer: 5; retry_cnt, rnr_retry: 3) to that width, as mlx5 does, instead of
+// refusing them. Returns what was cut ("rq_psn 0x1000005 masked to its 24 bits: 0x5, ..."), ""
+// when nothing was. ibv_modify_qp calls it before CheckModify, which then sees the cut values.
+std::string FitFieldWidths(QpAttributes& attr, uint32_t mask);
+
 // "IBV_QP_STATE | IBV_QP_PKEY_INDEX" for a mask (the names of rdma-core's enum ibv_qp_attr_mask).
 std::string AttrMaskNames(uint32_t mask);
 

@@ -17,7 +17,9 @@ Result<std::unique_ptr<Srq>> Srq::Create(Pd& pd, SrqAttributes& attr) {
   auto queue = RecvQueue::Create(pd.context().local(), attr.max_wr, attr.max_sge, pd.context().async_fd(), pd.context().async_tag());
   if (!queue.ok()) return queue.status();
   auto slot = pd.context().registry().srqs().Allocate(fabric::ProcessToken::Self());
-  if (!slot.ok()) return Status(ENOMEM, "no SRQ number left: " + slot.status().rule());
+  if (!slot.ok())
+    return Status(ENOMEM, "the device limit max_srq " + std::to_string(DeviceLimits::kMaxSrq) +
+                              " is reached: no SRQ number left (" + slot.status().rule() + ")");
   attr.srq_limit = 0;
   pd.users().Acquire();
   std::unique_ptr<Srq> srq(new Srq(pd, attr, *slot, std::move(queue.value())));

@@ -5,9 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
 
-build() {  # build <dir> [cmake args...]
+build() {  # build <dir> [cmake args...]; warnings are errors in CI (SOFTVERBS_WERROR)
   local dir=$1; shift
-  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSOFTVERBS_WERROR=ON "$@" >/dev/null
   cmake --build "$dir" -j "$jobs"
 }
 

@@ -29,7 +29,10 @@ constexpr auto kAcq = std::memory_order_acquire;
 Result<NewKey> AllocateKey(fabric::HostRegistry& registry) {
   fabric::SlotTable& keys = registry.keys();
   auto slot = keys.Allocate(fabric::ProcessToken::Self());
-  if (!slot.ok()) return Status(ENOMEM, "no memory key left: " + slot.status().rule());
+  // MRs, MWs and mkeys share this table: it is the device limit max_mr (= max_mw).
+  if (!slot.ok())
+    return Status(ENOMEM, "the device limit max_mr = max_mw " + std::to_string(fabric::HostRegistry::kKeySlots) +
+                              " is reached: no memory key left (" + slot.status().rule() + ")");
   const uint32_t generation = keys.slot(*slot).generation.load(std::memory_order_relaxed);
   return NewKey{*slot, (*slot + 1) << 8 | (generation & 0xff)};
 }

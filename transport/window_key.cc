@@ -14,6 +14,12 @@ namespace {
 // ibv_access_flags a window works with.
 constexpr uint32_t kLocalWrite = 1u << 0, kRemoteWrite = 1u << 1, kRemoteRead = 1u << 2, kRemoteAtomic = 1u << 3,
                    kMwBind = 1u << 4, kZeroBased = 1u << 5;
+// Every access bit a device knows: the above, ON_DEMAND, HUGETLB (mlx5 ignores it on a window,
+// rxe refuses it: the more lenient wins), the kernel's FLUSH_GLOBAL / FLUSH_PERSISTENT (bits 8, 9)
+// and the optional range (IBV_ACCESS_OPTIONAL_RANGE, bits 20..29).
+constexpr uint32_t kWindowAcceptedAccess = kLocalWrite | kRemoteWrite | kRemoteRead | kRemoteAtomic | kMwBind |
+                                           kZeroBased | (1u << 6) | (1u << 7) | (1u << 8) | (1u << 9) |
+                                           0x3ff00000u;
 
 // This process's windows by key slot. The lock also serialises binds with MR deregistration,
 // so no window binds to an MR that is being deregistered.
@@ -72,10 +78,14 @@ std::string WindowKey::CheckBind(const BindRequest& req, const WindowQp& qp) con
   // o10-37.2.30: a type 2 window is bound from the free state only (after an invalidation).
   if (type_ == WindowType::kType2 && KeyHeldBy(registry, slot_) != 0)
     return "type 2 window " + Hex(handle_) + " is still bound: invalidate it first (IBV_WR_LOCAL_INV)";
-  constexpr uint32_t kWindowAccess = kRemoteWrite | kRemoteRead | kRemoteAtomic | kZeroBased;
-  if (req.access & ~kWindowAccess)
-    return "mw_access_flags " + Hex(req.access) + ": a window grants REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC "
-           "and ZERO_BASED only";
+  // A window grants the REMOTE_* bits (and may be ZERO_BASED); the other ibv_access_flags are
+  // accepted and ignored, as the devices do: rxe_bind_mw refuses only bits outside
+  // RXE_ACCESS_SUPPORTED_MW (LOCAL_WRITE, REMOTE_*, MW_BIND, ON_DEMAND, FLUSH_*, the optional
+  // range, ZERO_BASED), and mlx5's set_umr_mkey_seg checks none. Bits that are no
+  // ibv_access_flags at all are refused, as rxe does (EOPNOTSUPP there).
+  if (req.access & ~kWindowAcceptedAccess)
+    return "mw_access_flags " + Hex(req.access) + " has bits " + Hex(req.access & ~kWindowAcceptedAccess) +
+           " that are no ibv_access_flags (rxe_bind_mw refuses them)";
   // A zero-length bind covers nothing (for type 1 it unbinds, o10-36.2.2): its MR is not used.
   if (req.length == 0 && (req.mr_key == 0 || type_ == WindowType::kType1)) return "";
   KeyView mr;

@@ -19,10 +19,11 @@ std::string Name(const ibv_mr* mr) { return ObjectName("mr lkey", mr->lkey); }
 }  // namespace softverbs::abi
 
 SV_EXPORT ibv_pd* ibv_alloc_pd(ibv_context* context) {
+  auto core = core::Pd::Create(*ToSv(context)->core);
+  if (!core.ok()) return ReturnNull<ibv_pd>("ibv_alloc_pd", context->device->name, core.status());
   auto* pd = new (std::nothrow) SvPd{};
   if (pd == nullptr) return ReturnNull<ibv_pd>("ibv_alloc_pd", "", NoMemory("out of memory"));
-  core::Context& core = *ToSv(context)->core;
-  pd->core = std::make_unique<core::Pd>(core, core.NewHandle());
+  pd->core = std::move(core.value());
   pd->pd.context = context;
   pd->pd.handle = pd->core->handle();
   return &pd->pd;

@@ -75,6 +75,7 @@ def _load():
         'ibv_alloc_pd': (vp, [ctypes.POINTER(IbvContext)]),
         'ibv_dealloc_pd': (i, [vp]),
         'ibv_reg_mr': (vp, [vp, vp, ctypes.c_size_t, i]),
+        'ibv_reg_mr_iova': (vp, [vp, vp, ctypes.c_size_t, ctypes.c_uint64, i]),
         'ibv_dereg_mr': (i, [vp]),
         'ibv_create_comp_channel': (ctypes.POINTER(IbvCompChannel), [ctypes.POINTER(IbvContext)]),
         'ibv_destroy_comp_channel': (i, [ctypes.POINTER(IbvCompChannel)]),
@@ -143,6 +144,10 @@ class RawContext:
     def reg_mr(self, pd, buf, access):
         mr = lib.ibv_reg_mr(pd, ctypes.cast(buf, ctypes.c_void_p), ctypes.sizeof(buf), access)
         return self._track(lib.ibv_dereg_mr, _check_ptr('ibv_reg_mr', mr))
+
+    def reg_mr_iova(self, pd, buf, iova, access):
+        mr = lib.ibv_reg_mr_iova(pd, ctypes.cast(buf, ctypes.c_void_p), ctypes.sizeof(buf), iova, access)
+        return self._track(lib.ibv_dereg_mr, _check_ptr('ibv_reg_mr_iova', mr))
 
     def create_comp_channel(self):
         ch = _check_ptr('ibv_create_comp_channel', lib.ibv_create_comp_channel(self.ctx))

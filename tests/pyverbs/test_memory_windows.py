@@ -155,13 +155,36 @@ class WindowsTest(WindowTestCase):
         a.qp.close()  # ibv_destroy_qp ends the type 2 windows bound to the QP
         self.buf.mr.close()
 
+    def test_local_bits_on_a_window_are_accepted_and_ignored(self):
+        # Issue 13: mlx5 and rxe accept IBV_ACCESS_LOCAL_WRITE (and MW_BIND) in mw_access_flags
+        # and ignore them; the window grants its REMOTE_* bits only.
+        for mw_type in (e.IBV_MW_TYPE_1, e.IBV_MW_TYPE_2):
+            with self.subTest(mw_type=mw_type):
+                a, b = base.connected_pair(self.ctx, self.pd, RC)
+                mw = self.window(mw_type)
+                access = e.IBV_ACCESS_LOCAL_WRITE | RW | e.IBV_ACCESS_MW_BIND
+                if mw_type == e.IBV_MW_TYPE_1:
+                    wc = self.bind_type1(a, mw, 0, 64, access)
+                    rkey = mw.rkey
+                else:
+                    wc, rkey = self.bind_type2(a, mw, 0, 64, access)
+                self.assertWC(wc, status=OK, opcode=e.IBV_WC_BIND_MW)
+                self.src.write(b'localbit')
+                b.post_send(base.send_wr(e.IBV_WR_RDMA_WRITE, [self.src.sge(0, 8)],
+                                         rdma=(rkey, self.buf.addr + 8)))
+                self.assertWC(b.poll()[0], status=OK)
+                self.assertEqual(self.buf.read(8, 8), b'localbit')
+                # READ was not granted: the local bits grant nothing remote.
+                b.post_send(base.send_wr(e.IBV_WR_RDMA_READ, [self.src.sge(0, 8)],
+                                         rdma=(rkey, self.buf.addr)))
+                self.assertWC(b.poll()[0], status=e.IBV_WC_REM_ACCESS_ERR)
+                self.assertTrue(self.buf.guards_intact())
+
     def test_bind_errors_complete_with_mw_bind_err(self):
         plain = Buffer(self.pd, 256)  # registered without IBV_ACCESS_MW_BIND
         cases = {
             'MR without MW_BIND': lambda mw: MWBindInfo(plain.mr, plain.addr, 64, RR),
             'range outside the MR': lambda mw: MWBindInfo(self.buf.mr, self.buf.addr + 4000, 200, RR),
-            'LOCAL_WRITE on a window': lambda mw: MWBindInfo(self.buf.mr, self.buf.addr, 64,
-                                                             e.IBV_ACCESS_LOCAL_WRITE),
         }
         for why, info in cases.items():
             with self.subTest(why):

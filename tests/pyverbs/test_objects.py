@@ -1,6 +1,7 @@
 """PD, MR, CQ/CQEX, completion channels, AH, SRQ and XRCD on softverbs0."""
 import ctypes
 import errno
+import json
 import os
 import select
 import unittest
@@ -237,6 +238,53 @@ class CqTest(base.SoftverbsTestCase):
             self.assertEqual(rc.destroy(raw.lib.ibv_destroy_cq, cq), 0)
 
 
+class MrIovaRawTest(unittest.TestCase):
+
+    def test_iova_must_keep_the_page_offset_of_the_address(self):
+        # ib_uverbs_reg_mr: "(start & ~PAGE_MASK) != (hca_va & ~PAGE_MASK)" -> EINVAL.
+        page = os.sysconf('SC_PAGE_SIZE')
+        buf = (ctypes.c_uint8 * 256)()
+        offset = ctypes.addressof(buf) % page
+        with raw.RawContext() as rc:
+            pd = rc.alloc_pd()
+            mr = rc.reg_mr_iova(pd, buf, 0x40000000 + offset, LW)
+            self.assertTrue(mr)
+            with self.assertRaises(raw.RawError) as cm:
+                rc.reg_mr_iova(pd, buf, 0x40000000 + (offset + 8) % page, LW)
+            self.assertEqual(cm.exception.error_code, errno.EINVAL)
+
+
+# A child that allocates PDs and then CQs until the verb fails; prints how many and the errno.
+FILL_LIMITS = '''
+import ctypes, json
+import raw
+out = {}
+with raw.RawContext() as rc:
+    for name, make in (('pd', rc.alloc_pd), ('cq', lambda: rc.create_cq(1))):
+        n, err = 0, 0
+        while n < 70000:
+            try:
+                make()
+            except raw.RawError as ex:
+                err = ex.error_code
+                break
+            n += 1
+        out[name] = (n, err)
+print(json.dumps(out))
+'''
+
+
+class DeviceLimitsTest(unittest.TestCase):
+
+    def test_max_pd_and_max_cq_are_enforced(self):
+        # Issue 17 item 7: one process gets exactly max_pd PDs and max_cq CQs, then ENOMEM.
+        r = base.run_python(FILL_LIMITS, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = json.loads(r.stdout)
+        self.assertEqual(out['pd'], [65536, errno.ENOMEM])
+        self.assertEqual(out['cq'], [65536, errno.ENOMEM])
+
+
 class CompChannelRawTest(unittest.TestCase):
 
     def test_channel_fd_is_pollable(self):
@@ -253,6 +301,18 @@ class CompChannelRawTest(unittest.TestCase):
             rc_ = raw.lib.ibv_get_cq_event(ch, ctypes.byref(cq_out), ctypes.byref(ctx_out))
             self.assertEqual(rc_, -1)
             self.assertEqual(ctypes.get_errno(), errno.EAGAIN)
+
+    def test_channel_of_another_context_is_ebadf(self):
+        # Issue 17 item 12: the kernel looks the channel's fd up among the objects of the CQ's own
+        # context (rdma_core.c lookup_get_fd_uobject) and answers EBADF for another context's.
+        with raw.RawContext() as rc, raw.RawContext() as other:
+            foreign = other.create_comp_channel()
+            with self.assertRaises(raw.RawError) as cm:
+                rc.create_cq(16, foreign)
+            self.assertEqual(cm.exception.error_code, errno.EBADF)
+            rc.create_cq(16, rc.create_comp_channel())  # its own context's channel works
+            # Nothing of the refused CQ holds the foreign channel.
+            self.assertEqual(other.destroy(raw.lib.ibv_destroy_comp_channel, foreign), 0)
 
     def test_destroy_channel_in_use_is_ebusy(self):
         with raw.RawContext() as rc:

@@ -405,12 +405,10 @@ class RefusalTest(ModifyTestCase):
             (RC, INIT, 'pkey_index', 1), (UD, INIT, 'pkey_index', 1),
             (RC, INIT, 'qp_access_flags', 1 << 10),
             (RC, RTR, 'path_mtu', 6), (RC, RTR, 'path_mtu', 0), (UC, RTR, 'path_mtu', 6),
-            (RC, RTR, 'max_dest_rd_atomic', 17), (RC, RTR, 'min_rnr_timer', 32),
+            (RC, RTR, 'max_dest_rd_atomic', 17),
             (RC, RTR, 'dest_qp_num', 0), (UC, RTR, 'dest_qp_num', 0),
-            (RC, RTR, 'dest_qp_num', 1 << 24), (RC, RTR, 'rq_psn', 1 << 24),
-            (RC, RTS, 'timeout', 32), (RC, RTS, 'retry_cnt', 8), (RC, RTS, 'rnr_retry', 8),
-            (RC, RTS, 'max_rd_atomic', 17), (RC, RTS, 'sq_psn', 1 << 24),
-            (UD, RTS, 'sq_psn', 1 << 24),
+            (RC, RTR, 'dest_qp_num', 1 << 24),  # masked to 0: a management QP
+            (RC, RTS, 'max_rd_atomic', 17),
         ]
         for qpt, state, field, value in cases:
             with self.subTest(qp_type=base.QPT_NAMES[qpt], to=base.STATE_NAMES[state],
@@ -420,6 +418,30 @@ class RefusalTest(ModifyTestCase):
                 setattr(a, field, value)
                 self.assertEqual(getattr(a, field), value, 'pyverbs truncated the value')
                 self.assertRefused(errno.EINVAL, qp, a, self.mask(qpt, state))
+                qp.close()
+
+    def test_wide_values_are_masked_as_mlx5_does(self):
+        # Issue 17 item 12: mlx5 stores PSNs and dest_qp_num in 24-bit QPC fields, timeout and
+        # min_rnr_timer in 5-bit ones and the retry counts in 3-bit ones (MLX5_SET keeps the low
+        # bits) and ibv_query_qp reads them back: a program passing lrand48() PSNs works.
+        for qpt in (RC, UC):
+            with self.subTest(qp_type=base.QPT_NAMES[qpt]):
+                qp = self.qp_in(qpt, INIT)
+                r = self.attrs(qpt, RTR)
+                r.rq_psn = 0x7abcdef1
+                r.dest_qp_num = (5 << 24) | self.peer.qp_num
+                r.min_rnr_timer = 33
+                qp.modify(r, self.mask(qpt, RTR))
+                s = self.attrs(qpt, RTS)
+                s.sq_psn, s.timeout, s.retry_cnt, s.rnr_retry = 0x1000002, 40, 9, 14
+                qp.modify(s, self.mask(qpt, RTS))
+                self.assertEqual(qp.qp_state, RTS)
+                a, _ = qp.query(base.QUERY_ALL)
+                self.assertEqual((a.rq_psn, a.dest_qp_num, a.sq_psn),
+                                 (0xbcdef1, self.peer.qp_num, 2))
+                if qpt == RC:
+                    self.assertEqual((a.min_rnr_timer, a.timeout, a.retry_cnt, a.rnr_retry),
+                                     (1, 8, 1, 6))
                 qp.close()
 
     def test_address_vector_refusals(self):

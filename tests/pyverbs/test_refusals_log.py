@@ -71,6 +71,18 @@ BAD_BIND = PRELUDE + textwrap.dedent('''
     mw.close()
 ''')
 
+WIDE_PSN = PRELUDE + textwrap.dedent('''
+    qp = new_qp(e.IBV_QPT_UD)
+    a = QPAttr(qp_state=e.IBV_QPS_INIT)
+    a.pkey_index, a.port_num, a.qkey = 0, 1, 7
+    qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_QKEY)
+    qp.modify(QPAttr(qp_state=e.IBV_QPS_RTR), e.IBV_QP_STATE)
+    a = QPAttr(qp_state=e.IBV_QPS_RTS)
+    a.sq_psn = 0x51234567
+    qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_SQ_PSN)
+    print('qp_num', qp.qp_num, 'sq_psn', hex(qp.query(e.IBV_QP_SQ_PSN)[0].sq_psn))
+''')
+
 GOOD_RUN = PRELUDE + textwrap.dedent('''
     qp = new_qp(e.IBV_QPT_UD)
     a = QPAttr(qp_state=e.IBV_QPS_INIT)
@@ -122,6 +134,17 @@ class RefusalLogTest(unittest.TestCase):
         m = self.assertOneLine(r, r'ibv_post_send\(qp (0x[0-9a-f]+)\): BIND_MW completes with IBV_WC_MW_BIND_ERR: '
                                   r'.*IBV_ACCESS_MW_BIND.*')
         self.assertEqual(int(m.group(2), 16), int(r.stdout.split('qp_num ')[1].split()[0]))
+
+    def test_masked_psn_logs_one_warning(self):
+        # Accepted as mlx5 does, but said: a warning naming the verb, the QP and the cut.
+        r = self.run_child(WIDE_PSN, 'warn')
+        qp_num = int(r.stdout.split('qp_num ')[1].split()[0])
+        self.assertIn('sq_psn 0x234567', r.stdout)
+        lines = r.stderr.splitlines()
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertRegex(lines[0], r'^softverbs\[\d+\] warn: ibv_modify_qp\(qp ' + hex(qp_num) +
+                         r'\): sq_psn 0x51234567 masked to its 24 bits: 0x234567')
+        self.assertEqual(self.run_child(WIDE_PSN, 'error').stderr, '')
 
     def test_silent_without_softverbs_log(self):
         for name, code in (('modify', BAD_MODIFY), ('reg_mr', BAD_REG_MR),

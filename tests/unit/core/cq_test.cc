@@ -28,6 +28,22 @@ TEST_F(CqTest, SizeAndVectorAreChecked) {
   EXPECT_GE((*cq)->capacity(), DeviceLimits::kMaxCqe);
 }
 
+// Issue 17 item 12: the kernel finds the channel among the objects of the CQ's own context
+// (rdma_core.c lookup_get_fd_uobject) and refuses one of another context with EBADF.
+TEST_F(CqTest, AChannelOfAnotherContextIsRefused) {
+  auto other = std::move(Context::Open().value());
+  auto foreign = std::move(CompChannel::Create(*other).value());
+  auto r = Cq::Create(*context_, 4, foreign.get(), 0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), EBADF);
+  EXPECT_NE(r.status().rule().find("another ibv_context"), std::string::npos) << r.status().rule();
+  EXPECT_EQ(foreign->users().count(), 0);  // nothing was attached
+  auto own = std::move(CompChannel::Create(*context_).value());
+  auto cq = Cq::Create(*context_, 4, own.get(), 0);
+  ASSERT_TRUE(cq.ok()) << cq.status().rule();
+  EXPECT_EQ(own->users().count(), 1);
+}
+
 TEST_F(CqTest, HoldsCompletionsInOrderUpToItsCapacity) {
   auto cq = std::move(Cq::Create(*context_, 3, nullptr, 0).value());
   for (uint64_t i = 0; i < 3; ++i) {

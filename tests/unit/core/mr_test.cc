@@ -48,12 +48,31 @@ TEST_F(MrTest, LayoutMustBeMappedAndNonEmpty) {
   auto* p = static_cast<uint8_t*>(mmap(nullptr, 3 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   ASSERT_NE(p, MAP_FAILED);
   ASSERT_EQ(munmap(p + page, page), 0);
-  MrLayout hole{reinterpret_cast<uint64_t>(p + 10), static_cast<uint64_t>(3 * page - 20), 0, 0};
+  const uint64_t at = reinterpret_cast<uint64_t>(p + 10);
+  MrLayout hole{at, static_cast<uint64_t>(3 * page - 20), at, 0};
   EXPECT_EQ(Errno(Mr::Register(*pd_, hole)), EFAULT);
-  MrLayout first{reinterpret_cast<uint64_t>(p + 10), static_cast<uint64_t>(page - 10), 0, 0};
+  MrLayout first{at, static_cast<uint64_t>(page - 10), at, 0};
   EXPECT_EQ(Errno(Mr::Register(*pd_, first)), 0);
   munmap(p, page);
   munmap(p + 2 * page, page);
+}
+
+// Issue 17 item 12: ib_uverbs_reg_mr refuses an iova whose page offset differs from the
+// address's (EINVAL); any other iova is the application's choice (ibv_reg_mr_iova(3)).
+TEST_F(MrTest, IovaMustKeepThePageOffsetOfTheAddress) {
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  MrLayout l = Layout(access::kLocalWrite);
+  const uint64_t offset = l.addr & (page - 1);
+  l.iova = 0x7000000000 + offset;  // another page, same offset
+  auto mr = Mr::Register(*pd_, l);
+  ASSERT_TRUE(mr.ok()) << mr.status().rule();
+  EXPECT_EQ((*mr)->layout().iova, l.iova);
+  l.iova = 0x7000000000 + ((offset + 8) & (page - 1));
+  auto bad = Mr::Register(*pd_, l);
+  EXPECT_EQ(Errno(bad), EINVAL);
+  EXPECT_NE(bad.status().rule().find("same page offset"), std::string::npos) << bad.status().rule();
+  l.iova = l.addr ^ page;  // ibv_reg_mr's own iova (the address) and one page away are fine
+  EXPECT_EQ(Errno(Mr::Register(*pd_, l)), 0);
 }
 
 TEST_F(MrTest, KeysAreUniqueAndLkeyEqualsRkey) {

@@ -416,22 +416,13 @@ const ValueCase kValueCases[] = {
      EINVAL, ""},
     {"mtu_6", kUc, S::kInit, S::kRtr, 0, [](auto& a) { a.path_mtu = static_cast<Mtu>(6); },
      EINVAL, ""},
-    // timeout, retry_cnt, rnr_retry, min_rnr_timer: their wire widths.
+    // timeout, retry_cnt, rnr_retry, min_rnr_timer: wider values are cut, not refused
+    // (FitFieldWidths, tested below).
     {"timeout_0", kRc, S::kRtr, S::kRts, 0, [](auto& a) { a.timeout = 0; }, kOk, ""},
     {"timeout_31", kRc, S::kRtr, S::kRts, 0, [](auto& a) { a.timeout = 31; }, kOk, ""},
-    {"timeout_32", kRc, S::kRtr, S::kRts, 0, [](auto& a) { a.timeout = 32; }, EINVAL,
-     "timeout 32 exceeds 31"},
     {"retry_7", kRc, S::kRtr, S::kRts, 0, [](auto& a) { a.retry_cnt = 7; }, kOk, ""},
-    {"retry_8", kRc, S::kRtr, S::kRts, 0, [](auto& a) { a.retry_cnt = 8; }, EINVAL,
-     "retry_cnt 8 exceeds 7"},
     {"rnr_retry_7", kRc, S::kRtr, S::kRts, 0, [](auto& a) { a.rnr_retry = 7; }, kOk, ""},
-    {"rnr_retry_8", kRc, S::kRtr, S::kRts, 0, [](auto& a) { a.rnr_retry = 8; }, EINVAL,
-     "rnr_retry 8 exceeds 7"},
     {"min_rnr_31", kRc, S::kInit, S::kRtr, 0, [](auto& a) { a.min_rnr_timer = 31; }, kOk, ""},
-    {"min_rnr_32", kRc, S::kInit, S::kRtr, 0, [](auto& a) { a.min_rnr_timer = 32; }, EINVAL,
-     "min_rnr_timer 32 exceeds 31"},
-    {"min_rnr_32_in_rts_rts", kRc, S::kRts, S::kRts, attr::kMinRnrTimer,
-     [](auto& a) { a.min_rnr_timer = 32; }, EINVAL, "min_rnr_timer 32 exceeds 31"},
     // max_rd_atomic / max_dest_rd_atomic: the device limits.
     {"rd_atomic_0", kRc, S::kRtr, S::kRts, 0, [](auto& a) { a.max_rd_atomic = 0; }, kOk, ""},
     {"rd_atomic_16", kRc, S::kRtr, S::kRts, 0, [](auto& a) { a.max_rd_atomic = 16; }, kOk, ""},
@@ -443,19 +434,13 @@ const ValueCase kValueCases[] = {
      EINVAL, "max_dest_rd_atomic 17 exceeds the device limit max_qp_rd_atom 16"},
     {"dest_rd_atomic_17_xrc_recv", QpType::kXrcRecv, S::kInit, S::kRtr, 0,
      [](auto& a) { a.max_dest_rd_atomic = 17; }, EINVAL, ""},
-    // PSNs and QPNs: 24 bits.
+    // PSNs and QPNs: 24 bits (wider values are cut by FitFieldWidths).
     {"rq_psn_max", kRc, S::kInit, S::kRtr, 0, [](auto& a) { a.rq_psn = 0xffffff; }, kOk, ""},
-    {"rq_psn_25bit", kRc, S::kInit, S::kRtr, 0, [](auto& a) { a.rq_psn = 0x1000000; }, EINVAL,
-     "rq_psn 0x1000000 exceeds 24 bits"},
     {"sq_psn_max", QpType::kUd, S::kRtr, S::kRts, 0, [](auto& a) { a.sq_psn = 0xffffff; }, kOk,
      ""},
-    {"sq_psn_25bit", QpType::kUd, S::kRtr, S::kRts, 0, [](auto& a) { a.sq_psn = 0x1000000; },
-     EINVAL, "sq_psn 0x1000000 exceeds 24 bits"},
     {"dest_qpn_max", kRc, S::kInit, S::kRtr, 0, [](auto& a) { a.dest_qp_num = 0xffffff; }, kOk,
      ""},
     {"dest_qpn_2", kUc, S::kInit, S::kRtr, 0, [](auto& a) { a.dest_qp_num = 2; }, kOk, ""},
-    {"dest_qpn_25bit", kRc, S::kInit, S::kRtr, 0, [](auto& a) { a.dest_qp_num = 0x1000000; },
-     EINVAL, "dest_qp_num 0x1000000 exceeds 24 bits"},
     {"dest_qpn_0_rc", kRc, S::kInit, S::kRtr, 0, [](auto& a) { a.dest_qp_num = 0; }, EINVAL,
      "dest_qp_num 0 is a management QP (QP0/QP1), never a connected peer"},
     {"dest_qpn_1_rc", kRc, S::kInit, S::kRtr, 0, [](auto& a) { a.dest_qp_num = 1; }, EINVAL,
@@ -786,6 +771,65 @@ TEST(CheckModify, FullRcBringUp) {
 }
 
 // ---- AttrMaskNames ----
+
+// ---- field widths: cut as mlx5 does, never refused (issue 17 item 12) ----
+
+TEST(FitFieldWidths, WiderValuesKeepTheirLowBitsAndAreNamed) {
+  QpAttributes a;
+  a.rq_psn = 0xfe123456;  // lrand48() gives 31 bits
+  a.sq_psn = 0x1000005;
+  a.dest_qp_num = 0x7000123;
+  a.timeout = 33;
+  a.min_rnr_timer = 255;
+  a.retry_cnt = 9;
+  a.rnr_retry = 15;
+  const uint32_t mask = Bit("RQ_PSN") | Bit("SQ_PSN") | Bit("DEST_QPN") | Bit("TIMEOUT") |
+                        Bit("MIN_RNR_TIMER") | Bit("RETRY_CNT") | Bit("RNR_RETRY");
+  const std::string cut = FitFieldWidths(a, mask);
+  EXPECT_EQ(a.rq_psn, 0x123456u);
+  EXPECT_EQ(a.sq_psn, 0x5u);
+  EXPECT_EQ(a.dest_qp_num, 0x123u);
+  EXPECT_EQ(a.timeout, 1);
+  EXPECT_EQ(a.min_rnr_timer, 31);
+  EXPECT_EQ(a.retry_cnt, 1);
+  EXPECT_EQ(a.rnr_retry, 7);
+  EXPECT_EQ(cut,
+            "rq_psn 0xfe123456 masked to its 24 bits: 0x123456, "
+            "sq_psn 0x1000005 masked to its 24 bits: 0x5, "
+            "dest_qp_num 0x7000123 masked to its 24 bits: 0x123, "
+            "timeout 33 masked to its 5 bits: 1, min_rnr_timer 255 masked to its 5 bits: 31, "
+            "retry_cnt 9 masked to its 3 bits: 1, rnr_retry 15 masked to its 3 bits: 7");
+}
+
+TEST(FitFieldWidths, ValuesInRangeAndFieldsOutsideTheMaskAreLeftAlone) {
+  QpAttributes a;
+  a.rq_psn = 0xffffff;
+  a.timeout = 31;
+  a.retry_cnt = 7;
+  a.sq_psn = 0x1000000;  // not in the mask: not touched, not named
+  EXPECT_EQ(FitFieldWidths(a, Bit("RQ_PSN") | Bit("TIMEOUT") | Bit("RETRY_CNT")), "");
+  EXPECT_EQ(a.rq_psn, 0xffffffu);
+  EXPECT_EQ(a.timeout, 31);
+  EXPECT_EQ(a.retry_cnt, 7);
+  EXPECT_EQ(a.sq_psn, 0x1000000u);
+}
+
+TEST(FitFieldWidths, CutValuesThenPassTheValueRules) {
+  // A 25-bit dest_qp_num whose low bits are a management QP is refused after the cut, as a
+  // 24-bit 1 would be.
+  QpAttributes a = GoodAttrs(QpState::kInit, QpState::kRtr);
+  a.dest_qp_num = 0x1000001;
+  a.rq_psn = 0x3000000;
+  const uint32_t mask = Spec().at({QpType::kRc, QpState::kInit, QpState::kRtr}).required | Bit("STATE");
+  EXPECT_NE(FitFieldWidths(a, mask), "");
+  auto r = CheckModify(Ctx(QpType::kRc, QpState::kInit), a, mask);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().rule(), ValuePrefix(QpType::kRc, QpState::kInit, QpState::kRtr) +
+                                   "dest_qp_num 1 is a management QP (QP0/QP1), never a connected peer");
+  a.dest_qp_num = 0x1000123;
+  FitFieldWidths(a, mask);
+  EXPECT_TRUE(CheckModify(Ctx(QpType::kRc, QpState::kInit), a, mask).ok());
+}
 
 TEST(AttrMaskNames, EveryBitHasItsRdmaCoreName) {
   for (const auto& [name, bit] : Bits()) EXPECT_EQ(AttrMaskNames(bit), "IBV_QP_" + name);

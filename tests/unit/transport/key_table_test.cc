@@ -17,7 +17,7 @@ class KeyTableTest : public CoreTest {
     MrLayout l{reinterpret_cast<uint64_t>(buf_), sizeof(buf_), 0x1000, access};
     return std::move(Mr::Register(*pd_, l).value());
   }
-  uint8_t buf_[256];
+  alignas(4096) uint8_t buf_[256];  // iova 0x1000: the same page offset as the address
 };
 
 TEST_F(KeyTableTest, InitiatorsSeeWhatTheOwnerRegistered) {

@@ -3,6 +3,7 @@
 // and remote invalidation), plus ibv_dereg_mr's refusal while a window is bound.
 #include "transport/window_key.h"
 
+#include <array>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -44,7 +45,8 @@ class WindowKeyTest : public core::CoreTest {
     return ResolveKey(context_->registry(), rkey, addr, len, len, rule,
                       [this](fabric::SharedRef r) { return context_->local().At(r); }, out ? out : &pieces);
   }
-  std::vector<uint8_t> buf_ = std::vector<uint8_t>(4096);
+  // Page-aligned: the MR's iova 0x10000 must be at the same page offset as its address.
+  alignas(4096) std::array<uint8_t, 4096> buf_{};
   std::unique_ptr<core::Mr> mr_;
   WindowQp qp_;
 };
@@ -110,7 +112,7 @@ TEST_F(WindowKeyTest, BindRulesAreCheckedBeforeAnythingChanges) {
   };
   expect_refused(Req(*mw, 0x10000 + 4090, 8, access::kRemoteRead), "C10-75");         // leaves the MR
   expect_refused(Req(*mw, 0xf000, 8, access::kRemoteRead), "C10-75");                 // before it
-  expect_refused(Req(*mw, 0x10000, 8, access::kRemoteRead | access::kLocalWrite), "mw_access_flags");
+  expect_refused(Req(*mw, 0x10000, 8, access::kRemoteRead | (1u << 12)), "no ibv_access_flags");
   BindRequest other_index = Req(*mw, 0x10000, 8, access::kRemoteRead);
   other_index.rkey += 0x100;
   expect_refused(other_index, "index");
@@ -127,6 +129,22 @@ TEST_F(WindowKeyTest, BindRulesAreCheckedBeforeAnythingChanges) {
   expect_refused(r, "no valid memory region");
   qp_.pd = pd_->host_id() + 1;  // a QP of another PD
   expect_refused(Req(*mw, 0x10000, 8, access::kRemoteRead), "C10-72");
+}
+
+// Issue 13: hardware and rxe accept the local bits on a window and ignore them; the window grants
+// exactly its REMOTE_* bits.
+TEST_F(WindowKeyTest, LocalAccessBitsAreAcceptedAndIgnored) {
+  auto mw = Alloc(2);
+  BindRequest r = Req(*mw, 0x10000, 64, access::kLocalWrite | access::kRemoteWrite | access::kMwBind |
+                                            access::kRelaxedOrdering);
+  ASSERT_EQ(Bind(*mw, r), "");
+  EXPECT_TRUE(Remote(r.rkey, 0x10000, 8, access::kRemoteWrite));
+  EXPECT_FALSE(Remote(r.rkey, 0x10000, 8, access::kRemoteRead));  // not granted
+  ASSERT_EQ(LocalInvalidate(context_->local(), r.rkey, qp_), "");
+  BindRequest local_only = Req(*mw, 0x10000, 64, access::kLocalWrite);
+  local_only.rkey = (r.rkey & ~0xffu) | ((r.rkey + 1) & 0xff);
+  ASSERT_EQ(Bind(*mw, local_only), "");
+  EXPECT_FALSE(Remote(local_only.rkey, 0x10000, 8, access::kRemoteWrite));  // grants nothing remote
 }
 
 TEST_F(WindowKeyTest, Type2IsBoundToItsQpAndBindsOnlyWhenFree) {
