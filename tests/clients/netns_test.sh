@@ -3,11 +3,14 @@
 # (issue 11). Debian's ibv_rc_pingpong, unmodified, server in one namespace and client in the
 # other, each with the GID of its own namespace's address.
 #
-# Regression for issue 11's defect: the client's QP is connected to a QP number at a GID of the
+# UD travels between the namespaces as RoCEv2 packets (IPv4 and IPv6 GIDs): ibv_ud_pingpong
+# completes both ways.
+#
+# Regression for issue 11's defect: an RC client's QP is connected to a QP number at a GID of the
 # OTHER namespace. It must never be delivered to a QP of its own host that carries the same
-# number (the client used to report a throughput, having talked to itself). Until the wire
-# fabric carries RoCEv2 between hosts, nothing answers the client: its first send completes with
-# "transport retry counter exceeded" and it says why in the log.
+# number (the client used to report a throughput, having talked to itself). Until RC travels on
+# the wire, nothing answers the client: its first send completes with "transport retry counter
+# exceeded" and the log says why.
 #
 # Needs root for `ip netns` (CI runs as root); skipped otherwise. Everything started is bounded
 # by a timeout and removed by the names chosen here. Usage: netns_test.sh <build dir>
@@ -40,18 +43,42 @@ ip netns add "$ns_a" && ip netns add "$ns_b" || { echo "FAIL cannot create netwo
 ip link add "$veth_a" netns "$ns_a" type veth peer name "$veth_b" netns "$ns_b"
 ip -n "$ns_a" addr add 10.77.0.1/24 dev "$veth_a"
 ip -n "$ns_b" addr add 10.77.0.2/24 dev "$veth_b"
+ip -n "$ns_a" addr add fd00:77::1/64 dev "$veth_a" nodad
+ip -n "$ns_b" addr add fd00:77::2/64 dev "$veth_b" nodad
 for ns in "$ns_a" "$ns_b"; do ip -n "$ns" link set lo up; done
 ip -n "$ns_a" link set "$veth_a" up
 ip -n "$ns_b" link set "$veth_b" up
 
-# gid_index <namespace> <IPv4 address>: the GID table index of ::ffff:<address> there.
+# gid_index <namespace> <GID>: the GID table index of <GID> there.
 gid_index() {
-  ip netns exec "$1" "$build/bin/softverbs" devices | sed -n "s/^ *GID\[ *\([0-9]*\)\] ::ffff:$2\$/\1/p"
+  ip netns exec "$1" "$build/bin/softverbs" devices | sed -n "s/^ *GID\[ *\([0-9]*\)\] $2\$/\1/p"
 }
-gid_a=$(gid_index "$ns_a" 10.77.0.1)
-gid_b=$(gid_index "$ns_b" 10.77.0.2)
-check "each namespace's GID table lists its own address (a: ${gid_a:-none}, b: ${gid_b:-none})" \
-  test -n "$gid_a" -a -n "$gid_b"
+gid_a=$(gid_index "$ns_a" ::ffff:10.77.0.1) gid_b=$(gid_index "$ns_b" ::ffff:10.77.0.2)
+gid6_a=$(gid_index "$ns_a" fd00:77::1) gid6_b=$(gid_index "$ns_b" fd00:77::2)
+check "each namespace's GID table lists its own addresses (a: ${gid_a:-none} ${gid6_a:-none}, b: ${gid_b:-none} ${gid6_b:-none})" \
+  test -n "$gid_a" -a -n "$gid_b" -a -n "$gid6_a" -a -n "$gid6_b"
+
+# pingpong <what> <program> <server gid> <client gid> <server address> [args]: both sides exit 0
+# and print their throughput.
+pingpong() {
+  local what=$1 prog=$2 sgid=$3 cgid=$4 addr=$5 port server src crc
+  shift 5
+  port=$(free_port)
+  ip netns exec "$ns_a" timeout 30 "$prog" -g "$sgid" -p "$port" "$@" >"$logs/server" 2>&1 &
+  server=$!
+  sleep 0.5
+  ip netns exec "$ns_b" timeout 30 "$prog" -g "$cgid" -p "$port" "$@" "$addr" >"$logs/client" 2>&1
+  crc=$?
+  wait "$server"
+  src=$?
+  check "$what (server rc=$src, client rc=$crc)" \
+    bash -c "[ $src -eq 0 ] && [ $crc -eq 0 ] && grep -q 'iters in' '$logs/client' && grep -q 'iters in' '$logs/server'"
+}
+pingpong "ibv_ud_pingpong across namespaces over IPv4 GIDs" ibv_ud_pingpong "$gid_a" "$gid_b" 10.77.0.1 -n 500
+# (the pingpongs exchange QP numbers and GIDs over TCP on IPv4; the datagrams use the GIDs given)
+pingpong "ibv_ud_pingpong across namespaces over IPv6 GIDs" ibv_ud_pingpong "$gid6_a" "$gid6_b" 10.77.0.1 -n 500
+pingpong "ibv_ud_pingpong with completion events, 1024-byte messages" ibv_ud_pingpong "$gid_a" "$gid_b" 10.77.0.1 \
+  -n 500 -e -s 1024
 
 port=$(free_port)
 SOFTVERBS_LOG=error ip netns exec "$ns_a" timeout 15 ibv_rc_pingpong -g "$gid_a" -p "$port" -n 5 >"$logs/server" 2>&1 &
@@ -66,7 +93,7 @@ wait "$server" 2>/dev/null
 check "the client does not report a throughput (it reached no peer)" bash -c "! grep -q 'iters in' '$logs/client'"
 check "the client fails with retry exceeded, as a NIC whose peer never answers (rc=$client_rc)" \
   bash -c "[ $client_rc -ne 0 ] && [ $client_rc -ne 124 ] && grep -q 'transport retry counter exceeded' '$logs/client'"
-check "the log says the destination is not on this host" grep -q "is not an address of this host" "$logs/client"
+check "the log says RC does not travel on the wire yet" grep -q "RC and UC do not travel on the wire yet" "$logs/client"
 if [ "$fail" -ne 0 ]; then
   sed 's/^/  server: /' "$logs/server" | tail -5
   sed 's/^/  client: /' "$logs/client" | tail -8
