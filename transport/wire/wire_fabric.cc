@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "base/log.h"
+#include "fabric/packet/icrc.h"
 #include "fabric/packet/packet.h"
 #include "transport/grh.h"
 #include "transport/host/host_target.h"
@@ -167,7 +168,14 @@ void WireFabric::Deliver(std::span<const uint8_t> datagram, const UdpAddress& fr
   counters_.received.fetch_add(1, std::memory_order_relaxed);
   const Gid16 source = GidOfAddress(from);
   const packet::IpUdpInfo flow = FlowOf(source, to.gid, from.port(), RocePort());
-  auto parsed = packet::Parse(datagram, &flow);
+  auto parsed = packet::Parse(datagram);
+  if (parsed.ok()) {
+    // The ICRC covers the IPv4 ID, which a UDP socket does not show: Linux sockets send 0 with
+    // DF, the kernel's rxe a per-packet ID, which is then solved for (fabric/packet/icrc.h).
+    Status icrc = packet::CheckIcrc(flow, datagram);
+    if (!icrc.ok() && !flow.ipv6 && packet::RecoverIpv4Id(flow, datagram).ok()) icrc = Status::Ok();
+    if (!icrc.ok()) parsed = icrc;
+  }
   if (!parsed.ok()) {
     // Hardware and rxe drop such packets silently; the counters and the trace say why.
     (parsed.status().code() == EBADMSG ? counters_.icrc_errors : counters_.malformed).fetch_add(1, std::memory_order_relaxed);
