@@ -80,6 +80,20 @@ pingpong "ibv_ud_pingpong across namespaces over IPv6 GIDs" ibv_ud_pingpong "$gi
 pingpong "ibv_ud_pingpong with completion events, 1024-byte messages" ibv_ud_pingpong "$gid_a" "$gid_b" 10.77.0.1 \
   -n 500 -e -s 1024
 
+# SOFTVERBS_PCAP records what each process sends and receives; tshark dissects it as RoCEv2.
+SOFTVERBS_PCAP="$logs/ud-%p.pcap" pingpong "ibv_ud_pingpong with SOFTVERBS_PCAP" ibv_ud_pingpong "$gid_a" "$gid_b" \
+  10.77.0.1 -n 20
+if command -v tshark >/dev/null; then
+  sends=0
+  for f in "$logs"/ud-*.pcap; do
+    n=$(timeout 60 tshark -n -r "$f" -Y 'infiniband.bth.opcode == 100' 2>/dev/null | wc -l)
+    sends=$((sends + n))
+  done
+  # Each side sends and receives at least 20 UD SEND_ONLY packets (opcode 0x64): 80 records.
+  check "tshark dissects the captures as UD SEND_ONLY packets ($sends records in $(ls "$logs"/ud-*.pcap | wc -l) files)" \
+    test "$sends" -ge 80
+fi
+
 port=$(free_port)
 SOFTVERBS_LOG=error ip netns exec "$ns_a" timeout 15 ibv_rc_pingpong -g "$gid_a" -p "$port" -n 5 >"$logs/server" 2>&1 &
 server=$!

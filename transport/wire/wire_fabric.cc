@@ -2,9 +2,11 @@
 
 #include <arpa/inet.h>
 #include <sys/epoll.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "base/log.h"
 #include "fabric/packet/icrc.h"
@@ -91,6 +93,15 @@ WireFabric& WireFabric::Get(fabric::LocalProcess& local) {
 }
 
 WireFabric::WireFabric(fabric::LocalProcess& local) : local_(local), epoll_(epoll_create1(EPOLL_CLOEXEC)) {
+  if (const char* path = getenv("SOFTVERBS_PCAP"); path != nullptr && *path != '\0') {
+    std::string name = path;
+    if (size_t at = name.find("%p"); at != std::string::npos) name.replace(at, 2, std::to_string(getpid()));
+    auto writer = fabric::packet::PcapWriter::Open(name);
+    if (writer.ok())
+      pcap_ = std::move(writer.value());
+    else
+      SV_LOG(kError, "SOFTVERBS_PCAP=%s: %s", path, writer.status().rule().c_str());
+  }
   thread_ = std::thread([this] { Run(); });
   thread_.detach();
 }
@@ -134,10 +145,19 @@ Status WireFabric::Send(const Gid16& sgid, const Gid16& dgid, std::span<const io
   Port* port = Find(sgid);
   if (port == nullptr)
     return Status(ENETUNREACH, "no RoCEv2 port on " + GidString(sgid) + " (the source GID of the address vector)");
-  std::lock_guard lock(port->mu);
-  SV_RETURN_IF_ERROR(port->udp->Send(AddressOfGid(dgid, RocePort()), 0, pieces));
+  {
+    std::lock_guard lock(port->mu);
+    SV_RETURN_IF_ERROR(port->udp->Send(AddressOfGid(dgid, RocePort()), 0, pieces));
+  }
   counters_.sent.fetch_add(1, std::memory_order_relaxed);
+  if (pcap_ != nullptr && pieces.size() == 1)
+    Record(sgid, dgid, RocePort(), {static_cast<const uint8_t*>(pieces[0].iov_base), pieces[0].iov_len});
   return Status::Ok();
+}
+
+void WireFabric::Record(const Gid16& src, const Gid16& dst, uint16_t src_port, std::span<const uint8_t> packet) {
+  // Every record is flushed: a capture is for debugging, and a process may be killed any time.
+  if (pcap_->Append(FlowOf(src, dst, src_port, RocePort()), packet).ok()) (void)pcap_->Flush();
 }
 
 void WireFabric::Run() {
@@ -168,6 +188,7 @@ void WireFabric::Deliver(std::span<const uint8_t> datagram, const UdpAddress& fr
   counters_.received.fetch_add(1, std::memory_order_relaxed);
   const Gid16 source = GidOfAddress(from);
   const packet::IpUdpInfo flow = FlowOf(source, to.gid, from.port(), RocePort());
+  if (pcap_ != nullptr) Record(source, to.gid, from.port(), datagram);
   auto parsed = packet::Parse(datagram);
   if (parsed.ok()) {
     // The ICRC covers the IPv4 ID, which a UDP socket does not show: Linux sockets send 0 with

@@ -24,6 +24,7 @@
 #include "base/status.h"
 #include "base/unique_fd.h"
 #include "fabric/host/host_directory.h"
+#include "fabric/packet/pcap.h"
 #include "fabric/wire/udp_port.h"
 
 namespace softverbs::transport {
@@ -63,6 +64,8 @@ class WireFabric {
   };
   explicit WireFabric(fabric::LocalProcess& local);
   Port* Find(const Gid16& gid);
+  // SOFTVERBS_PCAP: records one packet of the flow src -> dst.
+  void Record(const Gid16& src, const Gid16& dst, uint16_t src_port, std::span<const uint8_t> packet);
   void Run();
   // One received datagram, from `from` to this port's address.
   void Deliver(std::span<const uint8_t> datagram, const fabric::wire::UdpAddress& from, const Port& to);
@@ -71,6 +74,7 @@ class WireFabric {
   std::mutex mu_;  // ports_
   std::vector<std::unique_ptr<Port>> ports_;
   std::vector<Gid16> refused_;  // addresses whose port could not be joined (explained once)
+  std::unique_ptr<fabric::packet::PcapWriter> pcap_;  // SOFTVERBS_PCAP=<file> ("%p": the pid)
   UniqueFd epoll_;
   std::thread thread_;
   WireCounters counters_;
