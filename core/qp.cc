@@ -181,6 +181,7 @@ Qp::Qp(Context& context, const QpInitAttributes& init, uint32_t slot, std::uniqu
   e.block_self_mcast_lb = init.has_create_flags && (init.create_flags & create_flag::kBlockSelfMcastLb);
   e.async_fd = context.async_fd();
   e.async_tag = context.async_tag();
+  e.wire.lock.Init();
   context.Register(this);
   init.send_cq->AttachQp(this);
   if (init.recv_cq != init.send_cq) init.recv_cq->AttachQp(this);
@@ -239,6 +240,17 @@ void Qp::PublishEndpoint() {
   // The state last, with release: a sender that sees RTR sees the attributes that came with it.
   e.state.store(static_cast<uint32_t>(attr_.qp_state), std::memory_order_release);
   state_.store(static_cast<uint32_t>(attr_.qp_state), std::memory_order_release);
+}
+
+void Qp::RestartWireReceive(uint32_t psn) {
+  // A WQE held for a message in progress goes back to nobody: RESET drops the RQ's WQEs, and a
+  // new rq_psn starts a new packet sequence (the caller flushes or keeps the rest).
+  transport::WireReceive& w = endpoint().wire;
+  fabric::RobustLock lock(w.lock);
+  w.epsn = psn & 0xffffff;
+  w.message = 0;
+  w.offset = 0;
+  w.wqe_held = 0;
 }
 
 QpState Qp::state() const {
@@ -319,6 +331,8 @@ Status Qp::Modify(const QpAttributes& requested, uint32_t mask) {
   if (mask & attr::kPathMigState) s.path_mig_state = a.path_mig_state;
   if (mask & attr::kDestQpn) s.dest_qp_num = a.dest_qp_num;
   if (mask & attr::kRateLimit) s.rate_limit = a.rate_limit;
+  if (mask & attr::kRqPsn) RestartWireReceive(s.rq_psn);
+  if (mask & attr::kSqPsn) sq_->SetPsn(s.sq_psn);
   const QpState previous = s.qp_state;
   s.qp_state = *next;
   PublishEndpoint();
@@ -345,6 +359,7 @@ void Qp::EnterReset() {
   requester_error_.store(false);
   send_queue_error_.store(false);
   endpoint().remote_error.store(0);
+  RestartWireReceive(0);
 }
 
 QpAttributes Qp::Query() const {

@@ -121,6 +121,8 @@ class Qp : private transport::RequesterHost {
   Qp(Context& context, const QpInitAttributes& init, uint32_t slot, std::unique_ptr<RecvQueue> rq,
      fabric::SharedRef endpoint);
   void EnterReset();
+  // The wire responder's packet sequence starts again at `psn` (ibv_modify_qp rq_psn, RESET).
+  void RestartWireReceive(uint32_t psn);
   // Writes what peers need of the current attributes into the endpoint (under mu_).
   void PublishEndpoint();
   // The requester's view of the attributes (under mu_).

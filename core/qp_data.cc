@@ -90,6 +90,21 @@ void Qp::EnterErrorLocked() {
   // IBA 10.3.1: in ERR every outstanding receive completes with a flush error. An SRQ's WQEs
   // belong to the SRQ; its QP instead reports that its last WQE was reached.
   if (rq_) {
+    // A WQE the wire responder took for a message still in progress completes first: it is the
+    // oldest (docs/wire.md).
+    if (transport::WireReceive& held = endpoint().wire; held.wqe_held) {
+      fabric::RobustLock lock(held.lock);
+      if (held.wqe_held) {
+        Completion c;
+        c.wr_id = held.wqe.wr_id;
+        c.status = transport::wc_status::kWrFlushErr;
+        c.opcode = transport::wc_opcode::kRecv;
+        c.qp_num = qpn_;
+        if (!init_.recv_cq->Push(c)) init_.recv_cq->ReportOverrun();
+        held.wqe_held = 0;
+        held.message = 0;
+      }
+    }
     for (transport::TakenWqe w = rq_->Take(); w.found; w = rq_->Take()) {
       Completion c;
       c.wr_id = w.wr_id;

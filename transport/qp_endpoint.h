@@ -8,9 +8,27 @@
 #include <atomic>
 #include <cstdint>
 
+#include "fabric/host/robust_mutex.h"
 #include "fabric/host/shared_arena.h"
+#include "transport/recv_queue.h"
 
 namespace softverbs::transport {
+
+// The responder's packet sequence on the wire (transport/wire/packet_responder.h): the PSN it
+// expects and the message in progress. In the endpoint, under its lock, because the packets of a
+// QP may be taken by any process of the host (docs/wire.md).
+struct WireReceive {
+  fabric::RobustMutex lock;
+  uint32_t epsn;         // the next PSN expected (IBA 9.7.1; rq_psn at RTR)
+  uint32_t message;      // 0: between messages; else the opcode's operation in progress
+  uint64_t offset;       // bytes of the message placed so far
+  uint64_t va;           // WRITE: RETH's virtual address...
+  uint32_t rkey;         // ...R_Key...
+  uint32_t dma_length;   // ...and DMA length, from the FIRST packet
+  uint32_t wqe_held;     // SEND: `wqe` was taken for the message in progress (or is kept for
+                         // the next one after UC dropped a message: IBA 9.8.3, as rxe does)
+  TakenWqe wqe;
+};
 
 struct QpEndpoint {
   std::atomic<uint32_t> state;  // enum ibv_qp_state value
@@ -34,6 +52,7 @@ struct QpEndpoint {
   // DC (transport/dc_access.h): this QP is a DCT, reachable only by DCIs presenting its key.
   uint32_t dct;
   uint64_t dc_access_key;
+  WireReceive wire;
   // Initiators working on this QP right now: its owner destroys it only once they are done, so
   // no delivery lands in memory the application has freed after ibv_destroy_qp returned. On a
   // line of its own: every initiator writes it, and the owner reads the fields above on every

@@ -53,6 +53,10 @@ struct Request {
   WrOpcode opcode = WrOpcode::kSend;
   uint32_t src_qp = 0;   // BTH/DETH source (UD with IBV_QP_CREATE_SOURCE_QPN: the QPN sends carry)
   uint32_t dest_qp = 0;  // BTH DestQP
+  // RC/UC: the PSN of the message's first packet and the path MTU that cuts it into packets
+  // (IBA 9.7.1, 9.4); a fabric without packets ignores both.
+  uint32_t psn = 0;
+  uint32_t mtu = 4096;
   // The message's bytes: SENDs and WRITEs read them, READs and atomics write them.
   const iovec* local = nullptr;
   size_t local_count = 0;

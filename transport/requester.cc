@@ -37,6 +37,11 @@ void Requester::Configure(const RequesterConfig& config) {
   completer_.Configure(config.completer);
 }
 
+void Requester::SetPsn(uint32_t psn) {
+  std::lock_guard lock(mu_);
+  next_psn_ = psn & 0xffffff;
+}
+
 Status Requester::Check(const SendWr& wr, uint32_t qp_state) const {
   const uint32_t type = config_.completer.type;
   // ibv_post_send(3) / IBA 10.8.2: sends are accepted from RTS on (and flushed in ERR).
@@ -173,6 +178,7 @@ void Requester::Reset() {
   std::lock_guard lock(mu_);
   queue_.clear();
   stopped_ = false;
+  next_psn_ = 0;
 }
 
 void Requester::Resume() {
@@ -266,6 +272,7 @@ Request Requester::BuildRequest(const SendWr& wr, const PinnedPieces& pieces, ui
   r.from_dci = config_.dc_initiator;
   r.addressing = &config_.av;
   r.dest_qp = config_.dest_qp_num;
+  r.mtu = config_.path_mtu;
   if (r.qp_type == kUd) {
     // IBA 10.2.5: a Q_Key with the high bit set means "use the QP's own Q_Key".
     r.qkey = (wr.ud.remote_qkey & 0x80000000u) ? config_.qkey : wr.ud.remote_qkey;
@@ -294,7 +301,16 @@ Verdict Requester::Execute(Pending& p) {
   uint64_t total = 0;
   if (uint32_t error = GatherLocal(wr, pieces, &total); error != wc_status::kSuccess) return completer_.Fail(wr, error);
   Addressing addressing;
-  const Request r = BuildRequest(wr, pieces, total, &addressing);
+  Request r = BuildRequest(wr, pieces, total, &addressing);
+  if (!p.has_psn) {
+    // IBA 9.7.1: a message takes one PSN per packet (a READ, one per response packet); the path
+    // MTU cuts it. A retry sends the same PSNs again.
+    p.psn = next_psn_;
+    p.has_psn = true;
+    const uint64_t packets = total == 0 ? 1 : (total + config_.path_mtu - 1) / config_.path_mtu;
+    next_psn_ = static_cast<uint32_t>((next_psn_ + packets) & 0xffffff);
+  }
+  r.psn = p.psn;
   const uint32_t type = config_.completer.type;
   if (type == kUd && IsMulticastGid(wr.ud.dgid)) {
     // Multicast reaches this host's members (docs/cm.md: not across hosts). UD: sent is all

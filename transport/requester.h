@@ -53,6 +53,8 @@ class Requester {
   Requester& operator=(const Requester&) = delete;
 
   void Configure(const RequesterConfig& config);
+  // ibv_modify_qp with IBV_QP_SQ_PSN: the next message's first packet carries `psn`.
+  void SetPsn(uint32_t psn);
 
   // ibv_post_send of one WR in state `qp_state` (enum ibv_qp_state). A refusal (EINVAL, ENOMEM)
   // leaves the WR unposted; otherwise it completes later, exactly once.
@@ -70,6 +72,8 @@ class Requester {
  private:
   struct Pending {
     SendWr wr;
+    bool has_psn = false;  // a retry carries the PSNs of its first attempt
+    uint32_t psn = 0;
     std::vector<uint8_t> inline_copy;  // IBV_SEND_INLINE bytes, copied at post time
     RetryState retry;
     std::chrono::steady_clock::time_point due{};
@@ -101,6 +105,7 @@ class Requester {
   RequesterConfig config_;
   std::deque<Pending> queue_;
   bool stopped_ = false;  // a completion error stopped the queue (ERR, or SQE for UC/UD)
+  uint32_t next_psn_ = 0;  // RC/UC: the PSN of the next new message's first packet
 };
 
 }  // namespace softverbs::transport

@@ -100,14 +100,18 @@ uint64_t FetchAdd(uint64_t value, const void* arg) { return value + static_cast<
 
 }  // namespace
 
-Reply Responder::Execute(const TargetQp& t, const Request& r, const uint8_t* grh) {
+bool Responder::Admits(const TargetQp& t, const Request& r) {
   const QpEndpoint& e = t.endpoint();
   // A NIC discards a packet whose transport is not its QP's (IBA 9.6.1.1: the opcode's
   // transport must match the QP's service type; rxe's check_type_state), one for a DCT without
   // its access key (transport/dc_access.h), and any while the QP does not receive (10.3.1).
-  if (e.type != r.qp_type || !DcAdmits(e, r.from_dci, r.dc_access_key) ||
-      !CanReceive(e.state.load(std::memory_order_acquire)))
-    return Silence(r);
+  return e.type == r.qp_type && DcAdmits(e, r.from_dci, r.dc_access_key) &&
+         CanReceive(e.state.load(std::memory_order_acquire));
+}
+
+Reply Responder::Execute(const TargetQp& t, const Request& r, const uint8_t* grh) {
+  const QpEndpoint& e = t.endpoint();
+  if (!Admits(t, r)) return Silence(r);
   switch (r.opcode) {
     case WrOpcode::kSend:
     case WrOpcode::kSendWithImm:
@@ -130,6 +134,35 @@ Reply Responder::Execute(const TargetQp& t, const Request& r, const uint8_t* grh
       FailTarget(t);  // an opcode no responder executes: invalid request (IBA 9.7.5.2.2)
       return Reply::Of(ReplyCode::kInvalidRequest);
   }
+}
+
+Reply Responder::BeginReceive(const TargetQp& t, const Request& r, TakenWqe* wqe) {
+  if (!Admits(t, r)) return Silence(r);
+  QpEndpoint& e = t.endpoint();
+  auto* rq = static_cast<RecvRing*>(t.Resolve(e.recv_queue));
+  if (rq == nullptr) return Silence(r);
+  *wqe = RecvRingTake(*rq, [&t](fabric::SharedRef ref) { return t.Resolve(ref); });
+  if (wqe->limit_crossed && rq->async_fd >= 0) t.Signal(rq->async_fd, rq->async_tag);
+  if (!wqe->found)  // IBA 9.7.5.2.8 (RC: RNR NAK) / 9.8.3 (UC: dropped)
+    return r.qp_type == kRc ? Reply::Rnr(static_cast<uint8_t>(e.min_rnr_timer & 31)) : Reply::Of(ReplyCode::kDropped);
+  return Reply::Of(ReplyCode::kAck);
+}
+
+Reply Responder::PlaceReceive(const TargetQp& t, const TakenWqe& wqe, uint64_t offset, const Request& r) {
+  if (r.length == 0) return Reply::Of(ReplyCode::kAck);
+  ScatterList scatter;
+  const ReplyCode code = Scatter(t, wqe, offset, r.length, false, &scatter);
+  Status s = code == ReplyCode::kAck ? t.Move(true, r.local, r.local_count, scatter.pieces) : Status::Ok();
+  if (code == ReplyCode::kAck && s.ok()) return Reply::Of(ReplyCode::kAck);
+  // As Execute: too small a WQE is a length error at the target and an invalid request for the
+  // sender; an SGE the target may not write, a protection error there.
+  Completion c = ReceiveCompletion(t.endpoint(), wqe, r, 0, false);
+  FailReceive(t, c, code == ReplyCode::kInvalidRequest ? wc_status::kLocLenErr : wc_status::kLocProtErr);
+  return Reply::Of(code == ReplyCode::kAck ? CopyFailed(s) : code);
+}
+
+void Responder::CompleteReceive(const TargetQp& t, const TakenWqe& wqe, const Request& r, uint64_t total) {
+  CompleteAtTarget(t, ReceiveCompletion(t.endpoint(), wqe, r, total, false));
 }
 
 ReplyCode Responder::CheckRemote(const TargetQp& t, uint32_t rkey, uint64_t addr, uint64_t length, uint32_t access,
@@ -168,10 +201,10 @@ Reply Responder::Deliver(const TargetQp& t, const Request& r, const uint8_t* grh
   // are only checked. Anything else is copied now, its buffers pinned.
   bool landing = t.LandsInCompletion() && need <= kLandingBytes;
   ScatterList scatter;
-  ReplyCode code = Scatter(t, w, need, landing, &scatter);
+  ReplyCode code = Scatter(t, w, 0, need, landing, &scatter);
   if (code == ReplyCode::kAck && landing && (scatter.indirect || scatter.pieces.size() > kLandingPieces)) {
     landing = false;  // too many pieces to land, or an indirect key: copy after all
-    code = Scatter(t, w, need, false, &scatter);
+    code = Scatter(t, w, 0, need, false, &scatter);
   }
   if (code != ReplyCode::kAck) {
     // IBA 10.6.3.1 / 9.9.3.1.2: a receive buffer the target may not write is a local protection
@@ -213,9 +246,10 @@ Reply Responder::Deliver(const TargetQp& t, const Request& r, const uint8_t* grh
   return Reply::Of(ReplyCode::kAck);
 }
 
-ReplyCode Responder::Scatter(const TargetQp& t, const TakenWqe& w, uint64_t need, bool peek_only, ScatterList* out) {
-  // The WQE's scatter list, checked like any local access of the target: its keys, its PD,
-  // LOCAL_WRITE, in bounds (IBA 10.6.3.1).
+ReplyCode Responder::Scatter(const TargetQp& t, const TakenWqe& w, uint64_t skip, uint64_t need, bool peek_only,
+                             ScatterList* out) {
+  // The WQE's scatter list from byte `skip` on, checked like any local access of the target:
+  // its keys, its PD, LOCAL_WRITE, in bounds (IBA 10.6.3.1).
   const QpEndpoint& e = t.endpoint();
   out->pieces.Clear();
   out->indirect = false;
@@ -223,11 +257,16 @@ ReplyCode Responder::Scatter(const TargetQp& t, const TakenWqe& w, uint64_t need
   uint64_t room = 0;
   for (uint32_t i = 0; i < w.num_sge && room < need; ++i) {
     const RecvSge& s = w.sge[i];
-    if (s.length == 0) continue;
-    const uint64_t take = std::min<uint64_t>(s.length, need - room);
+    if (skip >= s.length) {  // (zero-length SGEs too)
+      skip -= s.length;
+      continue;
+    }
+    const uint64_t start = skip;
+    skip = 0;
+    const uint64_t take = std::min<uint64_t>(s.length - start, need - room);
     room += take;
     if (!peek_only) {
-      if (!ResolveKey(t.registry(), s.lkey, s.addr, s.length, take, rule,
+      if (!ResolveKey(t.registry(), s.lkey, s.addr + start, s.length - start, take, rule,
                       [&t](fabric::SharedRef ref) { return t.Resolve(ref); }, &out->pieces))
         return ReplyCode::kRemoteOp;
       continue;
@@ -240,7 +279,7 @@ ReplyCode Responder::Scatter(const TargetQp& t, const TakenWqe& w, uint64_t need
     }
     if (!KeyAdmits(k, rule) || !KeyCovers(k, s.addr, s.length)) return ReplyCode::kRemoteOp;
     out->lkey[out->pieces.size()] = s.lkey;
-    out->pieces.Add({reinterpret_cast<void*>(k.addr + (s.addr - k.iova)), take});
+    out->pieces.Add({reinterpret_cast<void*>(k.addr + (s.addr + start - k.iova)), take});
   }
   return room < need ? ReplyCode::kInvalidRequest : ReplyCode::kAck;
 }

@@ -30,10 +30,21 @@ class Responder {
   // the fabric that carried the datagram), nullptr for RC/UC.
   static Reply Execute(const TargetQp& t, const Request& r, const uint8_t* grh = nullptr);
 
+  // A message in packets (a packet fabric's responder, transport/wire/packet_responder.h): the
+  // first packet of a SEND takes a receive WQE (BeginReceive; `r` is the first packet's request,
+  // gated as Execute gates it); each packet places its bytes at `offset` of the WQE's buffers
+  // (PlaceReceive); the last completes it (CompleteReceive, `total` bytes). A failed placement
+  // completes the WQE in error at the target, as Execute does.
+  static Reply BeginReceive(const TargetQp& t, const Request& r, TakenWqe* wqe);
+  static Reply PlaceReceive(const TargetQp& t, const TakenWqe& wqe, uint64_t offset, const Request& r);
+  static void CompleteReceive(const TargetQp& t, const TakenWqe& wqe, const Request& r, uint64_t total);
+
  private:
   // SEND / SEND_WITH_IMM / SEND_WITH_INV / RDMA_WRITE_WITH_IMM's receive side: takes a WQE,
   // scatters the message (after `grh`, if any) into it and completes it on the receive CQ.
   static Reply Deliver(const TargetQp& t, const Request& r, const uint8_t* grh);
+  // The gates every request passes (transport, DC access, receiving state); false: discarded.
+  static bool Admits(const TargetQp& t, const Request& r);
   static Reply Rdma(const TargetQp& t, const Request& r, bool write);
   static Reply Atomic(const TargetQp& t, const Request& r);
   // Resolves [addr, +length) of `rkey` under IBA 10.6.3's rules into pieces of the target's
@@ -41,9 +52,10 @@ class Responder {
   // QP grants the same access.
   static ReplyCode CheckRemote(const TargetQp& t, uint32_t rkey, uint64_t addr, uint64_t length, uint32_t access,
                                PinnedPieces* pieces);
-  // Resolves WQE `w`'s buffers for a message of `need` bytes: kAck, kRemoteOp (a bad SGE) or
-  // kInvalidRequest (the message does not fit).
-  static ReplyCode Scatter(const TargetQp& t, const TakenWqe& w, uint64_t need, bool peek_only, ScatterList* out);
+  // Resolves `need` bytes of WQE `w`'s buffers from byte `skip` on: kAck, kRemoteOp (a bad SGE)
+  // or kInvalidRequest (the message does not fit).
+  static ReplyCode Scatter(const TargetQp& t, const TakenWqe& w, uint64_t skip, uint64_t need, bool peek_only,
+                           ScatterList* out);
 };
 
 }  // namespace softverbs::transport

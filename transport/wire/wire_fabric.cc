@@ -14,6 +14,7 @@
 #include "transport/grh.h"
 #include "transport/host/host_target.h"
 #include "transport/responder.h"
+#include "transport/wire/packet_responder.h"
 #include "transport/wire/wire_packets.h"
 
 namespace softverbs::transport {
@@ -203,16 +204,17 @@ void WireFabric::Deliver(std::span<const uint8_t> datagram, const UdpAddress& fr
     SV_LOG(kTrace, "softverbs0: dropped a datagram from %s: %s", from.ToString().c_str(), parsed.status().rule().c_str());
     return;
   }
+  auto target = HostTarget::Find(local_, parsed->hdr.bth.dest_qp);
+  if (!target.ok()) {
+    counters_.unknown_qp.fetch_add(1, std::memory_order_relaxed);  // IBA 9.6.1.1: discarded
+    return;
+  }
+  if (parsed->info->transport == packet::Transport::kUc) return PacketResponder::ReceiveUc(*target, *parsed);
   WireRequest w;
   if (!RequestOfPacket(*parsed, &w)) {
     counters_.unsupported.fetch_add(1, std::memory_order_relaxed);
-    SV_LOG(kDebug, "softverbs0: dropped a %s packet from %s: only UD datagrams travel on the wire yet",
+    SV_LOG(kDebug, "softverbs0: dropped a %s packet from %s: RC does not travel on the wire yet",
            parsed->info->name, from.ToString().c_str());
-    return;
-  }
-  auto target = HostTarget::Find(local_, w.request.dest_qp);
-  if (!target.ok()) {
-    counters_.unknown_qp.fetch_add(1, std::memory_order_relaxed);  // IBA 9.6.1.1: discarded
     return;
   }
   // The GRH a UD receive starts with is the IP header the datagram came in (IBA annex A17.4.5.2).

@@ -11,7 +11,7 @@
 namespace softverbs::transport {
 namespace {
 
-constexpr uint32_t kRc = 2, kUd = 4;
+constexpr uint32_t kRc = 2, kUc = 3, kUd = 4;
 // The largest UD packet: a 4096-byte MTU, its headers and ICRC.
 constexpr size_t kMaxPacket = 4096 + 64;
 
@@ -25,10 +25,14 @@ Gid16 ToGid(const uint8_t* g) {
 
 Reply WireLink::Carry(const Request& r) {
   const Reply silence = Reply::Of(r.qp_type == kRc ? ReplyCode::kNoAnswer : ReplyCode::kDropped);
-  if (r.qp_type != kUd || r.addressing == nullptr) {
+  const bool sends_packets = r.qp_type == kUd || (r.qp_type == kUc && (r.opcode == WrOpcode::kSend ||
+                                                                       r.opcode == WrOpcode::kSendWithImm ||
+                                                                       r.opcode == WrOpcode::kRdmaWrite ||
+                                                                       r.opcode == WrOpcode::kRdmaWriteWithImm));
+  if (!sends_packets || r.addressing == nullptr) {
     if (!explained_.exchange(true))
-      SV_LOG(kError, "ibv_post_send(qp 0x%x): RC and UC do not travel on the wire yet (only UD does): the "
-             "message to QP 0x%x of another host is not sent", r.src_qp, r.dest_qp);
+      SV_LOG(kError, "ibv_post_send(qp 0x%x): RC does not travel on the wire yet (UD and UC do): the message to "
+             "QP 0x%x of another host is not sent", r.src_qp, r.dest_qp);
     return silence;
   }
   const Gid16 sgid = ToGid(r.addressing->sgid), dgid = ToGid(r.addressing->dgid);
@@ -37,16 +41,22 @@ Reply WireLink::Carry(const Request& r) {
           ? fabric::packet::IpUdpInfo::V4(sgid.data() + 12, dgid.data() + 12, WireFabric::RocePort())
           : fabric::packet::IpUdpInfo::V6(sgid.data(), dgid.data(), WireFabric::RocePort());
   flow.dst_port = WireFabric::RocePort();
+  flow.traffic_class = r.addressing->traffic_class;
   uint8_t buffer[kMaxPacket];
-  auto built = BuildDatagram(r, psn_.fetch_add(1, std::memory_order_relaxed), flow, buffer);
-  if (!built.ok()) {
-    SV_LOG(kError, "ibv_post_send(qp 0x%x): datagram not sent: %s", r.src_qp, built.status().rule().c_str());
-    return silence;
+  auto send = [&](std::span<const uint8_t> packet) {
+    const iovec piece{const_cast<uint8_t*>(packet.data()), packet.size()};
+    return fabric_.Send(sgid, dgid, {&piece, 1});
+  };
+  Status s = Status::Ok();
+  if (r.qp_type == kUd) {
+    auto built = BuildDatagram(r, r.psn, flow, buffer);
+    s = built.ok() ? send({buffer, *built}) : built.status();
+  } else {
+    s = BuildMessage(r, flow, buffer, send);  // UC: no acknowledgement follows (IBA 9.8)
   }
-  const iovec piece{buffer, *built};
-  if (Status s = fabric_.Send(sgid, dgid, {&piece, 1}); !s.ok() && !explained_.exchange(true))
-    SV_LOG(kError, "ibv_post_send(qp 0x%x): datagram not sent: %s", r.src_qp, s.rule().c_str());
-  return silence;  // UD: sent is all the requester knows (IBA 9.6.3)
+  if (!s.ok() && !explained_.exchange(true))
+    SV_LOG(kError, "ibv_post_send(qp 0x%x): message to QP 0x%x not sent: %s", r.src_qp, r.dest_qp, s.rule().c_str());
+  return silence;  // UD and UC: sent is all the requester knows (IBA 9.6.3, 9.8.3)
 }
 
 }  // namespace softverbs::transport

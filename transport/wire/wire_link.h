@@ -1,9 +1,10 @@
 // The wire fabric's Link (transport/link.h): carries a requester's messages to another host as
-// RoCEv2 packets (DESIGN.md section 6). Today it carries UD datagrams -- one SEND_ONLY packet each,
-// the requester learning nothing of their fate, as IBA 9.6 says. RC and UC need the packet
-// sequence, acknowledgement and retransmission engine of the wire issue's next step; until then
-// their messages are not sent, and the link says so once (RC then ends in
-// IBV_WC_RETRY_EXC_ERR, as with a peer that never answers).
+// RoCEv2 packets (DESIGN.md section 6). Today it carries UD datagrams (one SEND_ONLY packet each)
+// and UC SENDs and RDMA WRITEs (cut by the path MTU into FIRST/MIDDLE/LAST packets), the
+// requester learning nothing of their fate, as IBA 9.6 and 9.8 say. RC needs the acknowledgement
+// and retransmission engine of the wire issue's next step; until then its messages are not sent,
+// and the link says so once (RC then ends in IBV_WC_RETRY_EXC_ERR, as with a peer that never
+// answers).
 #pragma once
 
 #include <atomic>
@@ -23,7 +24,6 @@ class WireLink final : public Link {
 
  private:
   WireFabric& fabric_;
-  std::atomic<uint32_t> psn_{0};  // UD: the BTH PSN of each datagram (IBA 9.6: not checked)
   std::atomic<bool> explained_{false};
 };
 

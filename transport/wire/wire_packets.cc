@@ -2,15 +2,75 @@
 
 #include <endian.h>
 
+#include <algorithm>
 #include <vector>
 
 namespace softverbs::transport {
 namespace {
 
 namespace packet = fabric::packet;
-constexpr uint32_t kUd = 4;
+constexpr uint32_t kRc = 2, kUd = 4;
+
+// The opcode of packet `index` of `count` of message `r` (IBA 9.2 table 38).
+uint8_t MessageOpcode(const Request& r, uint64_t index, uint64_t count) {
+  namespace op = packet::op;
+  const bool first = index == 0, last = index + 1 == count, imm = r.with_imm();
+  const bool send = r.opcode == WrOpcode::kSend || r.opcode == WrOpcode::kSendWithImm;
+  uint8_t code;
+  if (first && last)
+    code = send ? (imm ? op::kSendOnlyWithImmediate : op::kSendOnly)
+                : (imm ? op::kRdmaWriteOnlyWithImmediate : op::kRdmaWriteOnly);
+  else if (first)
+    code = send ? op::kSendFirst : op::kRdmaWriteFirst;
+  else if (last)
+    code = send ? (imm ? op::kSendLastWithImmediate : op::kSendLast)
+                : (imm ? op::kRdmaWriteLastWithImmediate : op::kRdmaWriteLast);
+  else
+    code = send ? op::kSendMiddle : op::kRdmaWriteMiddle;
+  return static_cast<uint8_t>((r.qp_type == kRc ? op::kRc : op::kUc) | code);
+}
+
+// The pieces of [offset, +length) of the message's local bytes.
+std::vector<packet::ConstBuffer> Slice(const Request& r, uint64_t offset, uint64_t length) {
+  std::vector<packet::ConstBuffer> out;
+  for (size_t i = 0; i < r.local_count && length > 0; ++i) {
+    const iovec& v = r.local[i];
+    if (offset >= v.iov_len) {
+      offset -= v.iov_len;
+      continue;
+    }
+    const size_t n = std::min<uint64_t>(v.iov_len - offset, length);
+    out.push_back({static_cast<const uint8_t*>(v.iov_base) + offset, n});
+    length -= n;
+    offset = 0;
+  }
+  return out;
+}
 
 }  // namespace
+
+Status BuildMessage(const Request& r, const packet::IpUdpInfo& flow, std::span<uint8_t> buffer,
+                    const std::function<Status(std::span<const uint8_t>)>& emit) {
+  const uint64_t mtu = r.mtu ? r.mtu : 4096;
+  const uint64_t count = r.length == 0 ? 1 : (r.length + mtu - 1) / mtu;
+  for (uint64_t i = 0; i < count; ++i) {
+    packet::PacketHeaders h;
+    h.bth.opcode = MessageOpcode(r, i, count);
+    h.bth.dest_qp = r.dest_qp & packet::kQpnMask;
+    h.bth.psn = static_cast<uint32_t>((r.psn + i) & packet::kPsnMask);
+    const bool last = i + 1 == count;
+    h.bth.se = last && r.solicited;  // the solicited bit rides on the last packet (IBA 9.2.3)
+    h.bth.ack_req = last;
+    h.reth = {r.remote_addr, r.rkey, static_cast<uint32_t>(r.length)};
+    h.immdt.imm = be32toh(r.imm_data);
+    const uint64_t offset = i * mtu;
+    const auto payload = Slice(r, offset, std::min(mtu, r.length - std::min(r.length, offset)));
+    auto n = packet::Build(h, payload, flow, buffer);
+    if (!n.ok()) return n.status();
+    SV_RETURN_IF_ERROR(emit({buffer.data(), *n}));
+  }
+  return Status::Ok();
+}
 
 bool RequestOfPacket(const packet::ParsedPacket& p, WireRequest* out) {
   const packet::OpcodeInfo& info = *p.info;

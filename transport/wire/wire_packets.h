@@ -6,6 +6,7 @@
 #include <sys/uio.h>
 
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "base/status.h"
@@ -28,5 +29,11 @@ bool RequestOfPacket(const fabric::packet::ParsedPacket& p, WireRequest* out);
 // `flow`) into `out`; returns its size.
 Result<size_t> BuildDatagram(const Request& r, uint32_t psn, const fabric::packet::IpUdpInfo& flow,
                              std::span<uint8_t> out);
+
+// The packets of an RC/UC SEND or RDMA WRITE `r`, cut by r.mtu (IBA 9.4: FIRST and MIDDLE carry
+// exactly the MTU; ONLY/LAST the rest), PSNs from r.psn on, each built into `buffer` and handed
+// to `emit`. The first error stops it.
+Status BuildMessage(const Request& r, const fabric::packet::IpUdpInfo& flow, std::span<uint8_t> buffer,
+                    const std::function<Status(std::span<const uint8_t>)>& emit);
 
 }  // namespace softverbs::transport
