@@ -26,20 +26,20 @@ struct Bth {
   uint32_t psn = 0;      // 24 bits
 };
 
-// RDMA Extended Transport Header, 16 bytes (IBA 9.3.3).
+// RDMA Extended Transport Header, 16 bytes (IBA 9.3).
 struct Reth {
   uint64_t va = 0;
   uint32_t rkey = 0;
   uint32_t length = 0;  // DMA length of the whole message
 };
 
-// ACK Extended Transport Header, 4 bytes (IBA 9.3.5).
+// ACK Extended Transport Header, 4 bytes (IBA 9.3).
 struct Aeth {
-  uint8_t syndrome = 0;  // ACK / RNR NAK / NAK code (IBA 9.7.5.1 Table 44)
+  uint8_t syndrome = 0;  // ACK / RNR NAK / NAK code
   uint32_t msn = 0;      // 24 bits
 };
 
-// Atomic Extended Transport Header, 28 bytes (IBA 9.3.4).
+// Atomic Extended Transport Header, 28 bytes (IBA 9.3).
 struct AtomicEth {
   uint64_t va = 0;
   uint32_t rkey = 0;
@@ -47,18 +47,18 @@ struct AtomicEth {
   uint64_t compare = 0;
 };
 
-// Atomic Acknowledge Extended Transport Header, 8 bytes (IBA 9.3.6).
+// Atomic Acknowledge Extended Transport Header, 8 bytes (IBA 9.3).
 struct AtomicAckEth {
   uint64_t original = 0;  // the remote data before the operation
 };
 
-// Datagram Extended Transport Header, 8 bytes (IBA 9.3.2): Q_Key, 8 reserved bits, source QP.
+// Datagram Extended Transport Header, 8 bytes (IBA 9.3): Q_Key, 8 reserved bits, source QP.
 struct Deth {
   uint32_t qkey = 0;
   uint32_t src_qp = 0;  // 24 bits
 };
 
-// Immediate Data (IBA 9.3.1.1) and Invalidate (IBA 9.3.8) headers, 4 bytes each. The immediate
+// Immediate Data (IBA 9.3) and Invalidate (IBA 9.3) headers, 4 bytes each. The immediate
 // is the big-endian number on the wire, so an ibv_send_wr's imm_data (already in network order)
 // is be32toh(imm_data) here.
 struct ImmDt {

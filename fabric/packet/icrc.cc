@@ -53,7 +53,7 @@ Status CheckIcrc(const IpUdpInfo& ip, std::span<const uint8_t> udp_payload) {
   uint32_t got = LoadIcrc(udp_payload.data() + body.size());
   if (want != got)
     return Status(EBADMSG, "ICRC mismatch: packet carries " + Hex(got) + ", computed " + Hex(want) +
-                               " (IBA A17.3.3)");
+                               " (IBA Annex A17, ICRC)");
   return Status::Ok();
 }
 
@@ -97,7 +97,8 @@ Result<uint16_t> Solve(const std::array<uint32_t, 16>& effect, uint32_t target) 
   uint16_t id = 0;
   for (int bit = 31; bit >= 0; --bit) {
     if (!(target >> bit & 1)) continue;
-    if (basis[bit] == 0) return Status(EBADMSG, "ICRC mismatch for every IPv4 ID (IBA A17.3.3)");
+    if (basis[bit] == 0)
+      return Status(EBADMSG, "ICRC mismatch for every IPv4 ID (IBA Annex A17, ICRC)");
     target ^= basis[bit], id ^= combo[bit];
   }
   return id;

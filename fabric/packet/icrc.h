@@ -1,4 +1,4 @@
-// The RoCEv2 Invariant CRC (IBA Annex A17.3.3), computed exactly as the kernel's rxe does
+// The RoCEv2 Invariant CRC (IBA Annex A17), computed exactly as the kernel's rxe does
 // (drivers/infiniband/sw/rxe/rxe_icrc.c, rxe_icrc_hdr()):
 //
 //   crc32( 8 x 0xff                  -- stands for the masked IB LRH

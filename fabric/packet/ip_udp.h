@@ -10,7 +10,7 @@
 
 namespace softverbs::fabric::packet {
 
-inline constexpr uint16_t kRoceV2Port = 4791;  // IANA "roce" (Annex A17.2.1)
+inline constexpr uint16_t kRoceV2Port = 4791;  // IANA "roce" (Annex A17)
 inline constexpr size_t kIpv4HeaderBytes = 20;
 inline constexpr size_t kIpv6HeaderBytes = 40;
 inline constexpr size_t kUdpHeaderBytes = 8;

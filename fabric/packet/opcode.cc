@@ -19,7 +19,7 @@ struct Row {
   std::array<Ext, 2> ext;
 };
 
-// The RC operations (IBA 9.2 Table 38; header order per rxe_opcode.c's masks).
+// The RC operations (IBA 9.2, BTH OpCode; header order per rxe_opcode.c's masks).
 constexpr Row kRcRows[] = {
     {op::kSendFirst, "SEND_FIRST", kSend, kFirst, true, true, 0, {}},
     {op::kSendMiddle, "SEND_MIDDLE", kSend, kMiddle, true, true, 0, {}},
@@ -55,7 +55,7 @@ constexpr Row kRcRows[] = {
      {kIeth}},
 };
 
-// UC has the sends and writes of RC, without invalidate (IBA 9.2 Table 38, opcodes 0x20-0x2B).
+// UC has the sends and writes of RC, without invalidate (IBA 9.2, BTH OpCode 0x20-0x2B).
 constexpr uint8_t kUcLastCode = op::kRdmaWriteOnlyWithImmediate;
 
 // UD has only SEND_ONLY and SEND_ONLY_WITH_IMMEDIATE, each with a DETH (IBA 9.2, 0x64/0x65).
@@ -123,7 +123,7 @@ static_assert(kOpcodeTable[op::kRdmaWriteOnlyWithImmediate].header_bytes == 32);
 static_assert(kOpcodeTable[op::kAtomicAcknowledge].header_bytes == 24);
 static_assert(kOpcodeTable[op::kCompareSwap].header_bytes == 40);
 static_assert(kOpcodeTable[op::kUd | op::kSendOnlyWithImmediate].header_bytes == 24);
-static_assert(kOpcodeTable[op::kUd | op::kSendOnlyWithImmediate].OffsetOf(Ext::kImmDt) == 20);
+static_assert(kOpcodeTable[op::kUd | op::kSendOnlyWithImmediate].OffsetOf(Ext::kImmDt) == 12 + 8);
 static_assert(!kOpcodeTable[0x15].known() && !kOpcodeTable[0x2c].known());
 static_assert(!kOpcodeTable[op::kUc | op::kCompareSwap].known());
 

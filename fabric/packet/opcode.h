@@ -1,4 +1,4 @@
-// The BTH opcodes softverbs speaks on the wire, one descriptor each (IBA Vol 1 9.2 / Table 38;
+// The BTH opcodes softverbs speaks on the wire, one descriptor each (IBA Vol 1 9.2;
 // the same facts as the kernel's rxe_opcode[] in drivers/infiniband/sw/rxe/rxe_opcode.c).
 //
 // The descriptor says which extension headers follow the BTH and in which order, whether the
@@ -15,7 +15,7 @@ namespace softverbs::fabric::packet {
 // The transport service, from the opcode's top 3 bits (IBA 9.2: RC 000, UC 001, RD 010, UD 011).
 enum class Transport : uint8_t { kRc, kUc, kUd };
 
-// Where a packet sits in its message (IBA 9.8.3: FIRST/MIDDLE/LAST/ONLY packets).
+// Where a packet sits in its message (IBA 9.8: FIRST/MIDDLE/LAST/ONLY packets).
 enum class Position : uint8_t { kFirst, kMiddle, kLast, kOnly };
 
 // What the packet does; the transport dispatches on it.
@@ -36,7 +36,7 @@ enum class Ext : uint8_t { kReth, kAeth, kAtomicEth, kAtomicAckEth, kDeth, kImmD
 inline constexpr size_t kBthBytes = 12;
 inline constexpr size_t kIcrcBytes = 4;
 
-// The size of one extension header on the wire (IBA 9.3.x).
+// The size of one extension header on the wire (IBA 9.3).
 constexpr uint8_t ExtBytes(Ext e) {
   switch (e) {
     case Ext::kReth: return 16;
@@ -93,7 +93,7 @@ inline const OpcodeInfo* LookupOpcode(uint8_t opcode) {
   return info.known() ? &info : nullptr;
 }
 
-// Opcode values (IBA 9.2 Table 38), named like rxe's IB_OPCODE_* constants.
+// Opcode values (IBA 9.2, BTH OpCode), named like rxe's IB_OPCODE_* constants.
 namespace op {
 inline constexpr uint8_t kRc = 0x00, kUc = 0x20, kUd = 0x60;
 inline constexpr uint8_t kSendFirst = 0x00;

@@ -48,7 +48,7 @@ Result<ParsedPacket> Parse(std::span<const uint8_t> udp_payload, const IpUdpInfo
   const Bth& bth = pkt.hdr.bth;
   pkt.info = LookupOpcode(bth.opcode);
   if (pkt.info == nullptr)
-    return NotSupported("unknown BTH opcode " + Hex(bth.opcode) + " (IBA 9.2 Table 38)");
+    return NotSupported("unknown BTH opcode " + Hex(bth.opcode) + " (IBA 9.2, BTH OpCode)");
   // IBA 9.2: TVer 0 is the only version; rxe's hdr_check() drops any other.
   if (bth.tver != 0)
     return Invalid("BTH TVer " + std::to_string(bth.tver) + " is not 0 (IBA 9.2)");

@@ -99,7 +99,7 @@ TEST(IcrcTest, Ipv6KnownAnswer) {
   EXPECT_TRUE(CheckIcrc(Ipv6Flow(), pkt).ok());
 }
 
-// The fields routers rewrite are outside the ICRC (A17.3.3); addresses, ports and the IPv4 ID
+// The fields routers rewrite are outside the ICRC (IBA Annex A17); addresses, ports and the IPv4 ID
 // are inside.
 TEST(IcrcTest, MaskedFieldsDoNotMatterOthersDo) {
   std::span<const uint8_t> body = std::span<const uint8_t>(kIpv6Packet).first(24);

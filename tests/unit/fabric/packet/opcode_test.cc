@@ -20,7 +20,7 @@ struct Expected {
   Position position;
 };
 
-// roce-wire.md 5.2 "Header order per opcode" and IBA 9.2 Table 38, written out independently of
+// roce-wire.md 5.2 "Header order per opcode" and IBA 9.2, BTH OpCode, written out independently of
 // the table under test.
 const std::vector<Expected> kRc = {
     {0x00, "SEND_FIRST", {}, true, true, Position::kFirst},

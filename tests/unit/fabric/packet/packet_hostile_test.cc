@@ -49,7 +49,7 @@ TEST(PacketHostileTest, EveryTruncationIsRefused) {
 }
 
 // CRC-32 catches every single-bit error, so each flip is refused, except in BTH byte 4: FECN,
-// BECN and resv6 are outside the ICRC (A17.3.3) because switches set them, and a receiver
+// BECN and resv6 are outside the ICRC (IBA Annex A17) because switches set them, and a receiver
 // ignores resv6 (IBA 9.2: reserved fields are ignored on receipt).
 TEST(PacketHostileTest, EverySingleBitFlipIsRefusedOutsideTheCongestionByte) {
   for (const CapturedPacket& c : AllCapturedPackets()) {
@@ -80,7 +80,7 @@ TEST(PacketHostileTest, UnknownOpcodesAreReportedAsSuch) {
   }
 }
 
-// A packet as rxe would send it for `h` and `payload_bytes` of payload, from a fixed flow.
+// A valid packet of `opcode` with `payload_bytes` of payload, built for a fixed IPv4 flow.
 std::vector<uint8_t> Make(uint8_t opcode, size_t payload_bytes, IpUdpInfo* flow) {
   uint8_t src[4] = {192, 168, 0, 1}, dst[4] = {192, 168, 0, 2};
   *flow = IpUdpInfo::V4(src, dst, 0xc0de);
