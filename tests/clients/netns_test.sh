@@ -98,6 +98,18 @@ if command -v tshark >/dev/null; then
     test "$sends" -ge 80
 fi
 
+# SOFTVERBS_FAULTS corrupts every datagram the server receives: the ICRC check drops each one
+# (as rxe and NICs do), nothing reaches the QP, and the trace names the reason.
+port=$(free_port)
+SOFTVERBS_FAULTS="rx:corrupt=100%,seed=1" SOFTVERBS_LOG=trace ip netns exec "$ns_a" timeout 4 ibv_ud_pingpong \
+  -g "$gid_a" -p "$port" -n 5 >"$logs/server" 2>&1 &
+server=$!
+sleep 0.5
+ip netns exec "$ns_b" timeout 3 ibv_ud_pingpong -g "$gid_b" -p "$port" -n 5 10.77.0.1 >"$logs/client" 2>&1
+wait "$server"
+check "a corrupted datagram is dropped by its ICRC, never delivered" \
+  bash -c "grep -q 'ICRC mismatch' '$logs/server' && ! grep -q 'iters in' '$logs/server'"
+
 port=$(free_port)
 SOFTVERBS_LOG=error ip netns exec "$ns_a" timeout 15 ibv_rc_pingpong -g "$gid_a" -p "$port" -n 5 >"$logs/server" 2>&1 &
 server=$!
