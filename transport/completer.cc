@@ -40,7 +40,7 @@ Completer::Verdict Completer::OnReply(const SendWr& wr, RetryState& retry, const
   ReplyCode code = reply.code;
   // UC and UD have no acknowledgements (IBA 9.8.3, 9.6.3): whatever the responder found, the
   // requester only knows it sent the message.
-  if (config_.type != kRc) code = ReplyCode::kAck;
+  if (config_.type != kRc && code != ReplyCode::kPending) code = ReplyCode::kAck;
   switch (code) {
     case ReplyCode::kAck:
     case ReplyCode::kDropped:
@@ -55,6 +55,13 @@ Completer::Verdict Completer::OnReply(const SendWr& wr, RetryState& retry, const
       // IBA 9.7.6.1.3: no answer; the local ACK timeout runs before anything is decided.
       retry.awaiting_timeout = true;
       return {Verdict::kRetry, Clock::now() + AckTimeout(config_.timeout)};
+    case ReplyCode::kSequenceError:
+      // IBA 9.7.5.2.1: the responder missed a packet; the requester resends from this message
+      // at once, and the retry counts against retry_cnt as a timeout does (rxe's ERROR_RETRY).
+      if (++retry.timeouts > config_.retry_cnt) return Fail(wr, wc_status::kRetryExcErr);
+      return {Verdict::kRetry, Clock::now()};
+    case ReplyCode::kPending:  // not a reply yet: the link reports it later
+      return {Verdict::kInFlight};
     case ReplyCode::kRemoteAccess:
       return Fail(wr, wc_status::kRemAccessErr);
     case ReplyCode::kInvalidRequest:

@@ -48,7 +48,8 @@ class Completer {
 
   // What the requester does with the work request next.
   struct Verdict {
-    enum Kind { kCompleted, kRetry, kFailed } kind = kCompleted;
+    // kInFlight: carried, the reply comes later (ReplyCode::kPending).
+    enum Kind { kCompleted, kRetry, kFailed, kInFlight } kind = kCompleted;
     Clock::time_point retry_at{};  // kRetry
   };
 

@@ -6,15 +6,28 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "transport/request.h"
 
 namespace softverbs::transport {
 
+// Where a link reports what arrives after Carry returned kPending (the wire's acknowledgements
+// and responses, from its receive thread). Replies come in the order the requests were carried.
+class ReplySink {
+ public:
+  virtual ~ReplySink() = default;
+  virtual void OnReply(uint64_t ticket, const Reply& reply) = 0;
+  // RDMA READ response bytes for [offset, +size) of the request's local buffers.
+  virtual void OnResponseData(uint64_t ticket, uint64_t offset, std::span<const uint8_t> bytes) = 0;
+};
+
 class Link {
  public:
   virtual ~Link() = default;
-  // Carries `r` to QP `r.dest_qp` and returns its responder's reply.
+  // Where replies to kPending go (the requester, for its life).
+  virtual void Attach(ReplySink*) {}
+  // Carries `r` to QP `r.dest_qp` and returns its responder's reply, or kPending.
   virtual Reply Carry(const Request& r) = 0;
   // UD to a multicast group (r.addressing->dgid, r.dest_qp the multicast QPN): to every QP
   // attached to the group, each with its own Q_Key check and receive WQE (IBA 10.5), except

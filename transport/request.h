@@ -23,6 +23,8 @@ enum class ReplyCode : uint8_t {
   kRemoteAccess,    // NAK remote access error (IBA 9.7.5.2.4, AETH 0x62)
   kInvalidRequest,  // NAK invalid request (AETH 0x61)
   kRemoteOp,        // NAK remote operational error (AETH 0x63)
+  kSequenceError,   // NAK PSN sequence error (AETH 0x60): resend from this message now, a retry
+  kPending,         // in flight: the link reports the reply later (ReplySink, transport/link.h)
 };
 
 struct Reply {
@@ -57,6 +59,9 @@ struct Request {
   // (IBA 9.7.1, 9.4); a fabric without packets ignores both.
   uint32_t psn = 0;
   uint32_t mtu = 4096;
+  // Names the work request in the replies a link reports later (ReplySink); a retry carries the
+  // same ticket, and a link forgets what it had in flight from that ticket on.
+  uint64_t ticket = 0;
   // The message's bytes: SENDs and WRITEs read them, READs and atomics write them.
   const iovec* local = nullptr;
   size_t local_count = 0;

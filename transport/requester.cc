@@ -27,7 +27,10 @@ bool WritesLocal(WrOpcode op) { return op == WrOpcode::kRdmaRead || IsAtomic(op)
 }  // namespace
 
 Requester::Requester(fabric::LocalProcess& local, RequesterHost& host, Links links)
-    : local_(local), completer_(host), links_(links) {}
+    : local_(local), completer_(host), links_(links) {
+  links_.host->Attach(this);
+  links_.wire->Attach(this);
+}
 
 Requester::~Requester() { ProgressThread::Get().Forget(this); }
 
@@ -109,8 +112,10 @@ Status Requester::Post(const SendWr& wr, uint32_t qp_state) {
   if (qp_state == kRts && queue_.empty()) {
     const Verdict v = Execute(p);
     if (v.kind == Verdict::kFailed) stopped_ = true;
-    if (v.kind != Verdict::kRetry) return Status::Ok();
-    p.due = v.retry_at;  // RNR or no answer: it waits in the queue like the rest
+    if (v.kind == Verdict::kCompleted || v.kind == Verdict::kFailed) return Status::Ok();
+    // In flight, or RNR / no answer: it waits in the queue like the rest.
+    p.in_flight = v.kind == Verdict::kInFlight;
+    p.due = p.in_flight ? Clock::now() + AckTimeout(config_.completer.timeout) : v.retry_at;
     Enqueue(std::move(p));
     ProgressThread::Get().Schedule(this, queue_.front().due);
     return Status::Ok();
@@ -138,22 +143,61 @@ bool Requester::Settle(Pending& head, const Verdict& v) {
   return false;
 }
 
-void Requester::RunQueue() {
-  while (!queue_.empty() && !stopped_) {
-    Pending& head = queue_.front();
-    if (head.due > Clock::now()) return;
-    // A head whose last attempt got no answer has waited its timeout: the completer decides
-    // whether it is tried again.
-    Verdict v{Verdict::kRetry, Clock::now()};
-    if (head.retry.awaiting_timeout) v = completer_.OnTimeout(head.wr, head.retry);
-    if (v.kind == Verdict::kRetry) v = Execute(head);
-    if (!Settle(head, v)) return;
-    queue_.pop_front();
+void Requester::Rewind() {
+  for (Pending& p : queue_) {
+    if (!p.in_flight) break;
+    p.in_flight = false;
+    p.due = {};  // due at once, behind the head
   }
+}
+
+void Requester::RunQueue() {
+  // The head's local ACK timeout expired with its reply still out: the completer decides
+  // whether everything in flight is carried again (IBA 9.7.6.1.3).
+  if (!queue_.empty() && !stopped_ && queue_.front().in_flight && queue_.front().due <= Clock::now()) {
+    Pending& head = queue_.front();
+    const Verdict v = completer_.OnTimeout(head.wr, head.retry);
+    if (v.kind == Verdict::kFailed) {
+      stopped_ = true;
+      queue_.pop_front();
+    } else {
+      Rewind();
+    }
+  }
+  CarryQueued();
   // The head failed: what waited behind it is flushed now, not at the owner's next verb
   // (IBA 10.8.3.1), so a consumer that only polls sees every completion.
   while (stopped_ && !queue_.empty()) {
     completer_.Flush(queue_.front().wr);
+    queue_.pop_front();
+  }
+  if (!queue_.empty() && !stopped_) ProgressThread::Get().Schedule(this, queue_.front().due);
+}
+
+void Requester::CarryQueued() {
+  size_t i = 0;
+  while (i < queue_.size() && queue_[i].in_flight) ++i;
+  while (i < queue_.size() && !stopped_ && i < kMaxInFlight) {
+    Pending& p = queue_[i];
+    if (p.due > Clock::now()) return;
+    const bool local_op = p.wr.opcode == WrOpcode::kDriver1 || p.wr.opcode == WrOpcode::kBindMw ||
+                          p.wr.opcode == WrOpcode::kLocalInv;
+    // Completions come in order (IBA 10.8.x): an operation that completes at once -- a local
+    // one, or one for this host's fabric -- waits until nothing before it is in flight.
+    if (i > 0 && (local_op || OnHost(p.wr))) return;
+    // A head whose last attempt got no answer has waited its timeout: the completer decides
+    // whether it is tried again.
+    Verdict v{Verdict::kRetry, Clock::now()};
+    if (p.retry.awaiting_timeout) v = completer_.OnTimeout(p.wr, p.retry);
+    if (v.kind == Verdict::kRetry) v = Execute(p);
+    if (v.kind == Verdict::kInFlight) {
+      p.in_flight = true;
+      p.due = Clock::now() + AckTimeout(config_.completer.timeout);
+      ++i;
+      continue;
+    }
+    if (i > 0) return;  // (a link that answers at once never has requests in flight)
+    if (!Settle(p, v)) return;
     queue_.pop_front();
   }
 }
@@ -163,6 +207,68 @@ Clock::time_point Requester::Progress() {
   RunQueue();
   if (queue_.empty() || stopped_) return Clock::time_point::max();
   return queue_.front().due;
+}
+
+Requester::Pending* Requester::InFlight(uint64_t ticket) {
+  for (Pending& p : queue_) {
+    if (!p.in_flight) return nullptr;
+    if (p.ticket == ticket) return &p;
+  }
+  return nullptr;
+}
+
+void Requester::OnReply(uint64_t ticket, const Reply& reply) {
+  std::lock_guard lock(mu_);
+  // Replies come in order; one for a request carried again since is stale.
+  if (queue_.empty() || !queue_.front().in_flight || queue_.front().ticket != ticket || stopped_) return;
+  Pending& head = queue_.front();
+  Verdict v;
+  if (reply.code == ReplyCode::kAck && head.local_error) {
+    v = completer_.Fail(head.wr, wc_status::kLocProtErr);
+  } else if (reply.code == ReplyCode::kAck && IsAtomic(head.wr.opcode) &&
+             !WriteLocal(head, 0, {reinterpret_cast<const uint8_t*>(&reply.original), 8})) {
+    v = completer_.Fail(head.wr, wc_status::kLocProtErr);
+  } else {
+    v = completer_.OnReply(head.wr, head.retry, reply, IsAtomic(head.wr.opcode) ? 8 : head.length);
+  }
+  if (v.kind == Verdict::kRetry) {
+    Rewind();  // RNR or a sequence NAK: everything from the head is carried again
+    head.due = v.retry_at;
+  } else {
+    if (v.kind == Verdict::kFailed) stopped_ = true;
+    queue_.pop_front();
+  }
+  RunQueue();
+}
+
+void Requester::OnResponseData(uint64_t ticket, uint64_t offset, std::span<const uint8_t> bytes) {
+  std::lock_guard lock(mu_);
+  if (Pending* p = InFlight(ticket); p != nullptr && !WriteLocal(*p, offset, bytes)) p->local_error = true;
+}
+
+bool Requester::WriteLocal(const Pending& p, uint64_t offset, std::span<const uint8_t> bytes) {
+  // The SGEs are checked again now, as a NIC's DMA of the response is (IBA 10.6.3.1): the MR may
+  // be gone since the request was carried.
+  const KeyRule rule{config_.process_slot, config_.pd, kLocalWrite, true};
+  size_t done = 0;
+  for (uint32_t i = 0; i < p.wr.num_sge && done < bytes.size(); ++i) {
+    const Sge& s = p.wr.sge[i];
+    if (offset >= s.length) {
+      offset -= s.length;
+      continue;
+    }
+    const uint64_t n = std::min<uint64_t>(s.length - offset, bytes.size() - done);
+    PinnedPieces pieces;
+    if (!ResolveKey(local_.registry(), s.lkey, s.addr + offset, n, n, rule,
+                    [this](fabric::SharedRef ref) { return local_.At(ref); }, &pieces))
+      return false;
+    for (size_t k = 0; k < pieces.size(); ++k) {
+      memcpy(pieces.data()[k].iov_base, bytes.data() + done, pieces.data()[k].iov_len);
+      done += pieces.data()[k].iov_len;
+    }
+    offset = 0;
+  }
+  return done == bytes.size();
 }
 
 void Requester::Flush() {
@@ -293,6 +399,11 @@ Request Requester::BuildRequest(const SendWr& wr, const PinnedPieces& pieces, ui
   return r;
 }
 
+bool Requester::OnHost(const SendWr& wr) const {
+  if (config_.completer.type == kUd) return wr.ud.on_host;
+  return config_.dc_initiator ? wr.dc.on_host : config_.dest_on_host;
+}
+
 Verdict Requester::Execute(Pending& p) {
   const SendWr& wr = p.wr;
   if (wr.opcode == WrOpcode::kDriver1) return ExecuteUmr(wr);
@@ -311,6 +422,10 @@ Verdict Requester::Execute(Pending& p) {
     next_psn_ = static_cast<uint32_t>((next_psn_ + packets) & 0xffffff);
   }
   r.psn = p.psn;
+  if (p.ticket == 0) p.ticket = next_ticket_++;
+  r.ticket = p.ticket;
+  p.length = total;
+  p.local_error = false;
   const uint32_t type = config_.completer.type;
   if (type == kUd && IsMulticastGid(wr.ud.dgid)) {
     // Multicast reaches this host's members (docs/cm.md: not across hosts). UD: sent is all
@@ -318,8 +433,8 @@ Verdict Requester::Execute(Pending& p) {
     links_.host->CarryMulticast(r, config_.block_self_mcast_lb ? config_.completer.qp_num : 0);
     return completer_.OnReply(wr, p.retry, Reply::Of(ReplyCode::kAck), total);
   }
-  const bool on_host = type == kUd ? wr.ud.on_host : config_.dc_initiator ? wr.dc.on_host : config_.dest_on_host;
-  const Reply reply = links_.For(on_host).Carry(r);
+  const Reply reply = links_.For(OnHost(wr)).Carry(r);
+  if (reply.code == ReplyCode::kPending) return {Verdict::kInFlight};
   if (reply.code == ReplyCode::kAck && IsAtomic(wr.opcode)) {
     // The original value (AtomicAckETH); its 8 bytes may span pieces of an indirect local key.
     const auto* from = reinterpret_cast<const uint8_t*>(&reply.original);

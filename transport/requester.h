@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <span>
 #include <vector>
 
 #include "base/status.h"
@@ -44,7 +45,7 @@ struct RequesterConfig {
   bool dc_initiator = false;  // a DCI: each WR names its DCT (SendWr::dc)
 };
 
-class Requester {
+class Requester final : private ReplySink {
  public:
   // `links`: how destinations on this host and elsewhere are reached (owned by the caller).
   Requester(fabric::LocalProcess& local, RequesterHost& host, Links links);
@@ -74,10 +75,16 @@ class Requester {
     SendWr wr;
     bool has_psn = false;  // a retry carries the PSNs of its first attempt
     uint32_t psn = 0;
+    uint64_t ticket = 0;   // names it to a link that answers later
+    bool in_flight = false;  // carried, its reply not in yet (kPending)
+    bool local_error = false;  // response bytes could not be written locally (IBA 10.6.3.1)
+    uint64_t length = 0;   // the message's bytes (the completion's byte_len)
     std::vector<uint8_t> inline_copy;  // IBV_SEND_INLINE bytes, copied at post time
     RetryState retry;
     std::chrono::steady_clock::time_point due{};
   };
+  // Work requests a link may have in flight at once (rxe stalls at 128 unacknowledged PSNs).
+  static constexpr size_t kMaxInFlight = 64;
 
   Status Check(const SendWr& wr, uint32_t qp_state) const;
   // Appends `p` to the queue (under mu_), copying its inline bytes.
@@ -93,10 +100,25 @@ class Requester {
   uint32_t GatherLocal(const SendWr& wr, PinnedPieces& pieces, uint64_t* total);
   // The Request `wr` makes (local side in `pieces`); `ud` receives a UD send's addressing.
   Request BuildRequest(const SendWr& wr, const PinnedPieces& pieces, uint64_t total, Addressing* ud) const;
-  // Runs the queue from its head while heads complete; flushes what follows a failure.
+  // Runs the queue: the head's timeout, then every work request that may be carried now;
+  // flushes what follows a failure; schedules the progress thread for what waits.
   void RunQueue();
+  // Carries queued work requests from the first not in flight on, while the window allows.
+  void CarryQueued();
   // Applies a verdict about the queue's head; false if the queue must wait.
   bool Settle(Pending& head, const Completer::Verdict& v);
+  // Go-back-N (IBA 9.7.6.1.3): nothing is in flight any more; everything is carried again, with
+  // its PSNs, from the head on.
+  void Rewind();
+  // Writes `bytes` at `offset` of `p`'s local buffers (READ responses, atomic originals),
+  // checked against this process's keys now; false if they no longer allow it.
+  bool WriteLocal(const Pending& p, uint64_t offset, std::span<const uint8_t> bytes);
+  Pending* InFlight(uint64_t ticket);
+  // The destination of `wr` is on this host (the same-host fabric answers at once).
+  bool OnHost(const SendWr& wr) const;
+  // ReplySink (the link's receive thread).
+  void OnReply(uint64_t ticket, const Reply& reply) override;
+  void OnResponseData(uint64_t ticket, uint64_t offset, std::span<const uint8_t> bytes) override;
 
   fabric::LocalProcess& local_;
   Completer completer_;
@@ -106,6 +128,7 @@ class Requester {
   std::deque<Pending> queue_;
   bool stopped_ = false;  // a completion error stopped the queue (ERR, or SQE for UC/UD)
   uint32_t next_psn_ = 0;  // RC/UC: the PSN of the next new message's first packet
+  uint64_t next_ticket_ = 1;
 };
 
 }  // namespace softverbs::transport

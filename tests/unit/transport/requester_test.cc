@@ -5,6 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <chrono>
+#include <functional>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "core/mr.h"
@@ -181,6 +185,152 @@ TEST_F(RequesterTest, MulticastGoesToTheHostsMembers) {
   ASSERT_TRUE(requester_.Post(w, kRts).ok());
   EXPECT_EQ(host_.multicast.size(), 1u);
   EXPECT_TRUE(wire_.seen.empty());
+}
+
+}  // namespace
+}  // namespace softverbs::core
+
+namespace softverbs::core {
+namespace {
+
+// A link that answers later, as the wire does: everything carried is kPending; the test plays
+// the responder through the sink.
+struct AsyncLink : transport::Link {
+  void Attach(transport::ReplySink* s) override { sink = s; }
+  Reply Carry(const Request& r) override {
+    std::lock_guard lock(mu);
+    seen.push_back(r);
+    return Reply::Of(ReplyCode::kPending);
+  }
+  void CarryMulticast(const Request&, uint32_t) override {}
+  size_t count() {
+    std::lock_guard lock(mu);
+    return seen.size();
+  }
+  Request at(size_t i) {
+    std::lock_guard lock(mu);
+    return seen.at(i);
+  }
+  std::mutex mu;
+  std::vector<Request> seen;
+  transport::ReplySink* sink = nullptr;
+};
+
+class AsyncRequesterTest : public CoreTest {
+ protected:
+  AsyncRequesterTest() : requester_(context_->local(), qp_, {&host_, &wire_}) {
+    mr_ = std::move(Mr::Register(*pd_, {reinterpret_cast<uint64_t>(buf_), sizeof(buf_), reinterpret_cast<uint64_t>(buf_),
+                                        access::kLocalWrite})
+                        .value());
+  }
+  void Configure(uint8_t timeout = 14, uint8_t retry_cnt = 7) {
+    transport::RequesterConfig c;
+    c.completer.qp_num = 0x200;
+    c.completer.type = kRc;
+    c.completer.timeout = timeout;
+    c.completer.retry_cnt = retry_cnt;
+    c.completer.rnr_retry = 7;
+    c.pd = pd_->host_id();
+    c.process_slot = context_->local().slot();
+    c.dest_qp_num = 0x201;
+    c.dest_on_host = false;  // the wire
+    c.path_mtu = 1024;
+    c.max_rd_atomic = 4;
+    c.max_send_wr = 64;
+    c.max_send_sge = 4;
+    requester_.Configure(c);
+    requester_.SetPsn(100);
+  }
+  SendWr Wr(uint64_t id, WrOpcode op, uint32_t length = 8) {
+    SendWr w;
+    w.wr_id = id;
+    w.opcode = op;
+    w.flags = transport::send_flag::kSignaled;
+    w.num_sge = 1;
+    w.sge[0] = {reinterpret_cast<uint64_t>(buf_), length, mr_->lkey()};
+    return w;
+  }
+  // Waits (bounded) until the link has seen `n` requests or `c` completions are in.
+  bool WaitFor(const std::function<bool()>& done) {
+    for (int i = 0; i < 5000 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return done();
+  }
+  uint8_t buf_[4096] = {};
+  FakeQp qp_;
+  FakeLink host_;
+  AsyncLink wire_;
+  std::unique_ptr<Mr> mr_;
+  transport::Requester requester_;
+};
+
+TEST_F(AsyncRequesterTest, MessagesPipelineAndCompleteInOrder) {
+  Configure();
+  for (uint64_t id = 1; id <= 3; ++id) ASSERT_TRUE(requester_.Post(Wr(id, WrOpcode::kSend, 2048), kRts).ok());
+  ASSERT_EQ(wire_.count(), 3u);  // all three carried before any reply
+  EXPECT_EQ(wire_.at(0).psn, 100u);
+  EXPECT_EQ(wire_.at(1).psn, 102u);  // 2048 bytes at MTU 1024: two PSNs each
+  EXPECT_EQ(wire_.at(2).psn, 104u);
+  EXPECT_TRUE(qp_.completions.empty());
+  wire_.sink->OnReply(wire_.at(1).ticket, Reply::Of(ReplyCode::kAck));  // not the oldest: stale
+  EXPECT_TRUE(qp_.completions.empty());
+  for (size_t i = 0; i < 3; ++i) wire_.sink->OnReply(wire_.at(i).ticket, Reply::Of(ReplyCode::kAck));
+  ASSERT_EQ(qp_.completions.size(), 3u);
+  for (uint64_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(qp_.completions[i].wr_id, i + 1);
+    EXPECT_EQ(qp_.completions[i].byte_len, 2048u);
+  }
+}
+
+TEST_F(AsyncRequesterTest, SequenceNakCarriesEverythingAgainWithTheSamePsns) {
+  Configure();
+  for (uint64_t id = 1; id <= 2; ++id) ASSERT_TRUE(requester_.Post(Wr(id, WrOpcode::kRdmaWrite), kRts).ok());
+  wire_.sink->OnReply(wire_.at(0).ticket, Reply::Of(ReplyCode::kSequenceError));
+  ASSERT_EQ(wire_.count(), 4u);  // go-back-N, at once
+  EXPECT_EQ(wire_.at(2).psn, wire_.at(0).psn);
+  EXPECT_EQ(wire_.at(3).psn, wire_.at(1).psn);
+  EXPECT_EQ(wire_.at(2).ticket, wire_.at(0).ticket);
+  wire_.sink->OnReply(wire_.at(2).ticket, Reply::Of(ReplyCode::kAck));
+  wire_.sink->OnReply(wire_.at(3).ticket, Reply::Of(ReplyCode::kAck));
+  EXPECT_EQ(qp_.completions.size(), 2u);
+}
+
+TEST_F(AsyncRequesterTest, ReadResponseBytesLandInTheLocalBuffer) {
+  Configure();
+  ASSERT_TRUE(requester_.Post(Wr(7, WrOpcode::kRdmaRead, 6), kRts).ok());
+  const uint8_t data[] = {'r', 'e', 's', 'p', 'o', 'n'};
+  wire_.sink->OnResponseData(wire_.at(0).ticket, 0, {data, 3});
+  wire_.sink->OnResponseData(wire_.at(0).ticket, 3, {data + 3, 3});
+  wire_.sink->OnReply(wire_.at(0).ticket, Reply::Of(ReplyCode::kAck));
+  ASSERT_EQ(qp_.completions.size(), 1u);
+  EXPECT_EQ(qp_.completions[0].status, transport::wc_status::kSuccess);
+  EXPECT_EQ(memcmp(buf_, "respon", 6), 0);
+}
+
+TEST_F(AsyncRequesterTest, AtomicOriginalArrivesWithItsAcknowledgement) {
+  Configure();
+  ASSERT_TRUE(requester_.Post(Wr(8, WrOpcode::kAtomicCmpSwp), kRts).ok());
+  Reply ack = Reply::Of(ReplyCode::kAck);
+  ack.original = 0xabcdef;
+  wire_.sink->OnReply(wire_.at(0).ticket, ack);
+  uint64_t got;
+  memcpy(&got, buf_, 8);
+  EXPECT_EQ(got, 0xabcdefu);
+  ASSERT_EQ(qp_.completions.size(), 1u);
+  EXPECT_EQ(qp_.completions[0].byte_len, 8u);
+}
+
+TEST_F(AsyncRequesterTest, SilenceEndsInRetryExceededAndFlushesTheRest) {
+  // IBA 9.7.6.1.3: sent once, retried retry_cnt times; each attempt waits its timeout (8 us).
+  Configure(/*timeout=*/1, /*retry_cnt=*/2);
+  ASSERT_TRUE(requester_.Post(Wr(1, WrOpcode::kSend), kRts).ok());
+  ASSERT_TRUE(requester_.Post(Wr(2, WrOpcode::kSend), kRts).ok());
+  ASSERT_TRUE(WaitFor([&] { return qp_.completions.size() == 2; }));
+  EXPECT_EQ(qp_.completions[0].status, transport::wc_status::kRetryExcErr);
+  EXPECT_EQ(qp_.completions[1].status, transport::wc_status::kWrFlushErr);
+  size_t first = 0;  // the first message was carried once and retried retry_cnt times
+  for (size_t i = 0; i < wire_.count(); ++i) first += wire_.at(i).ticket == wire_.at(0).ticket;
+  EXPECT_EQ(first, 3u);
+  EXPECT_EQ(qp_.errors, 1);
 }
 
 }  // namespace
