@@ -108,9 +108,15 @@ uint32_t SlotTable::ReclaimDead(std::unordered_map<uint64_t, bool>& alive) {
     auto [it, fresh] = alive.try_emplace(owner, false);
     if (fresh) it->second = ProcessToken(owner).IsAlive();
     if (it->second) continue;
-    // The owner is dead and never writes again: withdraw what it published, then free.
+    // The owner is dead and never writes again. Mark the slot as being reclaimed by us (another
+    // dead token: one bit of the start time flipped), withdraw what it published, then free it
+    // -- only if nobody re-marked it meanwhile, so no reclaimer withdraws from a slot that
+    // was freed and taken by a new owner.
+    const uint64_t marked = owner ^ 0x80000000ull;
+    if (!slots_[i].owner.compare_exchange_strong(owner, marked, std::memory_order_acq_rel)) continue;
     if (on_reclaim_) on_reclaim_(slots_[i]);
-    if (slots_[i].owner.compare_exchange_strong(owner, 0, std::memory_order_acq_rel)) ++reclaimed;
+    uint64_t expected = marked;
+    if (slots_[i].owner.compare_exchange_strong(expected, 0, std::memory_order_acq_rel)) ++reclaimed;
   }
   return reclaimed;
 }

@@ -1,6 +1,7 @@
 #include "fabric/host/host_registry.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -213,26 +214,29 @@ TEST(HostRegistryTest, TheLastUserToLeaveRemovesTheRegion) {
   ASSERT_TRUE(a.ok() && b.ok());
   a.value()->Leave();
   EXPECT_EQ(access(path.c_str(), F_OK), 0);  // b still uses it
-  // A user in another process too (the child holds its own lock until it exits).
-  int fds[2];
-  ASSERT_EQ(pipe(fds), 0);
+  // A user in another process too (the child holds its own lock until it exits). Two pipes:
+  // ready (child -> parent) and done (parent -> child); the parent's wait is bounded.
+  int ready[2], done[2];
+  ASSERT_EQ(pipe(ready), 0);
+  ASSERT_EQ(pipe(done), 0);
   pid_t child = fork();
   if (child == 0) {
     auto c = HostRegistry::OpenForTesting(name);
-    (void)!write(fds[1], c.ok() ? "y" : "n", 1);
+    (void)!write(ready[1], c.ok() ? "y" : "n", 1);
     char x;
-    (void)!read(fds[0], &x, 1);
+    (void)!read(done[0], &x, 1);
     _exit(0);
   }
+  pollfd pfd{ready[0], POLLIN, 0};
+  ASSERT_EQ(poll(&pfd, 1, 10000), 1) << "the child never opened the region";
   char c = 0;
-  ASSERT_EQ(read(fds[0], &c, 1), 1);
-  ASSERT_EQ(c, 'y');
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  EXPECT_EQ(c, 'y');
   b.value()->Leave();
   EXPECT_EQ(access(path.c_str(), F_OK), 0);  // the child still uses it
-  (void)!write(fds[1], "x", 1);
+  (void)!write(done[1], "x", 1);
   waitpid(child, nullptr, 0);
-  close(fds[0]);
-  close(fds[1]);
+  for (int fd : {ready[0], ready[1], done[0], done[1]}) close(fd);
   // Now nobody holds it: a leave (here a new user that leaves at once) removes it.
   auto d = HostRegistry::OpenForTesting(name);
   ASSERT_TRUE(d.ok());

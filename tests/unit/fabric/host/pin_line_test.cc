@@ -1,5 +1,6 @@
 #include "fabric/host/pin_line.h"
 
+#include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -44,10 +45,12 @@ class PinLineTest : public ::testing::Test {
       for (;;) pause();
     }
     close(fds[1]);
+    children_.push_back(pid);  // killed by the fixture whatever happens
+    pollfd pfd{fds[0], POLLIN, 0};
+    EXPECT_EQ(poll(&pfd, 1, 10000), 1) << "the child never took its pins";
     char c;
     EXPECT_EQ(read(fds[0], &c, 1), 1);
     close(fds[0]);
-    children_.push_back(pid);
     return pid;
   }
   void Kill(pid_t pid) {
