@@ -67,7 +67,9 @@ uint32_t SelfPinner(fabric::HostRegistry& registry) {
 void WaitForAccesses(fabric::HostRegistry& registry, uint32_t slot) {
   // Accesses that pinned the key before it was withdrawn finish first. Pins of initiators that
   // died are dropped at once; a live one that never finishes is given up after a second.
-  fabric::PinWait w = fabric::WaitUnpinned(registry, registry.key_pins(slot), "key slot " + std::to_string(slot));
+  fabric::PinLine& line = registry.key_pins(slot);
+  if (fabric::PinsHeld(line) == 0) return;  // the usual case: nothing in flight
+  fabric::PinWait w = fabric::WaitUnpinned(registry, line, "key slot " + std::to_string(slot));
   if (w.dead_cleared != 0) {
     KeyWaits().dead_pins_cleared.fetch_add(w.dead_cleared, std::memory_order_relaxed);
     SV_LOG(kInfo, "key invalidation: dropped %u pin(s) of dead initiator(s) on key slot %u", w.dead_cleared, slot);
