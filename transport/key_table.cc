@@ -2,9 +2,10 @@
 
 #include <sched.h>
 
-#include <chrono>
+#include <string>
 
 #include "base/log.h"
+#include "fabric/host/pin_line.h"
 
 namespace softverbs::transport {
 namespace {
@@ -51,20 +52,33 @@ void PublishKey(fabric::HostRegistry& registry, uint32_t slot, const KeyView& vi
 
 namespace {
 
-void WaitForAccesses(fabric::HostRegistry& registry, uint32_t slot) {
-  // Accesses that pinned the key before it was withdrawn finish first. An initiator that died
-  // while holding a pin never releases it: after a second, give up waiting and say so.
-  std::atomic<uint32_t>& pins = registry.key_pins(slot);
-  auto start = std::chrono::steady_clock::now();
-  while (pins.load(std::memory_order_seq_cst) != 0) {
-    if (std::chrono::steady_clock::now() - start > std::chrono::seconds(1)) {
-      SV_LOG(kWarn, "key invalidation: %u access(es) through key slot %u never finished (initiator died?)",
-             pins.load(), slot);
-      pins.store(0, std::memory_order_release);
-      break;
-    }
-    sched_yield();
+// This process's pinner id in `registry` (fabric/host/pin_line.h). Cached: a pin is on every
+// access, and a load of the fork generation is all it costs after the first.
+uint32_t SelfPinner(fabric::HostRegistry& registry) {
+  static std::atomic<fabric::LocalProcess*> cached{nullptr};
+  fabric::LocalProcess* local = cached.load(std::memory_order_acquire);
+  if (local == nullptr || !local->is_current()) {
+    auto got = fabric::LocalProcess::Get();
+    if (!got.ok()) return fabric::kAnonymousPinner;
+    local = got.value();
+    cached.store(local, std::memory_order_release);
   }
+  // A registry opened apart from this process's (tests) has no slot of ours.
+  return &local->registry() == &registry ? local->pinner_id() : fabric::kAnonymousPinner;
+}
+
+void WaitForAccesses(fabric::HostRegistry& registry, uint32_t slot) {
+  // Accesses that pinned the key before it was withdrawn finish first. Pins of initiators that
+  // died are dropped at once; a live one that never finishes is given up after a second.
+  fabric::PinLine& line = registry.key_pins(slot);
+  if (fabric::PinsHeld(line) == 0) return;  // the usual case: nothing in flight
+  fabric::PinWait w = fabric::WaitUnpinned(registry, line, "key slot " + std::to_string(slot));
+  if (w.dead_cleared != 0) {
+    KeyWaits().dead_pins_cleared.fetch_add(w.dead_cleared, std::memory_order_relaxed);
+    SV_LOG(kInfo, "key invalidation: dropped %u pin(s) of dead initiator(s) on key slot %u", w.dead_cleared, slot);
+  }
+  if (w.waited) KeyWaits().live_waits.fetch_add(1, std::memory_order_relaxed);
+  if (w.gave_up) KeyWaits().gave_up.fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -77,6 +91,11 @@ void WithdrawKey(fabric::HostRegistry& registry, uint32_t slot) {
 
 uint32_t KeyHeldBy(fabric::HostRegistry& registry, uint32_t slot) {
   return Entry(registry, slot).key.load(kAcq);
+}
+
+KeyWaitCounters& KeyWaits() {
+  static KeyWaitCounters counters;
+  return counters;
 }
 
 bool InvalidateKey(fabric::HostRegistry& registry, uint32_t key) {
@@ -94,7 +113,8 @@ bool InvalidateKey(fabric::HostRegistry& registry, uint32_t key) {
 KeyPin& KeyPin::operator=(KeyPin&& o) noexcept {
   if (this != &o) {
     Release();
-    pins_ = std::exchange(o.pins_, nullptr);
+    pin_ = std::exchange(o.pin_, nullptr);
+    pinner_ = o.pinner_;
     view_ = o.view_;
   }
   return *this;
@@ -126,15 +146,16 @@ KeyPin KeyPin::Acquire(fabric::HostRegistry& registry, uint32_t key) {
   KeyPin pin;
   const uint32_t slot = KeySlot(key);
   if (key == 0 || slot >= registry.keys().count()) return pin;
-  std::atomic<uint32_t>& pins = registry.key_pins(slot);
+  const uint32_t pinner = SelfPinner(registry);
   // Pin first, then read a consistent copy: a withdrawal after the pin waits for us, and one
   // before it is seen as key == 0 (both sides store, then load: sequentially consistent).
-  pins.fetch_add(1, std::memory_order_seq_cst);
+  std::atomic<uint64_t>* word = fabric::Pin(registry, registry.key_pins(slot), pinner);
   if (ReadView(Entry(registry, slot), key, &pin.view_)) {
-    pin.pins_ = &pins;
+    pin.pin_ = word;
+    pin.pinner_ = pinner;
     return pin;
   }
-  pins.fetch_sub(1, std::memory_order_acq_rel);
+  fabric::Unpin(word, pinner);
   return pin;
 }
 
@@ -145,8 +166,8 @@ bool KeyPin::Peek(fabric::HostRegistry& registry, uint32_t key, KeyView* view) {
 }
 
 void KeyPin::Release() {
-  if (pins_ != nullptr) pins_->fetch_sub(1, std::memory_order_acq_rel);
-  pins_ = nullptr;
+  if (pin_ != nullptr) fabric::Unpin(pin_, pinner_);
+  pin_ = nullptr;
 }
 
 }  // namespace softverbs::transport

@@ -76,7 +76,8 @@ Result<NewKey> AllocateKey(fabric::HostRegistry& registry);
 
 // Owner side.
 void PublishKey(fabric::HostRegistry& registry, uint32_t slot, const KeyView& view);
-// Marks the key invalid and waits until no access is in flight.
+// Marks the key invalid and waits until no access is in flight. Pins of processes that died are
+// dropped at once (fabric/host/pin_line.h), never waited for.
 void WithdrawKey(fabric::HostRegistry& registry, uint32_t slot);
 // The key `slot` holds now (0: none).
 uint32_t KeyHeldBy(fabric::HostRegistry& registry, uint32_t slot);
@@ -85,11 +86,19 @@ uint32_t KeyHeldBy(fabric::HostRegistry& registry, uint32_t slot);
 // slot held another key (or none).
 bool InvalidateKey(fabric::HostRegistry& registry, uint32_t key);
 
+// What this process's waits for key pins have done so far (for tests and `softverbs status`).
+struct KeyWaitCounters {
+  std::atomic<uint64_t> dead_pins_cleared{0};  // pins of dead initiators dropped without waiting
+  std::atomic<uint64_t> live_waits{0};         // withdrawals that waited for live initiators
+  std::atomic<uint64_t> gave_up{0};            // ... and stopped waiting after the limit
+};
+KeyWaitCounters& KeyWaits();
+
 // An access in flight through a key: the registration cannot be withdrawn while it lives.
 class KeyPin {
  public:
   KeyPin() = default;
-  KeyPin(KeyPin&& o) noexcept : pins_(std::exchange(o.pins_, nullptr)), view_(o.view_) {}
+  KeyPin(KeyPin&& o) noexcept : pin_(std::exchange(o.pin_, nullptr)), pinner_(o.pinner_), view_(o.view_) {}
   KeyPin& operator=(KeyPin&& o) noexcept;
   KeyPin(const KeyPin&) = delete;
   KeyPin& operator=(const KeyPin&) = delete;
@@ -100,12 +109,13 @@ class KeyPin {
   // The registration `key` names now, without pinning it: for checks whose access happens
   // later under a pin of its own (a landed message is written by the owner's poll).
   static bool Peek(fabric::HostRegistry& registry, uint32_t key, KeyView* view);
-  explicit operator bool() const { return pins_ != nullptr; }
+  explicit operator bool() const { return pin_ != nullptr; }
   const KeyView& view() const { return view_; }
 
  private:
   void Release();
-  std::atomic<uint32_t>* pins_ = nullptr;  // the key slot's pin count (HostRegistry::key_pins)
+  std::atomic<uint64_t>* pin_ = nullptr;  // the word of the key slot's PinLine counting this pin
+  uint32_t pinner_ = 0;
   KeyView view_;
 };
 

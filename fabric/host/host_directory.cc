@@ -3,6 +3,8 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include "fabric/host/pin_line.h"
+
 namespace softverbs::fabric {
 
 Result<void*> Peer::At(SharedRef ref, HostRegistry& registry) {
@@ -51,12 +53,16 @@ Result<LocalProcess*> LocalProcess::Get() {
   if (current != nullptr && current->token_ == self) return current;
   auto registry = HostRegistry::Get();
   if (!registry.ok()) return registry.status();
+  // Joining is when the entries of processes that died are reclaimed: `softverbs status` and the
+  // tables then show live processes only, and nothing waits for a table to fill.
+  registry.value()->ReclaimDead();
   auto slot = registry.value()->processes().Allocate(self);
   if (!slot.ok()) return Status(ENOMEM, "no process slot left on this host: " + slot.status().rule());
   auto& entry = EntryOf<ProcessEntry>(registry.value()->processes().slot(*slot));
   for (auto& fd : entry.segment_fds) fd.store(-1, std::memory_order_relaxed);
   AllowPeerAccess();
-  current = new LocalProcess(registry.value(), *slot, self);  // lives until exit, like the process
+  const uint32_t generation = registry.value()->processes().slot(*slot).generation.load(std::memory_order_acquire);
+  current = new LocalProcess(registry.value(), *slot, self, PinnerId(*slot, generation));  // lives until exit, like the process
   return current;
 }
 

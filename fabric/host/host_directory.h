@@ -84,6 +84,9 @@ class LocalProcess {
   static uint32_t ForkGeneration();
   uint32_t slot() const { return slot_; }
   ProcessToken token() const { return token_; }
+  // How this process's pins are recorded (fabric/host/pin_line.h): its slot and that slot's
+  // allocation count, so a withdrawer tells them from a dead predecessor's.
+  uint32_t pinner_id() const { return pinner_id_; }
 
   // Shared blocks peers can reach; their segments are published in the process entry.
   Result<SharedRef> Allocate(size_t size);
@@ -102,12 +105,13 @@ class LocalProcess {
   std::atomic<uint32_t>& own_writes() { return own_writes_; }
 
  private:
-  LocalProcess(HostRegistry* registry, uint32_t slot, ProcessToken token)
-      : registry_(registry), slot_(slot), token_(token) {}
+  LocalProcess(HostRegistry* registry, uint32_t slot, ProcessToken token, uint32_t pinner_id)
+      : registry_(registry), slot_(slot), token_(token), pinner_id_(pinner_id) {}
 
   HostRegistry* registry_;
   uint32_t slot_;
   ProcessToken token_;
+  uint32_t pinner_id_;
   SharedArena arena_;
   std::mutex mu_;
   std::unordered_map<uint64_t, std::shared_ptr<Peer>> peers_;  // by the peer's token

@@ -1,20 +1,24 @@
 #include "fabric/host/host_registry.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+
+#include "fabric/host/host_directory.h"
 
 
 namespace softverbs::fabric {
 namespace {
 
 constexpr uint64_t kMagic = 0x47455256'534f5353ull;  // "SSOSVREG"
-constexpr int kLayoutVersion = 6;
+constexpr int kLayoutVersion = 7;
 constexpr unsigned long long kInitialPidNamespace = 0xEFFFFFFCull;  // PROC_PID_INIT_INO
 
 struct RegionHeader {
@@ -24,7 +28,9 @@ struct RegionHeader {
   std::atomic<uint64_t> srq_cursor;
   std::atomic<uint64_t> process_cursor;
   std::atomic<uint64_t> mcast_cursor;
-  uint8_t reserved[4096 - 6 * sizeof(uint64_t)];
+  // Each table's extent (SlotTable::extent; 0 = the initial one).
+  std::atomic<uint64_t> qp_extent, key_extent, srq_extent, process_extent, mcast_extent;
+  uint8_t reserved[4096 - 11 * sizeof(uint64_t)];
 };
 static_assert(sizeof(RegionHeader) == 4096);
 
@@ -46,10 +52,28 @@ Status Errno(const char* what, const std::string& name) {
 
 }  // namespace
 
+uint32_t SlotTable::extent() const {
+  if (extent_ == nullptr) return count_;
+  uint64_t e = extent_->load(std::memory_order_acquire);
+  return e == 0 ? std::min(kInitialExtent, count_) : static_cast<uint32_t>(std::min<uint64_t>(e, count_));
+}
+
+bool SlotTable::Grow(uint32_t from) {
+  const uint32_t to = std::min<uint64_t>(static_cast<uint64_t>(from) * 2, count_);
+  // Reserve the store first, so a full /dev/shm is a refusal here, not a SIGBUS in a verb later.
+  if (reserve_ && !reserve_(from, to)) return false;
+  uint64_t expected = extent_->load(std::memory_order_acquire);
+  while ((expected == 0 ? std::min(kInitialExtent, count_) : expected) < to &&
+         !extent_->compare_exchange_weak(expected, to, std::memory_order_acq_rel)) {
+  }
+  return true;
+}
+
 Result<uint32_t> SlotTable::Allocate(ProcessToken owner) {
-  for (int pass = 0; pass < 2; ++pass) {
-    for (uint32_t tries = 0; tries < count_; ++tries) {
-      uint32_t i = static_cast<uint32_t>(cursor_->fetch_add(1, std::memory_order_relaxed) % count_);
+  for (int pass = 0; pass < 64; ++pass) {
+    const uint32_t extent = this->extent();
+    for (uint32_t tries = 0; tries < extent; ++tries) {
+      uint32_t i = static_cast<uint32_t>(cursor_->fetch_add(1, std::memory_order_relaxed) % extent);
       HostSlot& s = slots_[i];
       uint64_t expected = 0;
       if (s.owner.load(std::memory_order_relaxed) == 0 &&
@@ -58,7 +82,8 @@ Result<uint32_t> SlotTable::Allocate(ProcessToken owner) {
         return i;
       }
     }
-    if (ReclaimDead() == 0) break;
+    if (ReclaimDead() != 0) continue;
+    if (extent >= count_ || !Grow(extent)) break;
   }
   return NoMemory("the host table is full (" + std::to_string(count_) + " entries)");
 }
@@ -70,11 +95,28 @@ bool SlotTable::Free(uint32_t index, ProcessToken owner) {
 }
 
 uint32_t SlotTable::ReclaimDead() {
+  std::unordered_map<uint64_t, bool> alive;
+  return ReclaimDead(alive);
+}
+
+uint32_t SlotTable::ReclaimDead(std::unordered_map<uint64_t, bool>& alive) {
   uint32_t reclaimed = 0;
-  for (uint32_t i = 0; i < count_; ++i) {
+  const uint32_t extent = this->extent();
+  for (uint32_t i = 0; i < extent; ++i) {
     uint64_t owner = slots_[i].owner.load(std::memory_order_acquire);
-    if (owner == 0 || ProcessToken(owner).IsAlive()) continue;
-    if (slots_[i].owner.compare_exchange_strong(owner, 0, std::memory_order_acq_rel)) ++reclaimed;
+    if (owner == 0) continue;
+    auto [it, fresh] = alive.try_emplace(owner, false);
+    if (fresh) it->second = ProcessToken(owner).IsAlive();
+    if (it->second) continue;
+    // The owner is dead and never writes again. Mark the slot as being reclaimed by us (another
+    // dead token: one bit of the start time flipped), withdraw what it published, then free it
+    // -- only if nobody re-marked it meanwhile, so no reclaimer withdraws from a slot that
+    // was freed and taken by a new owner.
+    const uint64_t marked = owner ^ 0x80000000ull;
+    if (!slots_[i].owner.compare_exchange_strong(owner, marked, std::memory_order_acq_rel)) continue;
+    if (on_reclaim_) on_reclaim_(slots_[i]);
+    uint64_t expected = marked;
+    if (slots_[i].owner.compare_exchange_strong(expected, 0, std::memory_order_acq_rel)) ++reclaimed;
   }
   return reclaimed;
 }
@@ -97,7 +139,33 @@ std::string HostRegistry::HostName() {
   return name;
 }
 
+bool HostRegistry::NameIsOurs() const {
+  struct stat mine {}, named {};
+  return fstat(fd_.get(), &mine) == 0 && stat(("/dev/shm" + name_).c_str(), &named) == 0 &&
+         mine.st_dev == named.st_dev && mine.st_ino == named.st_ino;
+}
+
+namespace {
+
+int FlockRetry(int fd, int op) {
+  int r;
+  do r = flock(fd, op);
+  while (r != 0 && errno == EINTR);
+  return r;
+}
+
+}  // namespace
+
 Status HostRegistry::Open(const std::string& shm_name) {
+  // The last user may remove the name between our shm_open and our lock: then open again.
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    Status s = OpenOnce(shm_name);
+    if (s.code() != ESTALE) return s;
+  }
+  return Status(EAGAIN, "host registry " + shm_name + " keeps being removed under us");
+}
+
+Status HostRegistry::OpenOnce(const std::string& shm_name) {
   name_ = shm_name;
   // 0600: the host's state is the user's own (DESIGN.md section 5.4).
   fd_.reset(shm_open(shm_name.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
@@ -108,35 +176,105 @@ Status HostRegistry::Open(const std::string& shm_name) {
     return Status(EACCES, "host registry " + shm_name + " belongs to another user");
   // The umask may have widened the mode at creation: the state is the user's own.
   if ((st.st_mode & 077) != 0 && fchmod(fd_.get(), 0600) != 0) return Errno("cannot make private", shm_name);
-  // Every process extends the region to the full size; extending twice is harmless and the new
-  // bytes are zero, which is the empty state. The space is reserved now, so a full /dev/shm is a
-  // clean refusal here rather than a SIGBUS inside a verb later.
-  if (static_cast<size_t>(st.st_size) < kRegionSize) {
-    if (int e = posix_fallocate(fd_.get(), 0, kRegionSize); e != 0) {
-      errno = e;
-      return Errno("cannot reserve space for host registry (is /dev/shm full?)", shm_name);
-    }
-  }
-  void* p = mmap(nullptr, kRegionSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd_.get(), 0);
+  // A user holds a shared lock for its whole life; the last one to leave takes the exclusive lock
+  // to remove the name. Once we hold ours and the name is still this file, nobody removes it.
+  if (FlockRetry(fd_.get(), LOCK_SH) != 0) return Errno("cannot lock host registry", shm_name);
+  if (!NameIsOurs()) return Status(ESTALE, "host registry " + shm_name + " was removed meanwhile");
+  lock_pid_ = getpid();
+  // Sparse: the size is the capacity; only the pages tables reach are allocated (all-zero is
+  // the empty state). Extending twice is harmless.
+  if (static_cast<size_t>(st.st_size) < kRegionSize && ftruncate(fd_.get(), kRegionSize) != 0)
+    return Errno("cannot size host registry", shm_name);
+  void* p = mmap(nullptr, kRegionSize, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd_.get(), 0);
   if (p == MAP_FAILED) return Errno("cannot map host registry", shm_name);
   map_ = Mapping(p, kRegionSize);
+  // What every process touches is reserved now, so a full /dev/shm is a clean refusal here
+  // rather than a SIGBUS inside a verb later; tables reserve as their extent grows.
+  if (!Reserve(0, kQpOffset) || !Reserve(kStripeOffset, HostRegistry::kAtomicStripes * sizeof(uint64_t)))
+    return Errno("cannot reserve space for host registry (is /dev/shm full?)", shm_name);
 
   auto* header = static_cast<RegionHeader*>(p);
   uint64_t magic = 0;
   if (!header->magic.compare_exchange_strong(magic, kMagic) && magic != kMagic)
     return Invalid("host registry " + shm_name + " is not a softverbs registry (corrupt?)");
+  return MakeTables(header);
+}
 
-  auto* base = static_cast<uint8_t*>(p);
-  qps_ = SlotTable(&header->qp_cursor, reinterpret_cast<HostSlot*>(base + kQpOffset), HostRegistry::kQpSlots);
-  keys_ = SlotTable(&header->key_cursor, reinterpret_cast<HostSlot*>(base + kKeyOffset), HostRegistry::kKeySlots);
-  srqs_ = SlotTable(&header->srq_cursor, reinterpret_cast<HostSlot*>(base + kSrqOffset), HostRegistry::kSrqSlots);
-  processes_ = SlotTable(&header->process_cursor, reinterpret_cast<HostSlot*>(base + kProcessOffset),
-                         HostRegistry::kProcessSlots);
+bool HostRegistry::Reserve(size_t offset, size_t length) {
+  int e = posix_fallocate(fd_.get(), static_cast<off_t>(offset), static_cast<off_t>(length));
+  if (e != 0) errno = e;
+  return e == 0;
+}
+
+Status HostRegistry::MakeTables(void* header_ptr) {
+  auto* header = static_cast<RegionHeader*>(header_ptr);
+  auto* base = reinterpret_cast<uint8_t*>(header);
+  auto table = [&](std::atomic<uint64_t>* cursor, std::atomic<uint64_t>* extent, size_t offset, uint32_t count) {
+    return SlotTable(cursor, extent, reinterpret_cast<HostSlot*>(base + offset), count,
+                     [this, offset](uint32_t from, uint32_t to) {
+                       return Reserve(offset + from * sizeof(HostSlot), size_t{to - from} * sizeof(HostSlot));
+                     });
+  };
+  qps_ = table(&header->qp_cursor, &header->qp_extent, kQpOffset, kQpSlots);
+  srqs_ = table(&header->srq_cursor, &header->srq_extent, kSrqOffset, kSrqSlots);
+  processes_ = table(&header->process_cursor, &header->process_extent, kProcessOffset, kProcessSlots);
+  mcasts_ = table(&header->mcast_cursor, &header->mcast_extent, kMcastOffset, kMcastSlots);
+  // A key slot has two side records (its backing, its pins): reserved with it.
+  keys_ = SlotTable(&header->key_cursor, &header->key_extent, reinterpret_cast<HostSlot*>(base + kKeyOffset),
+                    kKeySlots, [this](uint32_t from, uint32_t to) {
+                      const size_t n = to - from;
+                      return Reserve(kKeyOffset + from * sizeof(HostSlot), n * sizeof(HostSlot)) &&
+                             Reserve(kBackingOffset + from * kKeyBackingBytes, n * kKeyBackingBytes) &&
+                             Reserve(kPinOffset + from * kKeyPinBytes, n * kKeyPinBytes);
+                    });
+  // A dead owner's key is withdrawn before its slot is freed, so no initiator passes its check
+  // any more; a dead owner's QP number stops naming an endpoint.
+  keys_.set_on_reclaim([](HostSlot& slot) {
+    auto& e = EntryOf<KeyEntry>(slot);
+    e.seq.fetch_add(1, std::memory_order_seq_cst);
+    e.key.store(0, std::memory_order_release);
+    e.seq.fetch_add(1, std::memory_order_release);
+  });
+  qps_.set_on_reclaim([](HostSlot& slot) { EntryOf<QpEntry>(slot).qp_num.store(0, std::memory_order_release); });
   stripes_ = reinterpret_cast<std::atomic<uint64_t>*>(base + kStripeOffset);
-  mcasts_ = SlotTable(&header->mcast_cursor, reinterpret_cast<HostSlot*>(base + kMcastOffset), HostRegistry::kMcastSlots);
   backings_ = base + kBackingOffset;
   pins_ = base + kPinOffset;
+  for (SlotTable* t : {&qps_, &keys_, &srqs_, &processes_, &mcasts_})
+    if (!t->ReserveInitial())
+      return Errno("cannot reserve space for host registry (is /dev/shm full?)", name_);
   return Status::Ok();
+}
+
+uint32_t HostRegistry::ReclaimDead() {
+  std::unordered_map<uint64_t, bool> alive;  // one liveness check per process, not per slot
+  uint32_t n = 0;
+  // Process slots last: the entries of the other tables name them.
+  for (SlotTable* t : {&qps_, &keys_, &srqs_, &mcasts_, &processes_}) n += t->ReclaimDead(alive);
+  return n;
+}
+
+Status HostRegistry::Rejoin() {
+  // A descriptor of our own on the same file: a lock on the parent's would be the parent's.
+  UniqueFd fd(open(("/proc/self/fd/" + std::to_string(fd_.get())).c_str(), O_RDWR | O_CLOEXEC));
+  if (!fd.valid()) return Errno("cannot reopen host registry", name_);
+  if (FlockRetry(fd.get(), LOCK_SH) != 0) return Errno("cannot lock host registry", name_);
+  lock_fd_ = std::move(fd);
+  lock_pid_ = getpid();
+  if (!NameIsOurs()) return Status(ESTALE, "host registry " + name_ + " was removed since fork");
+  return Status::Ok();
+}
+
+void HostRegistry::Leave() {
+  // A child of fork() that never joined shares its parent's lock: not its to drop.
+  if (lock_pid_ != getpid()) return;
+  const int fd = lock_fd_.valid() ? lock_fd_.get() : fd_.get();
+  FlockRetry(fd, LOCK_UN);
+  lock_pid_ = 0;
+  // Any other user holds a shared lock, and one that is joining takes its lock before it checks
+  // the name: either it holds it now (we fail here) or it will find the name gone and open anew.
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) return;
+  if (NameIsOurs()) shm_unlink(name_.c_str());
+  FlockRetry(fd, LOCK_UN);
 }
 
 Result<HostRegistry*> HostRegistry::OpenForTesting(const std::string& shm_name) {
@@ -149,20 +287,41 @@ Result<HostRegistry*> HostRegistry::OpenForTesting(const std::string& shm_name) 
   return r;
 }
 
+namespace {
+
+std::mutex g_mu;
+HostRegistry* g_registry = nullptr;
+
+void LeaveAtExit() {
+  std::lock_guard lock(g_mu);
+  if (g_registry != nullptr) g_registry->Leave();
+}
+
+}  // namespace
+
 Result<HostRegistry*> HostRegistry::Get() {
   // Opened once per process and kept: objects of every context reference it until exit.
-  static std::once_flag once;
-  static HostRegistry* registry = nullptr;
+  std::lock_guard lock(g_mu);
   static Status failure;
-  std::call_once(once, [] {
-    auto r = OpenForTesting(HostName());
-    if (r.ok())
-      registry = r.value();
-    else
-      failure = r.status();
-  });
-  if (registry == nullptr) return failure;
-  return registry;
+  if (g_registry != nullptr && g_registry->lock_pid_ != getpid()) {
+    // A child of fork() joining: its own lock. If the last user removed the name meanwhile, the
+    // host lives on in a new file: open that (the old mapping stays for the parent's objects).
+    if (Status s = g_registry->Rejoin(); !s.ok()) {
+      if (s.code() != ESTALE) return s;
+      g_registry = nullptr;
+    }
+  }
+  if (g_registry != nullptr) return g_registry;
+  if (!failure.ok()) return failure;
+  auto r = OpenForTesting(HostName());
+  if (!r.ok()) {
+    failure = r.status();
+    return failure;
+  }
+  g_registry = r.value();
+  static const int registered = atexit(LeaveAtExit);
+  (void)registered;
+  return g_registry;
 }
 
 }  // namespace softverbs::fabric

@@ -7,7 +7,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
+
+#include "base/log.h"
 
 namespace softverbs::fabric {
 namespace {
@@ -160,11 +164,40 @@ Result<UniqueFd> PeerProcess::CopyFd(int remote_fd) {
   return fd;
 }
 
+PeerAccessGrant PeerAccessGrantFor(int ptrace_scope) {
+  if (ptrace_scope <= 0) return PeerAccessGrant::kNothingNeeded;
+  if (ptrace_scope == 1) return PeerAccessGrant::kAnyProcessOfTheUser;
+  return PeerAccessGrant::kImpossible;
+}
+
+int YamaPtraceScope(const char* path) {
+  UniqueFd fd(open(path, O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return -1;
+  char buf[16] = {};
+  if (read(fd.get(), buf, sizeof(buf) - 1) <= 0) return -1;
+  return atoi(buf);
+}
+
 void AllowPeerAccess() {
-  // PR_SET_PTRACER_ANY: any process of this user may attach (and thus use process_vm_*).
-  // EINVAL where Yama is not built in: nothing to allow then.
-  static const int ignored = prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
-  (void)ignored;
+  // Per process: a Yama exception is not inherited by a child of fork(), which joins anew.
+  static std::atomic<pid_t> granted_in{0};
+  const pid_t self = getpid();
+  if (granted_in.exchange(self) == self) return;
+  {
+    const int scope = YamaPtraceScope();
+    switch (PeerAccessGrantFor(scope)) {
+      case PeerAccessGrant::kNothingNeeded:
+        break;  // no exception granted: the kernel's same-uid rule is all that applies
+      case PeerAccessGrant::kAnyProcessOfTheUser:
+        if (prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) != 0)
+          SV_LOG(kError, "softverbs: PR_SET_PTRACER failed (%s): peers cannot reach this process", strerror(errno));
+        break;
+      case PeerAccessGrant::kImpossible:
+        SV_LOG(kError, "softverbs: Yama ptrace_scope is %d: peers need CAP_SYS_PTRACE to reach this process "
+               "(process_vm_writev, pidfd_getfd)", scope);
+        break;
+    }
+  }
 }
 
 }  // namespace softverbs::fabric

@@ -61,8 +61,23 @@ class PeerProcess {
 };
 
 // Lets other processes of this user access this one's memory with process_vm_writev and
-// pidfd_getfd even under Yama's ptrace_scope=1 (the default of several distributions), as an RDMA
-// device must be able to. Called once when a context opens; a no-op where Yama is absent.
+// pidfd_getfd, as an RDMA device must be able to. Both need ptrace access to the target
+// (ptrace_may_access: same uid), which Yama further restricts:
+//   - Yama absent, or ptrace_scope 0: the same uid suffices; nothing is granted.
+//   - ptrace_scope 1 (Ubuntu's default): only a descendant or the process named by
+//     PR_SET_PTRACER may attach. Yama keeps one such exception per process (a second
+//     PR_SET_PTRACER replaces the first), and an RDMA target cannot know its initiators in
+//     advance (any process holding its rkey or QP number), so the exception must be
+//     PR_SET_PTRACER_ANY: any process *of the same user* (the uid check still applies) may then
+//     attach, as it could with scope 0. docs/data-path.md, "Who can reach a process".
+//   - ptrace_scope 2 / 3: only CAP_SYS_PTRACE; no grant helps, peers get EPERM (logged).
+// Called once when the process joins the host.
 void AllowPeerAccess();
+
+// What AllowPeerAccess grants for a Yama ptrace_scope (-1: Yama absent).
+enum class PeerAccessGrant { kNothingNeeded, kAnyProcessOfTheUser, kImpossible };
+PeerAccessGrant PeerAccessGrantFor(int ptrace_scope);
+// Yama's ptrace_scope as read from `path` (/proc/sys/kernel/yama/ptrace_scope), -1 if absent.
+int YamaPtraceScope(const char* path = "/proc/sys/kernel/yama/ptrace_scope");
 
 }  // namespace softverbs::fabric

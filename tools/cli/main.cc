@@ -4,6 +4,7 @@
 //   softverbs devices                   list the device and its GID table
 //   softverbs status                    what the host registry holds (QPs, keys, SRQs by process)
 //   softverbs version
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <climits>
@@ -103,23 +104,33 @@ int Status() {
     fprintf(stderr, "softverbs status: %s\n", reg.status().rule().c_str());
     return 1;
   }
-  printf("host registry /dev/shm%s\n", reg.value()->name().c_str());
+  fabric::HostRegistry& r = *reg.value();
+  // Entries of dead processes are reclaimed first: what is listed is what lives.
+  uint32_t reclaimed = r.ReclaimDead();
+  printf("host registry /dev/shm%s\n", r.name().c_str());
+  struct stat st {};
+  if (stat(("/dev/shm" + r.name()).c_str(), &st) == 0)
+    printf("  size         %lld KiB allocated (capacity %lld KiB)\n", static_cast<long long>(st.st_blocks) / 2,
+           static_cast<long long>(st.st_size) / 1024);
+  if (reclaimed != 0) printf("  reclaimed    %u entries of dead processes\n", reclaimed);
   struct Row {
     const char* what;
     fabric::SlotTable* table;
-  } rows[] = {{"QPs", &reg.value()->qps()}, {"memory keys", &reg.value()->keys()}, {"SRQs", &reg.value()->srqs()}};
-  for (const Row& r : rows) {
-    std::map<pid_t, int> live, dead;
-    for (uint32_t i = 0; i < r.table->count(); ++i) {
-      uint64_t owner = r.table->slot(i).owner.load(std::memory_order_acquire);
+  } rows[] = {{"processes", &r.processes()}, {"QPs", &r.qps()}, {"memory keys", &r.keys()}, {"SRQs", &r.srqs()}};
+  std::map<uint64_t, bool> alive;  // by token: one /proc read per process
+  for (const Row& row : rows) {
+    std::map<pid_t, int> live;
+    for (uint32_t i = 0; i < row.table->extent(); ++i) {
+      uint64_t owner = row.table->slot(i).owner.load(std::memory_order_acquire);
       if (owner == 0) continue;
-      fabric::ProcessToken t(owner);
-      (t.IsAlive() ? live : dead)[t.pid()]++;
+      // One that died since the reclaim above is left for the next one, not listed.
+      auto [it, fresh] = alive.try_emplace(owner, false);
+      if (fresh) it->second = fabric::ProcessToken(owner).IsAlive();
+      if (it->second) live[fabric::ProcessToken(owner).pid()]++;
     }
-    printf("  %-12s", r.what);
-    if (live.empty() && dead.empty()) printf(" none");
+    printf("  %-12s", row.what);
+    if (live.empty()) printf(" none");
     for (auto [pid, n] : live) printf(" pid %d: %d", pid, n);
-    for (auto [pid, n] : dead) printf(" pid %d (dead, reclaimable): %d", pid, n);
     printf("\n");
   }
   return 0;

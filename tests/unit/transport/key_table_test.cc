@@ -1,5 +1,10 @@
 #include "transport/key_table.h"
 
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -69,6 +74,45 @@ TEST_F(KeyTableTest, ReregistrationIsSeenAtomically) {
   EXPECT_EQ(pin.view().addr, reinterpret_cast<uint64_t>(other));
   EXPECT_EQ(pin.view().length, sizeof(other));
   EXPECT_EQ(pin.view().access, moved.access);
+}
+
+// Issue 17 item 5: an initiator SIGKILLed while it holds a pin on a key does not stall the
+// owner's deregistration -- its pin is recognised as dead, not waited for.
+TEST_F(KeyTableTest, DeregistrationDropsThePinsOfAKilledInitiator) {
+  auto mr = Register(access::kRemoteWrite | access::kLocalWrite);
+  const uint32_t rkey = mr->rkey();
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    // A process of its own on the host (its own process slot), in the middle of an access.
+    auto pin = transport::KeyPin::Acquire(context_->registry(), rkey);
+    (void)!write(fds[1], pin ? "p" : "n", 1);
+    for (;;) pause();
+  }
+  close(fds[1]);
+  pollfd pfd{fds[0], POLLIN, 0};
+  const bool answered = poll(&pfd, 1, 10000) == 1;  // bounded: the child is killed either way
+  char c = 0;
+  if (answered) {
+    EXPECT_EQ(read(fds[0], &c, 1), 1);
+  }
+  close(fds[0]);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  ASSERT_TRUE(answered) << "the child never pinned";
+  ASSERT_EQ(c, 'p');
+  const uint64_t cleared = transport::KeyWaits().dead_pins_cleared.load();
+  const uint64_t waits = transport::KeyWaits().live_waits.load();
+  const uint64_t gave_up = transport::KeyWaits().gave_up.load();
+  mr.reset();  // ibv_dereg_mr
+  EXPECT_EQ(transport::KeyWaits().dead_pins_cleared.load(), cleared + 1);
+  EXPECT_EQ(transport::KeyWaits().live_waits.load(), waits);  // the dead pin was not waited for
+  EXPECT_EQ(transport::KeyWaits().gave_up.load(), gave_up);
+  // The slot's pin line is clean: the next registration there pays nothing either.
+  auto next = Register(access::kRemoteRead);
+  next.reset();
+  EXPECT_EQ(transport::KeyWaits().live_waits.load(), waits);
 }
 
 }  // namespace

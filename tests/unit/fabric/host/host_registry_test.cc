@@ -1,6 +1,7 @@
 #include "fabric/host/host_registry.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -10,6 +11,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "fabric/host/host_directory.h"
 
 namespace softverbs::fabric {
 namespace {
@@ -151,6 +154,102 @@ TEST(HostRegistryTest, HostNameIsPerUserAndNamespaceAndHonoursSoftverbsHost) {
   setenv("SOFTVERBS_HOST", "a/b", 1);
   EXPECT_EQ(HostRegistry::HostName(), plain + "-a_b");
   setenv("SOFTVERBS_HOST", "unit-tests", 1);
+}
+
+// Issue 17 item 6: the region is sparse and grows with use.
+TEST(HostRegistryTest, AnIdleRegionAllocatesLittleOfItsCapacity) {
+  std::string name = "/softverbs-unit-sparse-" + std::to_string(getpid());
+  auto r = HostRegistry::OpenForTesting(name);
+  ASSERT_TRUE(r.ok()) << r.status().rule();
+  struct stat st {};
+  ASSERT_EQ(stat(("/dev/shm" + name).c_str(), &st), 0);
+  EXPECT_GT(st.st_size, 16 << 20);                       // the capacity: every table's full size
+  EXPECT_LT(st.st_blocks * 512, 2 << 20) << st.st_blocks;  // what is allocated: the initial extents
+  // Filling past the initial extent grows it; every number stays distinct.
+  SlotTable& qps = r.value()->qps();
+  std::set<uint32_t> seen;
+  for (uint32_t i = 0; i < SlotTable::kInitialExtent + 10; ++i) {
+    auto q = qps.Allocate(ProcessToken::Self());
+    ASSERT_TRUE(q.ok()) << q.status().rule();
+    EXPECT_TRUE(seen.insert(*q).second);
+  }
+  EXPECT_EQ(qps.extent(), 2 * SlotTable::kInitialExtent);
+  shm_unlink(name.c_str());
+  delete r.value();
+}
+
+TEST(HostRegistryTest, ReclaimingADeadProcessWithdrawsItsKeysAndFreesEveryEntry) {
+  std::string name = "/softverbs-unit-reclaim-" + std::to_string(getpid());
+  auto r = HostRegistry::OpenForTesting(name);
+  ASSERT_TRUE(r.ok()) << r.status().rule();
+  HostRegistry& reg = *r.value();
+  ProcessToken dead = DeadToken();
+  auto p = reg.processes().Allocate(dead);
+  auto q = reg.qps().Allocate(dead);
+  auto k = reg.keys().Allocate(dead);
+  auto s = reg.srqs().Allocate(dead);
+  ASSERT_TRUE(p.ok() && q.ok() && k.ok() && s.ok());
+  EntryOf<KeyEntry>(reg.keys().slot(*k)).key.store(0x1234);
+  EntryOf<QpEntry>(reg.qps().slot(*q)).qp_num.store(0x100 + *q);
+  auto mine = reg.keys().Allocate(ProcessToken::Self());
+  ASSERT_TRUE(mine.ok());
+  EXPECT_EQ(reg.ReclaimDead(), 4u);  // without any table being full
+  EXPECT_EQ(reg.processes().slot(*p).owner.load(), 0u);
+  EXPECT_EQ(reg.qps().slot(*q).owner.load(), 0u);
+  EXPECT_EQ(reg.keys().slot(*k).owner.load(), 0u);
+  EXPECT_EQ(reg.srqs().slot(*s).owner.load(), 0u);
+  EXPECT_EQ(EntryOf<KeyEntry>(reg.keys().slot(*k)).key.load(), 0u);  // no initiator passes its check
+  EXPECT_EQ(EntryOf<QpEntry>(reg.qps().slot(*q)).qp_num.load(), 0u);
+  EXPECT_EQ(reg.keys().slot(*mine).owner.load(), ProcessToken::Self().raw());  // live: kept
+  shm_unlink(name.c_str());
+  delete r.value();
+}
+
+// The last user removes the name; a user still holding it keeps it.
+TEST(HostRegistryTest, TheLastUserToLeaveRemovesTheRegion) {
+  std::string name = "/softverbs-unit-leave-" + std::to_string(getpid());
+  std::string path = "/dev/shm" + name;
+  auto a = HostRegistry::OpenForTesting(name);
+  auto b = HostRegistry::OpenForTesting(name);
+  ASSERT_TRUE(a.ok() && b.ok());
+  a.value()->Leave();
+  EXPECT_EQ(access(path.c_str(), F_OK), 0);  // b still uses it
+  // A user in another process too (the child holds its own lock until it exits). Two pipes:
+  // ready (child -> parent) and done (parent -> child); the parent's wait is bounded.
+  int ready[2], done[2];
+  ASSERT_EQ(pipe(ready), 0);
+  ASSERT_EQ(pipe(done), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    auto c = HostRegistry::OpenForTesting(name);
+    (void)!write(ready[1], c.ok() ? "y" : "n", 1);
+    char x;
+    (void)!read(done[0], &x, 1);
+    _exit(0);
+  }
+  pollfd pfd{ready[0], POLLIN, 0};
+  ASSERT_EQ(poll(&pfd, 1, 10000), 1) << "the child never opened the region";
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  EXPECT_EQ(c, 'y');
+  b.value()->Leave();
+  EXPECT_EQ(access(path.c_str(), F_OK), 0);  // the child still uses it
+  (void)!write(done[1], "x", 1);
+  waitpid(child, nullptr, 0);
+  for (int fd : {ready[0], ready[1], done[0], done[1]}) close(fd);
+  // Now nobody holds it: a leave (here a new user that leaves at once) removes it.
+  auto d = HostRegistry::OpenForTesting(name);
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d.value()->NameIsOurs());
+  d.value()->Leave();
+  EXPECT_NE(access(path.c_str(), F_OK), 0);
+  EXPECT_FALSE(a.value()->NameIsOurs());
+  // A process joining afterwards gets a fresh, empty region under the same name.
+  auto e = HostRegistry::OpenForTesting(name);
+  ASSERT_TRUE(e.ok());
+  EXPECT_TRUE(e.value()->NameIsOurs());
+  e.value()->Leave();
+  for (auto* r : {a.value(), b.value(), d.value(), e.value()}) delete r;
 }
 
 }  // namespace

@@ -114,5 +114,25 @@ TEST(PeerProcessTest, SelfIsReachedByMemcpy) {
   EXPECT_EQ(memcmp(back, "\x01\x02\x03\x04\x05", 5), 0);
 }
 
+// Issue 17 item 11: what a process grants depends on Yama's ptrace_scope; nothing without Yama.
+TEST(PeerAccessTest, GrantFollowsYamaPtraceScope) {
+  EXPECT_EQ(PeerAccessGrantFor(-1), PeerAccessGrant::kNothingNeeded);  // Yama absent
+  EXPECT_EQ(PeerAccessGrantFor(0), PeerAccessGrant::kNothingNeeded);   // classic ptrace permissions
+  EXPECT_EQ(PeerAccessGrantFor(1), PeerAccessGrant::kAnyProcessOfTheUser);
+  EXPECT_EQ(PeerAccessGrantFor(2), PeerAccessGrant::kImpossible);  // admin-only attach
+  EXPECT_EQ(PeerAccessGrantFor(3), PeerAccessGrant::kImpossible);  // no attach
+}
+
+TEST(PeerAccessTest, ReadsTheScopeOrReportsYamaAbsent) {
+  EXPECT_EQ(YamaPtraceScope("/nonexistent/ptrace_scope"), -1);
+  char path[] = "/tmp/sv-ptrace-scope-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, "1\n", 2), 2);
+  close(fd);
+  EXPECT_EQ(YamaPtraceScope(path), 1);
+  unlink(path);
+}
+
 }  // namespace
 }  // namespace softverbs::fabric
