@@ -31,9 +31,9 @@ std::string Groups(const uint8_t* bytes, size_t n) {
   return s + "\n";
 }
 
-std::string Hex(uint32_t v) {
+std::string Hex(uint32_t v, int digits) {
   char buf[16];
-  snprintf(buf, sizeof(buf), "0x%x\n", v);
+  snprintf(buf, sizeof(buf), "0x%0*x\n", digits, v);
   return buf;
 }
 
@@ -54,9 +54,9 @@ void AddPort(std::vector<ViewEntry>& v, const std::string& port) {
   v.push_back({port + "/sm_lid", Kind::kFile, "0x0\n"});
   v.push_back({port + "/lid_mask_count", Kind::kFile, "0\n"});
   v.push_back({port + "/sm_sl", Kind::kFile, "0\n"});
-  v.push_back({port + "/cap_mask", Kind::kFile, Hex(L::kPortCapFlags)});
+  v.push_back({port + "/cap_mask", Kind::kFile, Hex(L::kPortCapFlags, 8)});
   v.push_back({port + "/pkeys", Kind::kDir, ""});
-  v.push_back({port + "/pkeys/0", Kind::kFile, Hex(L::kDefaultPkey)});
+  v.push_back({port + "/pkeys/0", Kind::kFile, Hex(L::kDefaultPkey, 4)});
 
   // Every index has a gids/N (an empty one reads as zeros); gid_attrs exist for valid entries
   // only (the kernel refuses to read the others).
@@ -124,7 +124,7 @@ std::vector<ViewEntry> RenderView() {
   v.push_back({ib + "/node_type", Kind::kFile, "1: CA\n"});
   v.push_back({ib + "/node_desc", Kind::kFile, id.name + "\n"});
   v.push_back({ib + "/fw_ver", Kind::kFile, id.fw_ver + "\n"});
-  v.push_back({ib + "/hw_rev", Kind::kFile, Hex(id.hw_ver)});
+  v.push_back({ib + "/hw_rev", Kind::kFile, Hex(id.hw_ver, 1)});
   v.push_back({ib + "/ports", Kind::kDir, ""});
   AddPort(v, ib + "/ports/1");
   AddDevice(v, ib + "/device");
