@@ -12,4 +12,5 @@ $SUDO apt-get install -y -q --no-install-recommends \
   libgtest-dev libgmock-dev libbenchmark-dev \
   libibverbs-dev librdmacm-dev rdma-core \
   ibverbs-utils perftest qperf rdmacm-utils python3 python3-pyverbs \
-  iproute2 procps
+  iproute2 procps \
+  ucx-utils libucx0 libfabric-bin openmpi-bin
