@@ -87,7 +87,7 @@ int FromHints(const rdma_addrinfo& hints, rdma_addrinfo** res) {
 
 }  // namespace
 
-// support: rdma_getaddrinfo | implemented | IPv4/IPv6 names and services through getaddrinfo(3); RAI_PASSIVE, RAI_NUMERICHOST, RAI_FAMILY; active results carry the source address the host would use
+// support: rdma_getaddrinfo | implemented | IPv4/IPv6 names and services through getaddrinfo(3); RAI_PASSIVE, RAI_NUMERICHOST, RAI_FAMILY; active results carry the source address the host would use; neither node nor service: the hints' own addresses
 SV_EXPORT int rdma_getaddrinfo(const char* node, const char* service,
                                const struct rdma_addrinfo* hints, struct rdma_addrinfo** res) {
   try {
