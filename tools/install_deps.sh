@@ -13,4 +13,4 @@ $SUDO apt-get install -y -q --no-install-recommends \
   libibverbs-dev librdmacm-dev rdma-core \
   ibverbs-utils perftest qperf rdmacm-utils python3 python3-pyverbs \
   iproute2 procps \
-  ucx-utils libucx0 libfabric-bin openmpi-bin
+  ucx-utils libucx0 libfabric-bin openmpi-bin libopenmpi-dev
