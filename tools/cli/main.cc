@@ -60,10 +60,11 @@ int Usage(FILE* out) {
   return out == stderr ? 2 : 0;
 }
 
-void Prepend(const char* var, const std::string& value, const char* sep) {
-  std::string v = value;
-  if (const char* old = getenv(var); old && *old) v += sep + std::string(old);
-  setenv(var, v.c_str(), 1);
+// After what is there: a sanitizer runtime preloaded by the caller must stay first.
+void AppendPreload(const std::string& lib) {
+  std::string v;
+  if (const char* old = getenv("LD_PRELOAD"); old && *old) v = std::string(old) + ":";
+  setenv("LD_PRELOAD", (v + lib).c_str(), 1);
 }
 
 // Shows the program the device view through libsoftverbs-view.so (docs/ecosystem.md). Without
@@ -83,7 +84,7 @@ void ShowView(const std::string& libdir) {
     return;
   }
   setenv("SOFTVERBS_VIEW", view.value().c_str(), 1);
-  Prepend("LD_PRELOAD", preload, ":");
+  AppendPreload(preload);
 }
 
 int SysfsView(int argc, char** argv) {
