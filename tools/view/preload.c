@@ -51,8 +51,18 @@ static const char* Map(const char* path, char* buf) {
   return buf;
 }
 
-#define REAL(name) ((__typeof__(&name))Next(#name))
-static void* Next(const char* name) { return dlsym(RTLD_NEXT, name); }
+// The next definition of `name` (libc's), looked up once: every open and stat comes through here.
+// A race between two first calls only looks it up twice.
+#define REAL(name)                                                          \
+  ({                                                                        \
+    static __typeof__(&name) real_;                                         \
+    __typeof__(&name) f = __atomic_load_n(&real_, __ATOMIC_RELAXED);        \
+    if (f == NULL) {                                                        \
+      f = (__typeof__(&name))dlsym(RTLD_NEXT, #name);                       \
+      __atomic_store_n(&real_, f, __ATOMIC_RELAXED);                        \
+    }                                                                       \
+    f;                                                                      \
+  })
 
 // open(2) and friends carry a mode only with O_CREAT / O_TMPFILE.
 #define MODE_ARG(flags, mode)                         \
