@@ -15,11 +15,17 @@ check() {  # check <description> <command...>
   if "$@"; then pass=$((pass + 1)); echo "ok   $what"; else fail=$((fail + 1)); echo "FAIL $what"; fi
 }
 
+# A view nobody used for a day (another namespace's, say) goes when a new one is rendered.
+mkdir -m 700 "$XDG_RUNTIME_DIR/softverbs-view-$(id -u)"
+mkdir "$XDG_RUNTIME_DIR/softverbs-view-$(id -u)/stale"
+touch -d '2 days ago' "$XDG_RUNTIME_DIR/softverbs-view-$(id -u)/stale"
+
 # Values, files and device nodes, from a process inside the view.
 out=$(timeout 60 "$sv" run -- /usr/bin/python3 "$here/device_view_check.py" 2>&1); rc=$?
 echo "$out" | grep -E 'FAIL|passed' | sed 's/^/  /'
 check "python check inside softverbs run" test "$rc" -eq 0
 
+check "a stale view is pruned" test ! -e "$XDG_RUNTIME_DIR/softverbs-view-$(id -u)/stale"
 # The view is what the CLI renders, and it is reused while the device does not change.
 views=$(ls "$XDG_RUNTIME_DIR/softverbs-view-$(id -u)" | wc -l)
 timeout 20 "$sv" run -- true

@@ -1,15 +1,18 @@
 #include "tools/cli/sysfs_view.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <net/if.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 
 #include "core/device.h"
 #include "core/device_limits.h"
@@ -105,6 +108,22 @@ void RemoveTree(const std::string& root) {
   nftw(root.c_str(), RemoveOne, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+// Views differ per network namespace and address set, so each new one removes those nobody has
+// rendered or reused for a day (a run that reuses a view touches it).
+void PruneViews(const std::string& base, const std::string& keep) {
+  DIR* d = opendir(base.c_str());
+  if (d == nullptr) return;
+  const time_t old = time(nullptr) - 24 * 3600;
+  while (const dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    const std::string path = base + "/" + e->d_name;
+    struct stat st {};
+    if (path != keep && lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_mtime < old)
+      RemoveTree(path);
+  }
+  closedir(d);
+}
+
 Status Fail(const std::string& what, const std::string& path) {
   int e = errno;
   return Status(e, what + " " + path + ": " + strerror(e));
@@ -187,7 +206,10 @@ Result<std::string> PrepareView() {
   char name[32];
   snprintf(name, sizeof(name), "/%016llx", static_cast<unsigned long long>(h));
   const std::string dir = base + name;
-  if (access((dir + "/dev/infiniband").c_str(), F_OK) == 0) return dir;  // complete and current
+  if (access((dir + "/dev/infiniband").c_str(), F_OK) == 0) {  // complete and current
+    utimes(dir.c_str(), nullptr);  // in use: keep it from PruneViews
+    return dir;
+  }
 
   // Render beside it and rename into place: a reader never sees a half-written view.
   const std::string tmp = dir + ".tmp" + std::to_string(getpid());
@@ -197,6 +219,7 @@ Result<std::string> PrepareView() {
     s = Fail("cannot rename into", dir);
   RemoveTree(tmp);  // nothing left after a successful rename
   if (!s.ok()) return s;
+  PruneViews(base, dir);
   return dir;
 }
 

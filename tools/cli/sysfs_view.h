@@ -27,7 +27,8 @@ Status WriteView(const std::vector<ViewEntry>& entries, const std::string& root)
 
 // The directory holding the current view for this user, rendering it if its content is new:
 // ${XDG_RUNTIME_DIR:-/tmp}/softverbs-view-<uid>/<hash of the content>. Reused while the content
-// (GIDs, identity) is unchanged, so runs leave nothing behind per run.
+// (GIDs, identity) is unchanged, so runs leave nothing behind per run; views unused for a day
+// are removed when a new one is rendered.
 Result<std::string> PrepareView();
 
 }  // namespace softverbs::cli
