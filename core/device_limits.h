@@ -44,6 +44,14 @@ struct DeviceLimits {
   static constexpr uint16_t kPkeyTableLen = 1;
   static constexpr uint16_t kDefaultPkey = 0xffff;
   static constexpr Mtu kMaxMtu = Mtu::k4096;  // RoCE: PMTU <= 4096
+  // How port 1 presents itself (ibv_query_port and the sysfs view render these): a 100 Gb/s
+  // class Ethernet port, 4X lanes at EDR's 25 Gb/s, physically LinkUp (IBA 14.2.5.6 PortInfo).
+  static constexpr uint8_t kActiveWidth = 2;    // 4X
+  static constexpr uint8_t kActiveSpeed = 32;   // EDR
+  static constexpr uint8_t kPhysStateLinkUp = 5;
+  // CM_SUP (bit 16): the connection manager works on this port; IP_BASED_GIDS (bit 26): the
+  // RoCEv2 GIDs are the addresses of the network namespace.
+  static constexpr uint32_t kPortCapFlags = (1u << 16) | (1u << 26);
   static constexpr uint32_t kMaxRnrRetry = 7;  // 7 means "retry forever" (IBA 9.7.5.2.8)
   static constexpr uint32_t kMaxRetryCnt = 7;
   static constexpr uint32_t kMaxTimeout = 31;

@@ -13,4 +13,5 @@ $SUDO apt-get install -y -q --no-install-recommends \
   libibverbs-dev librdmacm-dev rdma-core \
   ibverbs-utils perftest qperf rdmacm-utils python3 python3-pyverbs \
   iproute2 procps \
-  tshark  # tests/unit/fabric/packet: the pcap writer's files must dissect as RRoCE
+  ucx-utils libucx0 libfabric-bin openmpi-bin libopenmpi-dev \
+  tshark  # tests/unit/fabric/packet and the netns test: captures must dissect as RRoCE

@@ -11,6 +11,11 @@ bool IsIpv4MappedGid(const uint8_t gid[16]) {
   return memcmp(gid, kPrefix, 12) == 0;
 }
 
+uint8_t RoceL3Type(const uint8_t grh[kGrhBytes]) {
+  static const uint8_t kZero[20] = {};
+  return memcmp(grh, kZero, 20) == 0 && grh[20] == 0x45 ? 2 : 1;
+}
+
 void BuildGrh(uint8_t out[kGrhBytes], const Addressing& a, uint32_t payload) {
   memset(out, 0, kGrhBytes);
   // The UDP payload after the IP header: UDP (8) + BTH (12) + DETH (8) + the message + ICRC (4).

@@ -6,6 +6,7 @@
 #include "base/log.h"
 #include "transport/cq_ring.h"
 #include "transport/dc_access.h"
+#include "transport/grh.h"
 #include "transport/key_table.h"
 #include "transport/window_key.h"
 
@@ -192,6 +193,7 @@ Reply Responder::Deliver(const TargetQp& t, const Request& r, const uint8_t* grh
   }
   const uint64_t need = r.length + (grh ? 40 : 0);
   Completion c = ReceiveCompletion(e, w, r, need, grh != nullptr);
+  if (grh) c.sl = RoceL3Type(grh);
   if (r.opcode == WrOpcode::kRdmaWriteWithImm) {  // consumes the WQE without touching its buffers
     CompleteAtTarget(t, c);
     return Reply::Of(ReplyCode::kAck);

@@ -60,20 +60,48 @@ int ErrnoOf(int eai) {
   }
 }
 
+void Remember(rdma_addrinfo* head) {
+  std::lock_guard l(g_lists_mutex);
+  g_lists.insert(head);
+}
+
+int FromHints(const rdma_addrinfo& hints, rdma_addrinfo** res) {
+  auto* r = static_cast<rdma_addrinfo*>(calloc(1, sizeof(rdma_addrinfo)));
+  if (r == nullptr) return ReturnMinusOne("rdma_getaddrinfo", {}, softverbs::NoMemory("no memory for the result"));
+  r->ai_flags = hints.ai_flags;
+  r->ai_family = hints.ai_family;
+  r->ai_qp_type = hints.ai_qp_type;
+  r->ai_port_space = hints.ai_port_space;
+  if (hints.ai_dst_addr != nullptr && softverbs::cm::IsIpFamily(hints.ai_dst_addr))
+    r->ai_dst_addr = CopyAddress(hints.ai_dst_addr, &r->ai_dst_len);
+  if (hints.ai_src_addr != nullptr && softverbs::cm::IsIpFamily(hints.ai_src_addr)) {
+    r->ai_src_addr = CopyAddress(hints.ai_src_addr, &r->ai_src_len);
+  } else if (r->ai_dst_addr != nullptr && !(hints.ai_flags & (RAI_PASSIVE | RAI_NOROUTE))) {
+    sockaddr_storage src = softverbs::cm::SourceFor(r->ai_dst_addr);  // as for a named node
+    r->ai_src_addr = CopyAddress(reinterpret_cast<sockaddr*>(&src), &r->ai_src_len);
+  }
+  Remember(r);
+  *res = r;
+  return 0;
+}
+
 }  // namespace
 
-// support: rdma_getaddrinfo | implemented | IPv4/IPv6 names and services through getaddrinfo(3); RAI_PASSIVE, RAI_NUMERICHOST, RAI_FAMILY; active results carry the source address the host would use
+// support: rdma_getaddrinfo | implemented | IPv4/IPv6 names and services through getaddrinfo(3); RAI_PASSIVE, RAI_NUMERICHOST, RAI_FAMILY; active results carry the source address the host would use; neither node nor service: the hints' own addresses
 SV_EXPORT int rdma_getaddrinfo(const char* node, const char* service,
                                const struct rdma_addrinfo* hints, struct rdma_addrinfo** res) {
   try {
     if (res == nullptr) return ReturnMinusOne("rdma_getaddrinfo", {}, Invalid("res is NULL"));
     *res = nullptr;
-    if (node == nullptr && service == nullptr)
-      return ReturnMinusOne("rdma_getaddrinfo", {}, Invalid("node and service are both NULL"));
+    if (node == nullptr && service == nullptr && hints == nullptr)
+      return ReturnMinusOne("rdma_getaddrinfo", {}, Invalid("node, service and hints are all NULL"));
     int flags = hints != nullptr ? hints->ai_flags : 0;
     if (hints != nullptr && hints->ai_family == AF_IB)
       return ReturnMinusOne("rdma_getaddrinfo", {},
                             Status(EAFNOSUPPORT, "AF_IB addresses are not supported (RoCE device)"));
+    // Neither node nor service: the result is the hints' own addresses (rdma-core's
+    // rdma_getaddrinfo does the same; libfabric's verbs provider resolves this way).
+    if (node == nullptr && service == nullptr) return FromHints(*hints, res);
     addrinfo ai_hints{};
     ai_hints.ai_family = hints != nullptr ? hints->ai_family : AF_UNSPEC;
     ai_hints.ai_socktype = SOCK_STREAM;
@@ -116,10 +144,7 @@ SV_EXPORT int rdma_getaddrinfo(const char* node, const char* service,
     freeaddrinfo(found);
     if (head == nullptr)
       return ReturnMinusOne("rdma_getaddrinfo", {}, Status(ENOENT, "no IPv4/IPv6 address found"));
-    {
-      std::lock_guard l(g_lists_mutex);
-      g_lists.insert(head);
-    }
+    Remember(head);
     *res = head;
     return 0;
   } catch (...) {
@@ -128,15 +153,12 @@ SV_EXPORT int rdma_getaddrinfo(const char* node, const char* service,
   }
 }
 
-// support: rdma_freeaddrinfo | implemented | frees a list from rdma_getaddrinfo; NULL is a no-op; other pointers logged, not freed
+// support: rdma_freeaddrinfo | implemented | frees the list with free(3), as rdma-core does: also a list (or the tail of one) the caller built with malloc, which libfabric's verbs provider hands over; NULL is a no-op
 SV_EXPORT void rdma_freeaddrinfo(struct rdma_addrinfo* res) {
   if (res == nullptr) return;
   {
     std::lock_guard l(g_lists_mutex);
-    if (g_lists.erase(res) == 0) {
-      LogRefusal("rdma_freeaddrinfo", {}, Invalid("the list was not returned by rdma_getaddrinfo"));
-      return;
-    }
+    g_lists.erase(res);
   }
   FreeList(res);
 }

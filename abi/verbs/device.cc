@@ -26,9 +26,12 @@ SvDevice* TheDevice() {
     d->device.node_type = IBV_NODE_CA;
     d->device.transport_type = IBV_TRANSPORT_IB;  // RoCE is the IB transport over Ethernet
     snprintf(d->device.name, sizeof(d->device.name), "%s", core::Identity().name.c_str());
-    // There is no kernel device behind softverbs0: these paths name it but do not exist.
-    snprintf(d->device.dev_name, sizeof(d->device.dev_name), "uverbs-softverbs");
-    snprintf(d->device.dev_path, sizeof(d->device.dev_path), "/dev/softverbs/%.64s", d->device.name);
+    // There is no kernel device behind softverbs0: these are the names rdma-core would give its
+    // uverbs node (dev_name "uverbs0", dev_path its sysfs directory). They exist for programs run
+    // through `softverbs run`, whose device view renders them (tools/cli/sysfs_view.cc); UCX
+    // checks /dev/infiniband/<dev_name> before it uses a device.
+    snprintf(d->device.dev_name, sizeof(d->device.dev_name), "uverbs0");
+    snprintf(d->device.dev_path, sizeof(d->device.dev_path), "/sys/class/infiniband_verbs/uverbs0");
     snprintf(d->device.ibdev_path, sizeof(d->device.ibdev_path), "/sys/class/infiniband/%.64s",
              d->device.name);
     return d;

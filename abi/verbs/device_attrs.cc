@@ -76,18 +76,17 @@ ibv_port_attr PortAttr() {
   p.max_mtu = static_cast<ibv_mtu>(DeviceLimits::kMaxMtu);
   p.active_mtu = static_cast<ibv_mtu>(DeviceLimits::kMaxMtu);
   p.gid_tbl_len = static_cast<int>(DeviceLimits::kGidTableLen);
-  // CM_SUP: the connection manager works on this port; IP_BASED_GIDS: RoCEv2 GIDs are the
-  // addresses of the network namespace.
-  p.port_cap_flags = IBV_PORT_CM_SUP | IBV_PORT_IP_BASED_GIDS;
+  p.port_cap_flags = DeviceLimits::kPortCapFlags;
+  static_assert(DeviceLimits::kPortCapFlags == (IBV_PORT_CM_SUP | IBV_PORT_IP_BASED_GIDS));
   p.max_msg_sz = DeviceLimits::kMaxMsgSize;
   p.pkey_tbl_len = DeviceLimits::kPkeyTableLen;
   p.lid = 0;  // Ethernet: no LIDs
   p.sm_lid = 0;
   p.lmc = 0;
   p.max_vl_num = 1;
-  p.active_width = 2;  // 4X
-  p.active_speed = 32; // EDR (25 Gb/s per lane): a 100 Gb/s class port
-  p.phys_state = 5;    // LinkUp
+  p.active_width = DeviceLimits::kActiveWidth;
+  p.active_speed = DeviceLimits::kActiveSpeed;
+  p.phys_state = DeviceLimits::kPhysStateLinkUp;
   p.link_layer = IBV_LINK_LAYER_ETHERNET;
   return p;
 }

@@ -216,8 +216,10 @@ class UdTest(SendQueueErrorMixin, base.DataTestCase):
         self.src.write(payload(100, 5))
         self.b.post_recv(self.dst.sge(0, GRH + 100), wr_id=1)
         self.send(100)
+        # sl carries the L3 header type on RoCE, as mlx5 reports it (2: IPv4); UCX's UD
+        # transport reads it to find the destination address in the GRH area.
         self.assertWC(self.b.poll()[0], wr_id=1, status=OK, wc_flags=e.IBV_WC_GRH,
-                      byte_len=GRH + 100)
+                      byte_len=GRH + 100, sl=2)
         ip = self.dst.read(20, 20)
         self.assertEqual(ip[0], 0x45, 'version 4, IHL 5')
         self.assertEqual(ip[9], socket.IPPROTO_UDP)
@@ -237,7 +239,7 @@ class UdTest(SendQueueErrorMixin, base.DataTestCase):
         self.b.post_recv(self.dst.sge(0, GRH + 64), wr_id=1)
         self.send(64, ah=ah6)
         self.assertWC(self.b.poll()[0], wr_id=1, status=OK, wc_flags=e.IBV_WC_GRH,
-                      byte_len=GRH + 64, src_qp=self.a.qpn)
+                      byte_len=GRH + 64, src_qp=self.a.qpn, sl=1)  # 1: IPv6 (see above)
         grh = self.dst.read(0, GRH)
         self.assertEqual(grh[0] >> 4, 6, 'IP version 6')
         self.assertEqual(grh[6], socket.IPPROTO_UDP, 'next header')

@@ -1,6 +1,8 @@
 // softverbs: the command-line tool.
 //
-//   softverbs run -- <program> [args]   run a program against the softverbs libraries
+//   softverbs run -- <program> [args]   run a program against the softverbs libraries, with the
+//                                       device view (sysfs / /dev nodes) shown to it
+//   softverbs sysfs-view [DIR]          print the device view, or write it into DIR
 //   softverbs devices                   list the device and its GID table
 //   softverbs status                    what the host registry holds (QPs, keys, SRQs by process)
 //   softverbs version
@@ -18,6 +20,7 @@
 #include <arpa/inet.h>
 
 #include "core/device.h"
+#include "tools/cli/sysfs_view.h"
 #include "fabric/host/host_registry.h"
 
 namespace softverbs::cli {
@@ -48,12 +51,58 @@ int Usage(FILE* out) {
   fprintf(out,
           "usage: softverbs <command>\n"
           "  run -- <program> [args]  run an unmodified RDMA program over softverbs0\n"
+          "  sysfs-view [DIR]         print the device view run shows (or write it into DIR)\n"
           "  devices                  show softverbs0 and its GID table\n"
           "  status                   show what this host's registry holds\n"
           "  version                  print the version\n"
           "environment: SOFTVERBS_LOG=error|warn|info|debug|trace explains every refused verb;\n"
-          "             SOFTVERBS_HOST=<name> makes a separate host; see README.md.\n");
+          "             SOFTVERBS_HOST=<name> makes a separate host;\n"
+          "             SOFTVERBS_VIEW=0 runs without the device view; see README.md.\n");
   return out == stderr ? 2 : 0;
+}
+
+// After what is there: a sanitizer runtime preloaded by the caller must stay first.
+void AppendPreload(const std::string& lib) {
+  std::string v;
+  if (const char* old = getenv("LD_PRELOAD"); old && *old) v = std::string(old) + ":";
+  setenv("LD_PRELOAD", (v + lib).c_str(), 1);
+}
+
+// Shows the program the device view through libsoftverbs-view.so (docs/ecosystem.md). Without
+// it the program still runs; only tools that read sysfs or /dev/infiniband miss the device.
+void ShowView(const std::string& libdir) {
+  const char* want = getenv("SOFTVERBS_VIEW");
+  if (want && strcmp(want, "0") == 0) {
+    unsetenv("SOFTVERBS_VIEW");
+    return;
+  }
+  const std::string preload = libdir + "/libsoftverbs-view.so";
+  auto view = PrepareView();
+  if (!view.ok() || !Exists(preload)) {
+    fprintf(stderr, "softverbs run: no device view (%s); running without it\n",
+            view.ok() ? (preload + " is missing").c_str() : view.status().rule().c_str());
+    unsetenv("SOFTVERBS_VIEW");
+    return;
+  }
+  setenv("SOFTVERBS_VIEW", view.value().c_str(), 1);
+  AppendPreload(preload);
+}
+
+int SysfsView(int argc, char** argv) {
+  std::vector<ViewEntry> entries = RenderView();
+  if (argc > 0) {
+    auto s = WriteView(entries, argv[0]);
+    if (!s.ok()) fprintf(stderr, "softverbs sysfs-view: %s\n", s.rule().c_str());
+    return s.ok() ? 0 : 1;
+  }
+  for (const ViewEntry& e : entries) {
+    if (e.kind == ViewEntry::Kind::kDir) continue;
+    const char* arrow = e.kind == ViewEntry::Kind::kSymlink ? " -> " : ": ";
+    std::string c = e.content;
+    if (!c.empty() && c.back() == '\n') c.pop_back();
+    printf("/%s%s%s\n", e.path.c_str(), arrow, c.c_str());
+  }
+  return 0;
 }
 
 int Run(int argc, char** argv) {
@@ -71,6 +120,7 @@ int Run(int argc, char** argv) {
   std::string path = libdir;
   if (const char* old = getenv("LD_LIBRARY_PATH"); old && *old) path += std::string(":") + old;
   setenv("LD_LIBRARY_PATH", path.c_str(), 1);
+  ShowView(libdir);
   execvp(argv[first], argv + first);
   fprintf(stderr, "softverbs run: cannot run %s: %s\n", argv[first], strerror(errno));
   return 127;
@@ -145,6 +195,7 @@ int main(int argc, char** argv) {
   std::string cmd = argv[1];
   if (cmd == "run") return Run(argc - 2, argv + 2);
   if (cmd == "devices") return Devices();
+  if (cmd == "sysfs-view") return SysfsView(argc - 2, argv + 2);
   if (cmd == "status") return Status();
   if (cmd == "version" || cmd == "--version") return printf("softverbs %s\n", SOFTVERBS_VERSION) < 0;
   if (cmd == "help" || cmd == "--help" || cmd == "-h") return Usage(stdout);
