@@ -251,6 +251,9 @@ void Qp::RestartWireReceive(uint32_t psn) {
   w.message = 0;
   w.offset = 0;
   w.wqe_held = 0;
+  w.msn = 0;
+  w.nak_sent = 0;
+  for (auto& r : w.resource) r.kind = 0;
 }
 
 QpState Qp::state() const {

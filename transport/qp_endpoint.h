@@ -17,8 +17,25 @@ namespace softverbs::transport {
 // The responder's packet sequence on the wire (transport/wire/packet_responder.h): the PSN it
 // expects and the message in progress. In the endpoint, under its lock, because the packets of a
 // QP may be taken by any process of the host (docs/wire.md).
+// A READ or atomic the RC responder executed, kept to answer a duplicate of it (IBA 9.7.5.1.1:
+// a READ is executed again -- its response resent -- an atomic is not: its result is replayed).
+struct WireResource {
+  uint32_t kind;     // 0: none, 1: READ, 2: atomic
+  uint32_t psn;      // the request's PSN
+  uint32_t packets;  // PSNs it takes
+  uint32_t rkey;
+  uint64_t va;
+  uint64_t length;
+  uint64_t original;  // atomic: the value returned
+};
+inline constexpr uint32_t kWireResources = 16;
+
 struct WireReceive {
   fabric::RobustMutex lock;
+  uint32_t msn;          // RC: messages completed (the AETH's MSN, IBA 9.7.5.1.2)
+  uint32_t nak_sent;     // RC: a sequence NAK went out for the current gap (sent once, as rxe)
+  uint32_t next_resource;
+  WireResource resource[kWireResources];
   uint32_t epsn;         // the next PSN expected (IBA 9.7.1; rq_psn at RTR)
   uint32_t message;      // 0: between messages; else the opcode's operation in progress
   uint64_t offset;       // bytes of the message placed so far

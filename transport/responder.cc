@@ -162,8 +162,19 @@ Reply Responder::PlaceReceive(const TargetQp& t, const TakenWqe& wqe, uint64_t o
   return Reply::Of(code == ReplyCode::kAck ? CopyFailed(s) : code);
 }
 
-void Responder::CompleteReceive(const TargetQp& t, const TakenWqe& wqe, const Request& r, uint64_t total) {
-  CompleteAtTarget(t, ReceiveCompletion(t.endpoint(), wqe, r, total, false));
+Reply Responder::CompleteReceive(const TargetQp& t, const TakenWqe& wqe, const Request& r, uint64_t total) {
+  Completion c = ReceiveCompletion(t.endpoint(), wqe, r, total, false);
+  if (r.opcode == WrOpcode::kSendWithInv) {
+    // IBA 10.6.7.2.2, as in Deliver.
+    if (!RemoteInvalidate(t.registry(), r.invalidate_rkey, t.process_slot(), t.endpoint().qp_num)) {
+      FailReceive(t, c, wc_status::kLocProtErr);
+      return Reply::Of(ReplyCode::kInvalidRequest);
+    }
+    c.wc_flags |= wc_flag::kWithInv;
+    c.imm_data = r.invalidate_rkey;
+  }
+  CompleteAtTarget(t, c);
+  return Reply::Of(ReplyCode::kAck);
 }
 
 ReplyCode Responder::CheckRemote(const TargetQp& t, uint32_t rkey, uint64_t addr, uint64_t length, uint32_t access,

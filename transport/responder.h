@@ -37,7 +37,9 @@ class Responder {
   // completes the WQE in error at the target, as Execute does.
   static Reply BeginReceive(const TargetQp& t, const Request& r, TakenWqe* wqe);
   static Reply PlaceReceive(const TargetQp& t, const TakenWqe& wqe, uint64_t offset, const Request& r);
-  static void CompleteReceive(const TargetQp& t, const TakenWqe& wqe, const Request& r, uint64_t total);
+  // kAck, or kInvalidRequest for a SEND_WITH_INV whose R_Key is no window of the QP (the WQE then
+  // completes in error, as in Execute).
+  static Reply CompleteReceive(const TargetQp& t, const TakenWqe& wqe, const Request& r, uint64_t total);
 
  private:
   // SEND / SEND_WITH_IMM / SEND_WITH_INV / RDMA_WRITE_WITH_IMM's receive side: takes a WQE,

@@ -57,6 +57,12 @@ Status ConfigureRoceSocket(int fd, const UdpAddress& local) {
     // rxe sets DF (rxe_net.c prepare4): RoCE never fragments, a datagram over the path MTU fails.
     SV_RETURN_IF_ERROR(SetInt(fd, IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO, "IP_MTU_DISCOVER"));
   }
+  // A message arrives as a burst of packets (a 64 KiB RDMA WRITE is 64 of them at MTU 1024):
+  // room for a few MiB, so a burst is not dropped before the receive thread runs. FORCE needs
+  // CAP_NET_ADMIN; without it the kernel caps SO_RCVBUF at net.core.rmem_max. Best effort.
+  constexpr int kReceiveBuffer = 8 << 20;
+  if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &kReceiveBuffer, sizeof kReceiveBuffer) != 0)
+    (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &kReceiveBuffer, sizeof kReceiveBuffer);
   return Status::Ok();
 }
 

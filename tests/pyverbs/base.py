@@ -51,7 +51,7 @@ PORT = 1
 MAX_QP_WR = 32768
 MAX_SGE = 32
 MAX_INLINE = 1024
-MAX_CQE = 262143
+MAX_CQE = 1048575
 MAX_RD_ATOM = 16
 
 # Every attribute ibv_query_qp can report.

@@ -38,7 +38,7 @@ class DeviceTest(unittest.TestCase):
 
     def test_query_device_limits(self):
         a = self.ctx.query_device()
-        expected = dict(max_qp=65536, max_qp_wr=32768, max_sge=32, max_cqe=262143,
+        expected = dict(max_qp=65536, max_qp_wr=32768, max_sge=32, max_cqe=1048575,
                         max_qp_rd_atom=16, max_qp_init_rd_atom=16, phys_port_cnt=1,
                         vendor_id=0x5356, max_pkeys=1)
         for name, value in expected.items():

@@ -54,7 +54,7 @@ void SendPacket(const TargetQp& t, WireReceive& w, const packet::OpcodeInfo& inf
   }
   w.offset += r.length;
   if (!info.ends_message()) return;
-  Responder::CompleteReceive(t, w.wqe, r, w.offset);
+  (void)Responder::CompleteReceive(t, w.wqe, r, w.offset);  // UC: no SEND_WITH_INV
   w.wqe_held = 0;
   w.message = 0;
 }
@@ -87,7 +87,7 @@ void WritePacket(const TargetQp& t, WireReceive& w, const packet::ParsedPacket& 
   if (!info.has_immediate) return;
   // RDMA WRITE with immediate consumes a receive WQE when the message ends (IBA 9.4.2).
   TakenWqe wqe;
-  if (Responder::BeginReceive(t, r, &wqe).code == ReplyCode::kAck) Responder::CompleteReceive(t, wqe, r, w.offset);
+  if (Responder::BeginReceive(t, r, &wqe).code == ReplyCode::kAck) (void)Responder::CompleteReceive(t, wqe, r, w.offset);
 }
 
 }  // namespace

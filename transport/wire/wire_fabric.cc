@@ -15,6 +15,8 @@
 #include "transport/host/host_target.h"
 #include "transport/responder.h"
 #include "transport/wire/packet_responder.h"
+#include "transport/wire/rc_responder.h"
+#include "transport/wire/wire_link.h"
 #include "transport/wire/wire_packets.h"
 
 namespace softverbs::transport {
@@ -156,6 +158,27 @@ Status WireFabric::Send(const Gid16& sgid, const Gid16& dgid, std::span<const io
   return Status::Ok();
 }
 
+void WireFabric::Register(uint32_t qpn, WireLink* link) {
+  std::lock_guard lock(links_mu_);
+  links_[qpn] = link;
+}
+
+void WireFabric::Unregister(uint32_t qpn, WireLink* link) {
+  std::lock_guard lock(links_mu_);
+  if (auto it = links_.find(qpn); it != links_.end() && it->second == link) links_.erase(it);
+}
+
+Status WireFabric::SendTo(const Port& port, const UdpAddress& to, std::span<const iovec> pieces) {
+  {
+    std::lock_guard lock(const_cast<Port&>(port).mu);
+    SV_RETURN_IF_ERROR(port.udp->Send(to, 0, pieces));
+  }
+  counters_.sent.fetch_add(1, std::memory_order_relaxed);
+  if (pcap_ != nullptr && pieces.size() == 1)
+    Record(port.gid, GidOfAddress(to), RocePort(), {static_cast<const uint8_t*>(pieces[0].iov_base), pieces[0].iov_len});
+  return Status::Ok();
+}
+
 void WireFabric::Record(const Gid16& src, const Gid16& dst, uint16_t src_port, std::span<const uint8_t> packet) {
   // Every record is flushed: a capture is for debugging, and a process may be killed any time.
   if (pcap_->Append(FlowOf(src, dst, src_port, RocePort()), packet).ok()) (void)pcap_->Flush();
@@ -210,6 +233,32 @@ void WireFabric::Deliver(std::span<const uint8_t> datagram, const UdpAddress& fr
     return;
   }
   if (parsed->info->transport == packet::Transport::kUc) return PacketResponder::ReceiveUc(*target, *parsed);
+  if (parsed->info->transport == packet::Transport::kRc) {
+    const packet::Operation op = parsed->info->operation;
+    if (op == packet::Operation::kAcknowledge || op == packet::Operation::kAtomicAcknowledge ||
+        op == packet::Operation::kRdmaReadResponse) {
+      // A response for one of our requesters: its link matches it (transport/wire/wire_link.h).
+      std::lock_guard lock(links_mu_);
+      auto link = links_.find(parsed->hdr.bth.dest_qp);
+      if (link == links_.end()) {
+        // Its QP is another process's: responses are not forwarded yet (docs/wire.md).
+        counters_.misdelivered.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
+      link->second->OnResponse(*parsed);
+      return;
+    }
+    // Responses go to the requester's address at port 4791, whatever its source port was
+    // (IBA annex A17.2.1: the destination port is always the RoCEv2 port).
+    ResponsePath path;
+    path.flow = FlowOf(to.gid, source, RocePort(), RocePort());
+    const UdpAddress back = AddressOfGid(source, RocePort());
+    path.send = [this, &to, &back](std::span<const uint8_t> bytes) {
+      const iovec piece{const_cast<uint8_t*>(bytes.data()), bytes.size()};
+      return SendTo(to, back, {&piece, 1});
+    };
+    return RcResponder::Receive(*target, *parsed, path);
+  }
   WireRequest w;
   if (!RequestOfPacket(*parsed, &w)) {
     counters_.unsupported.fetch_add(1, std::memory_order_relaxed);

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <span>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "base/status.h"
@@ -38,7 +39,10 @@ struct WireCounters {
   std::atomic<uint64_t> icrc_errors{0};  // ICRC mismatch: dropped, as rxe and NICs do
   std::atomic<uint64_t> unknown_qp{0};   // DestQP names no QP of this host
   std::atomic<uint64_t> unsupported{0};  // a transport softverbs does not carry on the wire yet
+  std::atomic<uint64_t> misdelivered{0}; // a response for a QP of another process of this host
 };
+
+class WireLink;
 
 class WireFabric {
  public:
@@ -52,6 +56,10 @@ class WireFabric {
   // Sends one datagram (a built RoCEv2 packet) from `sgid`'s address to `dgid`'s port 4791.
   Status Send(const Gid16& sgid, const Gid16& dgid, std::span<const iovec> pieces);
 
+  // The link of this process's RC QP `qpn` gets the responses addressed to it.
+  void Register(uint32_t qpn, WireLink* link);
+  void Unregister(uint32_t qpn, WireLink* link);
+
   const WireCounters& counters() const { return counters_; }
   // The UDP port every member binds: 4791, or SOFTVERBS_ROCE_PORT (tests on one namespace).
   static uint16_t RocePort();
@@ -64,6 +72,8 @@ class WireFabric {
   };
   explicit WireFabric(fabric::LocalProcess& local);
   Port* Find(const Gid16& gid);
+  // Sends from `port`'s socket to `to` (a response goes back to where its request came from).
+  Status SendTo(const Port& port, const fabric::wire::UdpAddress& to, std::span<const iovec> pieces);
   // SOFTVERBS_PCAP: records one packet of the flow src -> dst.
   void Record(const Gid16& src, const Gid16& dst, uint16_t src_port, std::span<const uint8_t> packet);
   void Run();
@@ -74,6 +84,8 @@ class WireFabric {
   std::mutex mu_;  // ports_
   std::vector<std::unique_ptr<Port>> ports_;
   std::vector<Gid16> refused_;  // addresses whose port could not be joined (explained once)
+  std::mutex links_mu_;
+  std::unordered_map<uint32_t, WireLink*> links_;  // RC requesters by QP number
   std::unique_ptr<fabric::packet::PcapWriter> pcap_;  // SOFTVERBS_PCAP=<file> ("%p": the pid)
   UniqueFd epoll_;
   std::thread thread_;

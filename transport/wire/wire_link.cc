@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 
 #include <cstring>
+#include <vector>
 
 #include "base/log.h"
 #include "transport/grh.h"
@@ -11,9 +12,10 @@
 namespace softverbs::transport {
 namespace {
 
-constexpr uint32_t kRc = 2, kUc = 3, kUd = 4;
-// The largest UD packet: a 4096-byte MTU, its headers and ICRC.
-constexpr size_t kMaxPacket = 4096 + 64;
+namespace packet = fabric::packet;
+constexpr uint32_t kRc = 2, kUd = 4;
+// The largest packet: a 4096-byte MTU, its headers and ICRC.
+constexpr size_t kMaxPacket = 4096 + 128;
 
 Gid16 ToGid(const uint8_t* g) {
   Gid16 out;
@@ -21,42 +23,161 @@ Gid16 ToGid(const uint8_t* g) {
   return out;
 }
 
+// 24-bit serial-number order (IBA 9.7.1; rxe's psn_compare): negative when a precedes b.
+int32_t PsnDiff(uint32_t a, uint32_t b) { return static_cast<int32_t>((a - b) << 8) >> 8; }
+
+uint32_t Packets(const Request& r) {
+  if (r.opcode == WrOpcode::kAtomicCmpSwp || r.opcode == WrOpcode::kAtomicFetchAdd) return 1;
+  return r.length == 0 ? 1 : static_cast<uint32_t>((r.length + r.mtu - 1) / r.mtu);
+}
+
+ReplyCode NakCode(uint8_t syn) {
+  switch (syn) {
+    case syndrome::kPsnSequence: return ReplyCode::kSequenceError;
+    case syndrome::kInvalidRequest: return ReplyCode::kInvalidRequest;
+    case syndrome::kRemoteAccess: return ReplyCode::kRemoteAccess;
+    default: return ReplyCode::kRemoteOp;
+  }
+}
+
 }  // namespace
+
+WireLink::~WireLink() {
+  if (qpn_ != 0) fabric_.Unregister(qpn_, this);
+}
 
 Reply WireLink::Carry(const Request& r) {
   const Reply silence = Reply::Of(r.qp_type == kRc ? ReplyCode::kNoAnswer : ReplyCode::kDropped);
-  const bool sends_packets = r.qp_type == kUd || (r.qp_type == kUc && (r.opcode == WrOpcode::kSend ||
-                                                                       r.opcode == WrOpcode::kSendWithImm ||
-                                                                       r.opcode == WrOpcode::kRdmaWrite ||
-                                                                       r.opcode == WrOpcode::kRdmaWriteWithImm));
-  if (!sends_packets || r.addressing == nullptr) {
+  if (r.addressing == nullptr || r.from_dci) {
     if (!explained_.exchange(true))
-      SV_LOG(kError, "ibv_post_send(qp 0x%x): RC does not travel on the wire yet (UD and UC do): the message to "
-             "QP 0x%x of another host is not sent", r.src_qp, r.dest_qp);
+      SV_LOG(kError, "ibv_post_send(qp 0x%x): DC does not travel on the wire yet: the message to DCT 0x%x of "
+             "another host is not sent", r.src_qp, r.dest_qp);
     return silence;
   }
   const Gid16 sgid = ToGid(r.addressing->sgid), dgid = ToGid(r.addressing->dgid);
-  fabric::packet::IpUdpInfo flow =
-      IsIpv4MappedGid(sgid.data())
-          ? fabric::packet::IpUdpInfo::V4(sgid.data() + 12, dgid.data() + 12, WireFabric::RocePort())
-          : fabric::packet::IpUdpInfo::V6(sgid.data(), dgid.data(), WireFabric::RocePort());
+  packet::IpUdpInfo flow = IsIpv4MappedGid(sgid.data())
+                               ? packet::IpUdpInfo::V4(sgid.data() + 12, dgid.data() + 12, WireFabric::RocePort())
+                               : packet::IpUdpInfo::V6(sgid.data(), dgid.data(), WireFabric::RocePort());
   flow.dst_port = WireFabric::RocePort();
   flow.traffic_class = r.addressing->traffic_class;
-  uint8_t buffer[kMaxPacket];
-  auto send = [&](std::span<const uint8_t> packet) {
-    const iovec piece{const_cast<uint8_t*>(packet.data()), packet.size()};
-    return fabric_.Send(sgid, dgid, {&piece, 1});
-  };
   Status s = Status::Ok();
-  if (r.qp_type == kUd) {
-    auto built = BuildDatagram(r, r.psn, flow, buffer);
-    s = built.ok() ? send({buffer, *built}) : built.status();
+  if (r.qp_type == kRc) {
+    s = SendRc(r, flow);
+    if (s.ok()) return Reply::Of(ReplyCode::kPending);
   } else {
-    s = BuildMessage(r, flow, buffer, send);  // UC: no acknowledgement follows (IBA 9.8)
+    uint8_t buffer[kMaxPacket];
+    auto send = [&](std::span<const uint8_t> p) {
+      const iovec piece{const_cast<uint8_t*>(p.data()), p.size()};
+      return fabric_.Send(sgid, dgid, {&piece, 1});
+    };
+    if (r.qp_type == kUd) {
+      auto built = BuildDatagram(r, r.psn, flow, buffer);
+      s = built.ok() ? send({buffer, *built}) : built.status();
+    } else {
+      s = BuildMessage(r, flow, buffer, send);  // UC: no acknowledgement follows (IBA 9.8)
+    }
   }
   if (!s.ok() && !explained_.exchange(true))
     SV_LOG(kError, "ibv_post_send(qp 0x%x): message to QP 0x%x not sent: %s", r.src_qp, r.dest_qp, s.rule().c_str());
   return silence;  // UD and UC: sent is all the requester knows (IBA 9.6.3, 9.8.3)
+}
+
+Status WireLink::SendRc(const Request& r, const packet::IpUdpInfo& flow) {
+  if (qpn_ == 0) {
+    qpn_ = r.src_qp;
+    fabric_.Register(qpn_, this);
+  }
+  {
+    // Go-back-N: a message carried again takes back its place, and whatever followed it will be
+    // carried again after it (the requester rewinds them all).
+    std::lock_guard lock(mu_);
+    while (!outstanding_.empty() && outstanding_.back().ticket >= r.ticket) outstanding_.pop_back();
+    Outstanding o;
+    o.ticket = r.ticket;
+    o.first_psn = r.psn;
+    o.last_psn = (r.psn + Packets(r) - 1) & packet::kPsnMask;
+    o.opcode = r.opcode;
+    o.mtu = r.mtu;
+    o.next_response = r.psn;
+    outstanding_.push_back(o);
+  }
+  const Gid16 sgid = ToGid(r.addressing->sgid), dgid = ToGid(r.addressing->dgid);
+  uint8_t buffer[kMaxPacket];
+  auto send = [&](std::span<const uint8_t> p) {
+    const iovec piece{const_cast<uint8_t*>(p.data()), p.size()};
+    return fabric_.Send(sgid, dgid, {&piece, 1});
+  };
+  Result<size_t> one = 0;
+  switch (r.opcode) {
+    case WrOpcode::kRdmaRead:
+      one = BuildReadRequest(r, flow, buffer);
+      break;
+    case WrOpcode::kAtomicCmpSwp:
+    case WrOpcode::kAtomicFetchAdd:
+      one = BuildAtomic(r, flow, buffer);
+      break;
+    default:
+      return BuildMessage(r, flow, buffer, send);
+  }
+  if (!one.ok()) return one.status();
+  return send({buffer, *one});
+}
+
+bool WireLink::AcknowledgeBefore(uint32_t psn, std::vector<Event>* events) {
+  // IBA 9.7.5.1.1: a response acknowledges every request before it (implicitly); a READ or an
+  // atomic is complete only with its own response.
+  while (!outstanding_.empty() && PsnDiff(outstanding_.front().last_psn, psn) < 0) {
+    const Outstanding& o = outstanding_.front();
+    if (o.opcode == WrOpcode::kRdmaRead || o.opcode == WrOpcode::kAtomicCmpSwp ||
+        o.opcode == WrOpcode::kAtomicFetchAdd)
+      return false;
+    events->push_back({o.ticket, Reply::Of(ReplyCode::kAck)});
+    outstanding_.pop_front();
+  }
+  return true;
+}
+
+void WireLink::OnResponse(const packet::ParsedPacket& p) {
+  std::vector<Event> events;
+  std::vector<std::pair<uint64_t, std::pair<uint64_t, std::span<const uint8_t>>>> data;
+  const uint32_t psn = p.hdr.bth.psn;
+  const uint8_t op = p.hdr.bth.opcode & 0x1f;
+  {
+    std::lock_guard lock(mu_);
+    if (op == packet::op::kAcknowledge) {
+      const uint8_t syn = p.hdr.aeth.syndrome;
+      if ((syn >> 5) == 0) {  // ACK: everything through psn
+        AcknowledgeBefore((psn + 1) & packet::kPsnMask, &events);
+      } else if (AcknowledgeBefore(psn, &events) && !outstanding_.empty() &&
+                 PsnDiff(outstanding_.front().first_psn, psn) <= 0) {
+        // An RNR NAK or a NAK names the message holding its PSN (IBA 9.7.5.2).
+        const Reply reply = (syn >> 5) == 1 ? Reply::Rnr(syn & 0x1f) : Reply::Of(NakCode(syn));
+        events.push_back({outstanding_.front().ticket, reply});
+        outstanding_.clear();  // the requester carries everything again, or fails
+      }
+    } else if (AcknowledgeBefore(psn, &events) && !outstanding_.empty()) {
+      Outstanding& o = outstanding_.front();
+      if (op == packet::op::kAtomicAcknowledge && o.first_psn == psn &&
+          (o.opcode == WrOpcode::kAtomicCmpSwp || o.opcode == WrOpcode::kAtomicFetchAdd)) {
+        Reply reply = Reply::Of(ReplyCode::kAck);
+        reply.original = p.hdr.atomic_ack.original;
+        events.push_back({o.ticket, reply});
+        outstanding_.pop_front();
+      } else if (o.opcode == WrOpcode::kRdmaRead && psn == o.next_response) {
+        // READ response packets in order; one out of order waits for the retry (IBA 9.7.6.1.4).
+        data.push_back({o.ticket, {static_cast<uint64_t>(PsnDiff(psn, o.first_psn)) * o.mtu, p.payload}});
+        o.next_response = (psn + 1) & packet::kPsnMask;
+        const uint8_t kind = op;
+        if (kind == packet::op::kRdmaReadResponseLast || kind == packet::op::kRdmaReadResponseOnly) {
+          events.push_back({o.ticket, Reply::Of(ReplyCode::kAck)});
+          outstanding_.pop_front();
+        }
+      }
+    }
+  }
+  if (sink_ == nullptr) return;
+  for (auto& [ticket, piece] : data) sink_->OnResponseData(ticket, piece.first, piece.second);
+  for (const Event& e : events) sink_->OnReply(e.ticket, e.reply);
 }
 
 }  // namespace softverbs::transport

@@ -1,15 +1,19 @@
 // The wire fabric's Link (transport/link.h): carries a requester's messages to another host as
-// RoCEv2 packets (DESIGN.md section 6). Today it carries UD datagrams (one SEND_ONLY packet each)
-// and UC SENDs and RDMA WRITEs (cut by the path MTU into FIRST/MIDDLE/LAST packets), the
-// requester learning nothing of their fate, as IBA 9.6 and 9.8 say. RC needs the acknowledgement
-// and retransmission engine of the wire issue's next step; until then its messages are not sent,
-// and the link says so once (RC then ends in IBV_WC_RETRY_EXC_ERR, as with a peer that never
-// answers).
+// RoCEv2 packets (DESIGN.md section 6). UD datagrams and UC messages go out and complete at once
+// (the requester learns nothing of their fate, IBA 9.6, 9.8). RC messages are in flight until
+// the responder's acknowledgement, NAK, READ response or atomic acknowledgement arrives (the
+// receive thread hands them to OnResponse); this link matches them to its messages by PSN and
+// reports each message's reply, in order, to the requester (ReplySink), which owns the retry
+// policy and carries messages again after a timeout, an RNR NAK or a sequence NAK.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
+#include <mutex>
+#include <span>
 
+#include "fabric/packet/packet.h"
 #include "transport/link.h"
 #include "transport/wire/wire_fabric.h"
 
@@ -18,12 +22,38 @@ namespace softverbs::transport {
 class WireLink final : public Link {
  public:
   explicit WireLink(WireFabric& fabric) : fabric_(fabric) {}
+  ~WireLink() override;
+  void Attach(ReplySink* sink) override { sink_ = sink; }
   Reply Carry(const Request& r) override;
   // Multicast does not leave the host (docs/cm.md): nothing to carry.
   void CarryMulticast(const Request&, uint32_t) override {}
+  // A response packet (ACKNOWLEDGE, ATOMIC ACKNOWLEDGE, RDMA READ response) for this link's QP.
+  void OnResponse(const fabric::packet::ParsedPacket& p);
 
  private:
+  // An RC message carried and not answered yet.
+  struct Outstanding {
+    uint64_t ticket = 0;
+    uint32_t first_psn = 0;
+    uint32_t last_psn = 0;
+    WrOpcode opcode = WrOpcode::kSend;
+    uint32_t mtu = 4096;
+    uint32_t next_response = 0;  // READ: the PSN of the response packet expected next
+  };
+  struct Event {
+    uint64_t ticket;
+    Reply reply;
+  };
+  Status SendRc(const Request& r, const fabric::packet::IpUdpInfo& flow);
+  // Completes (as acknowledged) the SENDs and WRITEs that end before `psn`; false if a READ or
+  // atomic still waits for its own response before it.
+  bool AcknowledgeBefore(uint32_t psn, std::vector<Event>* events);
+
   WireFabric& fabric_;
+  ReplySink* sink_ = nullptr;
+  uint32_t qpn_ = 0;  // registered with the fabric on the first RC message
+  std::mutex mu_;
+  std::deque<Outstanding> outstanding_;
   std::atomic<bool> explained_{false};
 };
 

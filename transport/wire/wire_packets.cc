@@ -15,15 +15,16 @@ constexpr uint32_t kRc = 2, kUd = 4;
 uint8_t MessageOpcode(const Request& r, uint64_t index, uint64_t count) {
   namespace op = packet::op;
   const bool first = index == 0, last = index + 1 == count, imm = r.with_imm();
-  const bool send = r.opcode == WrOpcode::kSend || r.opcode == WrOpcode::kSendWithImm;
+  const bool inv = r.opcode == WrOpcode::kSendWithInv;
+  const bool send = r.opcode == WrOpcode::kSend || r.opcode == WrOpcode::kSendWithImm || inv;
   uint8_t code;
   if (first && last)
-    code = send ? (imm ? op::kSendOnlyWithImmediate : op::kSendOnly)
+    code = send ? (inv ? op::kSendOnlyWithInvalidate : imm ? op::kSendOnlyWithImmediate : op::kSendOnly)
                 : (imm ? op::kRdmaWriteOnlyWithImmediate : op::kRdmaWriteOnly);
   else if (first)
     code = send ? op::kSendFirst : op::kRdmaWriteFirst;
   else if (last)
-    code = send ? (imm ? op::kSendLastWithImmediate : op::kSendLast)
+    code = send ? (inv ? op::kSendLastWithInvalidate : imm ? op::kSendLastWithImmediate : op::kSendLast)
                 : (imm ? op::kRdmaWriteLastWithImmediate : op::kRdmaWriteLast);
   else
     code = send ? op::kSendMiddle : op::kRdmaWriteMiddle;
@@ -63,9 +64,76 @@ Status BuildMessage(const Request& r, const packet::IpUdpInfo& flow, std::span<u
     h.bth.ack_req = last;
     h.reth = {r.remote_addr, r.rkey, static_cast<uint32_t>(r.length)};
     h.immdt.imm = be32toh(r.imm_data);
+    h.ieth.rkey = r.invalidate_rkey;
     const uint64_t offset = i * mtu;
     const auto payload = Slice(r, offset, std::min(mtu, r.length - std::min(r.length, offset)));
     auto n = packet::Build(h, payload, flow, buffer);
+    if (!n.ok()) return n.status();
+    SV_RETURN_IF_ERROR(emit({buffer.data(), *n}));
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+packet::PacketHeaders Headers(uint8_t opcode, uint32_t dest_qp, uint32_t psn) {
+  packet::PacketHeaders h;
+  h.bth.opcode = opcode;
+  h.bth.dest_qp = dest_qp & packet::kQpnMask;
+  h.bth.psn = psn & packet::kPsnMask;
+  return h;
+}
+
+}  // namespace
+
+Result<size_t> BuildReadRequest(const Request& r, const packet::IpUdpInfo& flow, std::span<uint8_t> out) {
+  packet::PacketHeaders h = Headers(packet::op::kRc | packet::op::kRdmaReadRequest, r.dest_qp, r.psn);
+  h.bth.ack_req = true;
+  h.reth = {r.remote_addr, r.rkey, static_cast<uint32_t>(r.length)};
+  return packet::Build(h, {}, flow, out);
+}
+
+Result<size_t> BuildAtomic(const Request& r, const packet::IpUdpInfo& flow, std::span<uint8_t> out) {
+  const bool cas = r.opcode == WrOpcode::kAtomicCmpSwp;
+  packet::PacketHeaders h =
+      Headers(packet::op::kRc | (cas ? packet::op::kCompareSwap : packet::op::kFetchAdd), r.dest_qp, r.psn);
+  h.bth.ack_req = true;
+  // IBA 9.3.4: CmpSwap carries the swap and compare data; FetchAdd its addend as "swap/add".
+  h.atomic = {r.remote_addr, r.rkey, cas ? r.swap : r.compare_add, cas ? r.compare_add : 0};
+  return packet::Build(h, {}, flow, out);
+}
+
+Result<size_t> BuildAck(uint32_t dest_qp, uint32_t psn, uint8_t syn, uint32_t msn, const packet::IpUdpInfo& flow,
+                        std::span<uint8_t> out) {
+  packet::PacketHeaders h = Headers(packet::op::kRc | packet::op::kAcknowledge, dest_qp, psn);
+  h.aeth = {syn, msn & packet::kQpnMask};
+  return packet::Build(h, {}, flow, out);
+}
+
+Result<size_t> BuildAtomicAck(uint32_t dest_qp, uint32_t psn, uint32_t msn, uint64_t original,
+                              const packet::IpUdpInfo& flow, std::span<uint8_t> out) {
+  packet::PacketHeaders h = Headers(packet::op::kRc | packet::op::kAtomicAcknowledge, dest_qp, psn);
+  h.aeth = {syndrome::kAck, msn & packet::kQpnMask};
+  h.atomic_ack.original = original;
+  return packet::Build(h, {}, flow, out);
+}
+
+Status BuildReadResponse(uint32_t dest_qp, uint32_t psn, uint32_t msn, std::span<const uint8_t> data, uint32_t mtu,
+                         const packet::IpUdpInfo& flow, std::span<uint8_t> buffer,
+                         const std::function<Status(std::span<const uint8_t>)>& emit) {
+  namespace op = packet::op;
+  const uint64_t count = data.empty() ? 1 : (data.size() + mtu - 1) / mtu;
+  for (uint64_t i = 0; i < count; ++i) {
+    const bool first = i == 0, last = i + 1 == count;
+    const uint8_t code = first && last ? op::kRdmaReadResponseOnly
+                         : first       ? op::kRdmaReadResponseFirst
+                         : last        ? op::kRdmaReadResponseLast
+                                       : op::kRdmaReadResponseMiddle;
+    packet::PacketHeaders h = Headers(op::kRc | code, dest_qp, static_cast<uint32_t>(psn + i));
+    h.aeth = {syndrome::kAck, msn & packet::kQpnMask};
+    const size_t offset = i * mtu;
+    const packet::ConstBuffer piece{data.data() + offset, std::min<size_t>(mtu, data.size() - offset)};
+    auto n = packet::Build(h, {&piece, data.empty() ? 0u : 1u}, flow, buffer);
     if (!n.ok()) return n.status();
     SV_RETURN_IF_ERROR(emit({buffer.data(), *n}));
   }

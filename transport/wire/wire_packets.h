@@ -36,4 +36,31 @@ Result<size_t> BuildDatagram(const Request& r, uint32_t psn, const fabric::packe
 Status BuildMessage(const Request& r, const fabric::packet::IpUdpInfo& flow, std::span<uint8_t> buffer,
                     const std::function<Status(std::span<const uint8_t>)>& emit);
 
+// RC requests of one packet: RDMA READ request (RETH; it takes one PSN per response packet) and
+// the atomics (AtomicETH).
+Result<size_t> BuildReadRequest(const Request& r, const fabric::packet::IpUdpInfo& flow, std::span<uint8_t> out);
+Result<size_t> BuildAtomic(const Request& r, const fabric::packet::IpUdpInfo& flow, std::span<uint8_t> out);
+
+// The responder's packets (IBA 9.7.5): ACKNOWLEDGE with an AETH `syndrome` (IBA table 44:
+// 0x1f an ACK without credits, as rxe sends; 0x20|timer an RNR NAK; 0x60..0x63 NAKs), ATOMIC
+// ACKNOWLEDGE with the original value, and the READ response packets for `data` (AETH on the
+// FIRST, LAST and ONLY ones), cut by `mtu`, PSNs from `psn`.
+Result<size_t> BuildAck(uint32_t dest_qp, uint32_t psn, uint8_t syndrome, uint32_t msn,
+                        const fabric::packet::IpUdpInfo& flow, std::span<uint8_t> out);
+Result<size_t> BuildAtomicAck(uint32_t dest_qp, uint32_t psn, uint32_t msn, uint64_t original,
+                              const fabric::packet::IpUdpInfo& flow, std::span<uint8_t> out);
+Status BuildReadResponse(uint32_t dest_qp, uint32_t psn, uint32_t msn, std::span<const uint8_t> data, uint32_t mtu,
+                         const fabric::packet::IpUdpInfo& flow, std::span<uint8_t> buffer,
+                         const std::function<Status(std::span<const uint8_t>)>& emit);
+
+// AETH syndromes (IBA 9.7.5.1 table 44).
+namespace syndrome {
+inline constexpr uint8_t kAck = 0x1f;  // ACK, credits "invalid" (rxe never uses credits)
+inline constexpr uint8_t kRnr = 0x20;  // | the 5-bit RNR timer
+inline constexpr uint8_t kPsnSequence = 0x60;
+inline constexpr uint8_t kInvalidRequest = 0x61;
+inline constexpr uint8_t kRemoteAccess = 0x62;
+inline constexpr uint8_t kRemoteOp = 0x63;
+}  // namespace syndrome
+
 }  // namespace softverbs::transport

@@ -1,0 +1,258 @@
+#include "transport/wire/rc_responder.h"
+
+#include <endian.h>
+
+#include <vector>
+
+#include "base/log.h"
+#include "transport/responder.h"
+#include "transport/wire/wire_packets.h"
+
+namespace softverbs::transport {
+namespace {
+
+namespace packet = fabric::packet;
+constexpr uint32_t kRc = 2;
+constexpr uint32_t kRtr = 2, kSqe = 5;
+constexpr uint32_t kSendInProgress = 1, kWriteInProgress = 2;
+constexpr uint32_t kReadResource = 1, kAtomicResource = 2;
+constexpr size_t kMaxPacket = 4096 + 128;
+
+int32_t PsnDiff(uint32_t a, uint32_t b) { return static_cast<int32_t>((a - b) << 8) >> 8; }
+
+uint8_t SyndromeOf(ReplyCode code) {
+  switch (code) {
+    case ReplyCode::kRemoteAccess: return syndrome::kRemoteAccess;
+    case ReplyCode::kInvalidRequest: return syndrome::kInvalidRequest;
+    default: return syndrome::kRemoteOp;
+  }
+}
+
+// One packet's work, with what the responder answers.
+class Packet {
+ public:
+  Packet(const TargetQp& t, const packet::ParsedPacket& p, const ResponsePath& path)
+      : t_(t), e_(t.endpoint()), w_(e_.wire), p_(p), info_(*p.info), path_(path) {}
+  void Receive();
+
+ private:
+  Request RequestOf() {
+    Request r;
+    r.qp_type = kRc;
+    r.dest_qp = e_.qp_num;
+    r.src_qp = e_.dest_qp_num;  // RC: the connected QP (BTH carries no source QP)
+    r.solicited = p_.hdr.bth.se;
+    const bool send = info_.operation == packet::Operation::kSend;
+    r.opcode = send ? (info_.has_invalidate ? WrOpcode::kSendWithInv
+                       : info_.has_immediate ? WrOpcode::kSendWithImm : WrOpcode::kSend)
+                    : (info_.has_immediate ? WrOpcode::kRdmaWriteWithImm : WrOpcode::kRdmaWrite);
+    r.imm_data = htobe32(p_.hdr.immdt.imm);
+    r.invalidate_rkey = p_.hdr.ieth.rkey;
+    piece_ = {const_cast<uint8_t*>(p_.payload.data()), p_.payload.size()};
+    r.local = &piece_;
+    r.local_count = 1;
+    r.length = p_.payload.size();
+    return r;
+  }
+  void Send(std::span<const uint8_t> bytes) { (void)path_.send(bytes); }
+  void Ack(uint8_t syn, uint32_t psn) {
+    uint8_t buffer[64];
+    if (auto n = BuildAck(e_.dest_qp_num, psn, syn, w_.msn, path_.flow, buffer); n.ok()) Send({buffer, *n});
+  }
+  // A NAK with an error syndrome: the message is lost and the QP enters ERR (the responder's
+  // own failure already moved it there, IBA 9.9.3.1).
+  void Nak(ReplyCode code) {
+    w_.message = 0;
+    Ack(SyndromeOf(code), p_.hdr.bth.psn);
+  }
+  void Advance() {
+    w_.epsn = (p_.hdr.bth.psn + 1) & packet::kPsnMask;
+    if (info_.ends_message()) ++w_.msn;
+    if (p_.hdr.bth.ack_req || info_.ends_message()) Ack(syndrome::kAck, p_.hdr.bth.psn);
+  }
+  void SendPacket();
+  void WritePacket();
+  void ReadRequest(bool duplicate);
+  void Atomic();
+  void Duplicate();
+  WireResource& NewResource() {
+    WireResource& r = w_.resource[w_.next_resource++ % kWireResources];
+    r = WireResource{};
+    return r;
+  }
+
+  const TargetQp& t_;
+  QpEndpoint& e_;
+  WireReceive& w_;
+  const packet::ParsedPacket& p_;
+  const packet::OpcodeInfo& info_;
+  const ResponsePath& path_;
+  iovec piece_{};
+};
+
+void Packet::SendPacket() {
+  const Request r = RequestOf();
+  if (info_.starts_message()) {
+    if (!w_.wqe_held) {
+      const Reply begin = Responder::BeginReceive(t_, r, &w_.wqe);
+      if (begin.code == ReplyCode::kRnr) return Ack(static_cast<uint8_t>(syndrome::kRnr | begin.rnr_timer), p_.hdr.bth.psn);
+      if (begin.code != ReplyCode::kAck) return;  // not receiving: silence
+      w_.wqe_held = 1;
+    }
+    w_.message = kSendInProgress;
+    w_.offset = 0;
+  }
+  if (const Reply placed = Responder::PlaceReceive(t_, w_.wqe, w_.offset, r); placed.code != ReplyCode::kAck) {
+    w_.wqe_held = 0;  // completed in error at the target
+    return Nak(placed.code);
+  }
+  w_.offset += r.length;
+  if (info_.ends_message()) {
+    const Reply done = Responder::CompleteReceive(t_, w_.wqe, r, w_.offset);
+    w_.wqe_held = 0;
+    w_.message = 0;
+    if (done.code != ReplyCode::kAck) return Nak(done.code);
+  }
+  Advance();
+}
+
+void Packet::WritePacket() {
+  const Request r = RequestOf();
+  if (info_.starts_message()) {
+    w_.va = p_.hdr.reth.va;
+    w_.rkey = p_.hdr.reth.rkey;
+    w_.dma_length = p_.hdr.reth.length;
+    w_.offset = 0;
+    w_.message = kWriteInProgress;
+  }
+  // IBA 9.7.4.1.5 / rxe: the packets carry exactly the RETH's DMA length.
+  if (w_.offset + r.length > w_.dma_length || (info_.ends_message() && w_.offset + r.length != w_.dma_length))
+    return Nak(ReplyCode::kInvalidRequest);
+  Request write = r;
+  write.opcode = WrOpcode::kRdmaWrite;
+  write.remote_addr = w_.va + w_.offset;
+  write.rkey = w_.rkey;
+  if (const Reply done = Responder::Execute(t_, write); done.code != ReplyCode::kAck) {
+    if (done.code == ReplyCode::kNoAnswer) return;  // not receiving: silence
+    return Nak(done.code);
+  }
+  if (info_.ends_message() && info_.has_immediate) {
+    // RDMA WRITE with immediate consumes a receive WQE at its end (IBA 9.4.2).
+    TakenWqe wqe;
+    const Reply begin = Responder::BeginReceive(t_, r, &wqe);
+    if (begin.code == ReplyCode::kRnr) return Ack(static_cast<uint8_t>(syndrome::kRnr | begin.rnr_timer), p_.hdr.bth.psn);
+    if (begin.code == ReplyCode::kAck) (void)Responder::CompleteReceive(t_, wqe, r, w_.offset + r.length);
+  }
+  w_.offset += r.length;
+  if (info_.ends_message()) w_.message = 0;
+  Advance();
+}
+
+void Packet::ReadRequest(bool duplicate) {
+  const uint64_t length = p_.hdr.reth.length;
+  const uint32_t mtu = e_.mtu ? e_.mtu : 4096;
+  std::vector<uint8_t> data(length);
+  iovec into{data.data(), data.size()};
+  Request r;
+  r.qp_type = kRc;
+  r.opcode = WrOpcode::kRdmaRead;
+  r.dest_qp = e_.qp_num;
+  r.local = &into;
+  r.local_count = 1;
+  r.length = length;
+  r.remote_addr = p_.hdr.reth.va;
+  r.rkey = p_.hdr.reth.rkey;
+  // IBA 9.7.5.1.1: a duplicate READ is executed again (its data may have changed).
+  if (const Reply done = Responder::Execute(t_, r); done.code != ReplyCode::kAck) {
+    if (done.code == ReplyCode::kNoAnswer) return;
+    return Nak(done.code);
+  }
+  const uint32_t packets = length == 0 ? 1 : static_cast<uint32_t>((length + mtu - 1) / mtu);
+  if (!duplicate) {
+    WireResource& res = NewResource();
+    res = {kReadResource, p_.hdr.bth.psn, packets, r.rkey, r.remote_addr, length, 0};
+    w_.epsn = (p_.hdr.bth.psn + packets) & packet::kPsnMask;
+    ++w_.msn;  // C9-148: a READ counts when it is received
+  }
+  uint8_t buffer[kMaxPacket];
+  (void)BuildReadResponse(e_.dest_qp_num, p_.hdr.bth.psn, w_.msn, data, mtu, path_.flow, buffer,
+                          [this](std::span<const uint8_t> bytes) { return path_.send(bytes); });
+}
+
+void Packet::Atomic() {
+  Request r;
+  r.qp_type = kRc;
+  r.opcode = info_.operation == packet::Operation::kCompareSwap ? WrOpcode::kAtomicCmpSwp : WrOpcode::kAtomicFetchAdd;
+  r.dest_qp = e_.qp_num;
+  r.length = 8;
+  r.remote_addr = p_.hdr.atomic.va;
+  r.rkey = p_.hdr.atomic.rkey;
+  r.compare_add = r.opcode == WrOpcode::kAtomicCmpSwp ? p_.hdr.atomic.compare : p_.hdr.atomic.swap_add;
+  r.swap = p_.hdr.atomic.swap_add;
+  const Reply done = Responder::Execute(t_, r);
+  if (done.code == ReplyCode::kNoAnswer) return;
+  if (done.code != ReplyCode::kAck) return Nak(done.code);
+  WireResource& res = NewResource();
+  res = {kAtomicResource, p_.hdr.bth.psn, 1, r.rkey, r.remote_addr, 8, done.original};
+  w_.epsn = (p_.hdr.bth.psn + 1) & packet::kPsnMask;
+  ++w_.msn;
+  uint8_t buffer[96];
+  if (auto n = BuildAtomicAck(e_.dest_qp_num, p_.hdr.bth.psn, w_.msn, done.original, path_.flow, buffer); n.ok())
+    Send({buffer, *n});
+}
+
+void Packet::Duplicate() {
+  const uint32_t psn = p_.hdr.bth.psn;
+  if (info_.operation == packet::Operation::kRdmaReadRequest || info_.operation == packet::Operation::kCompareSwap ||
+      info_.operation == packet::Operation::kFetchAdd) {
+    for (const WireResource& res : w_.resource) {
+      if (res.kind == 0 || PsnDiff(psn, res.psn) < 0 || PsnDiff(psn, res.psn) >= static_cast<int32_t>(res.packets))
+        continue;
+      if (res.kind == kReadResource) return ReadRequest(/*duplicate=*/true);
+      uint8_t buffer[96];  // an atomic is never executed twice: its result is replayed
+      if (auto n = BuildAtomicAck(e_.dest_qp_num, res.psn, w_.msn, res.original, path_.flow, buffer); n.ok())
+        Send({buffer, *n});
+      return;
+    }
+    return;  // no resource left for it: silently dropped (IBA 9.7.5.1.1, class D)
+  }
+  // A duplicate SEND or WRITE: acknowledge what was received (C9-105: the PSN before the next
+  // expected), so a requester whose ACK was lost moves on.
+  if (p_.hdr.bth.ack_req) Ack(syndrome::kAck, (w_.epsn - 1) & packet::kPsnMask);
+}
+
+void Packet::Receive() {
+  const uint32_t state = e_.state.load(std::memory_order_acquire);
+  if (e_.type != kRc || e_.dct || state < kRtr || state > kSqe) return;  // IBA 10.3.1: not receiving
+  const int32_t diff = PsnDiff(p_.hdr.bth.psn, w_.epsn);
+  if (diff > 0) {  // a gap: one sequence NAK naming the PSN expected (IBA 9.7.5.1.1; rxe)
+    if (!w_.nak_sent) Ack(syndrome::kPsnSequence, w_.epsn);
+    w_.nak_sent = 1;
+    return;
+  }
+  if (diff < 0) return Duplicate();
+  w_.nak_sent = 0;
+  const bool send = info_.operation == packet::Operation::kSend;
+  const bool write = info_.operation == packet::Operation::kRdmaWrite;
+  // IBA 9.8.2 / rxe check_op_seq: MIDDLE and LAST continue a message of their kind; a new one
+  // starts only between messages.
+  const uint32_t kind = send ? kSendInProgress : write ? kWriteInProgress : 0;
+  if (info_.starts_message() ? w_.message != 0 : w_.message != kind) return Nak(ReplyCode::kInvalidRequest);
+  // IBA 9.4 / rxe check_length: FIRST and MIDDLE carry exactly the MTU, LAST and ONLY at most it.
+  const size_t n = p_.payload.size();
+  if ((send || write) && (info_.ends_message() ? n > e_.mtu : n != e_.mtu)) return Nak(ReplyCode::kInvalidRequest);
+  if (send) return SendPacket();
+  if (write) return WritePacket();
+  if (info_.operation == packet::Operation::kRdmaReadRequest) return ReadRequest(false);
+  if (info_.operation == packet::Operation::kCompareSwap || info_.operation == packet::Operation::kFetchAdd)
+    return Atomic();
+}
+
+}  // namespace
+
+void RcResponder::Receive(const TargetQp& t, const packet::ParsedPacket& p, const ResponsePath& path) {
+  fabric::RobustLock lock(t.endpoint().wire.lock);
+  Packet(t, p, path).Receive();
+}
+
+}  // namespace softverbs::transport

@@ -1,0 +1,32 @@
+// The RC responder's packet front end on the wire (IBA 9.7.4-9.7.5; rxe's rxe_resp.c): checks each
+// request packet's PSN against the one expected, answers a gap with one PSN sequence NAK, a
+// duplicate with a re-ACK or a replayed READ response / atomic result, and hands packets in
+// sequence to the responder (transport/responder.h) -- SENDs into the receive WQE their first
+// packet took, RDMA WRITEs at their offsets, READs and atomics executed and answered. ACKs go out
+// for packets that ask (AckReq), NAKs with the syndrome of what went wrong (IBA table 44).
+// State: the endpoint's WireReceive, under its lock (transport/qp_endpoint.h).
+#pragma once
+
+#include <functional>
+#include <span>
+
+#include "base/status.h"
+#include "fabric/packet/packet.h"
+#include "transport/target_qp.h"
+
+namespace softverbs::transport {
+
+// Where the responder's packets go: built for `flow` (this host's address to the requester's),
+// sent by `send`.
+struct ResponsePath {
+  fabric::packet::IpUdpInfo flow;
+  std::function<Status(std::span<const uint8_t>)> send;
+};
+
+class RcResponder {
+ public:
+  // An RC request packet for the QP `t` (parsed and ICRC-checked).
+  static void Receive(const TargetQp& t, const fabric::packet::ParsedPacket& p, const ResponsePath& path);
+};
+
+}  // namespace softverbs::transport
