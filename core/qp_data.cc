@@ -92,7 +92,8 @@ void Qp::EnterErrorLocked() {
   if (rq_) {
     // A WQE the wire responder took for a message still in progress completes first: it is the
     // oldest (docs/wire.md).
-    if (transport::WireReceive& held = endpoint().wire; held.wqe_held) {
+    {
+      transport::WireReceive& held = endpoint().wire;
       fabric::RobustLock lock(held.lock);
       if (held.wqe_held) {
         Completion c;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <mutex>
@@ -37,12 +38,21 @@ struct FakeLink : transport::Link {
   Reply next = Reply::Of(ReplyCode::kAck);
 };
 
+// The QP the requester reports to; the progress thread reports too, so it takes a lock.
 struct FakeQp : transport::RequesterHost {
-  void Complete(const transport::Completion& c) override { completions.push_back(c); }
+  void Complete(const transport::Completion& c) override {
+    std::lock_guard lock(mu);
+    completions.push_back(c);
+  }
   void EnterError() override { ++errors; }
   void EnterSendQueueError() override {}
+  size_t count() {
+    std::lock_guard lock(mu);
+    return completions.size();
+  }
+  std::mutex mu;
   std::vector<transport::Completion> completions;
-  int errors = 0;
+  std::atomic<int> errors{0};
 };
 
 class RequesterTest : public CoreTest {
@@ -149,7 +159,7 @@ TEST_F(RequesterTest, InlineIsIgnoredOnReadsAndABadSgeIsALocalProtectionError) {
   EXPECT_TRUE(host_.seen.empty());
   ASSERT_EQ(qp_.completions.size(), 1u);
   EXPECT_EQ(qp_.completions[0].status, transport::wc_status::kLocProtErr);
-  EXPECT_EQ(qp_.errors, 1);
+  EXPECT_EQ(qp_.errors.load(), 1);
 }
 
 TEST_F(RequesterTest, AtomicOriginalLandsInTheLocalBuffer) {
@@ -324,13 +334,13 @@ TEST_F(AsyncRequesterTest, SilenceEndsInRetryExceededAndFlushesTheRest) {
   Configure(/*timeout=*/1, /*retry_cnt=*/2);
   ASSERT_TRUE(requester_.Post(Wr(1, WrOpcode::kSend), kRts).ok());
   ASSERT_TRUE(requester_.Post(Wr(2, WrOpcode::kSend), kRts).ok());
-  ASSERT_TRUE(WaitFor([&] { return qp_.completions.size() == 2; }));
+  ASSERT_TRUE(WaitFor([&] { return qp_.count() == 2; }));
   EXPECT_EQ(qp_.completions[0].status, transport::wc_status::kRetryExcErr);
   EXPECT_EQ(qp_.completions[1].status, transport::wc_status::kWrFlushErr);
   size_t first = 0;  // the first message was carried once and retried retry_cnt times
   for (size_t i = 0; i < wire_.count(); ++i) first += wire_.at(i).ticket == wire_.at(0).ticket;
   EXPECT_EQ(first, 3u);
-  EXPECT_EQ(qp_.errors, 1);
+  EXPECT_EQ(qp_.errors.load(), 1);
 }
 
 }  // namespace
