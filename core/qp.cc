@@ -197,6 +197,7 @@ Qp::~Qp() {
   context_.Unregister(this);
   init_.send_cq->DetachQp(this);
   if (init_.recv_cq != init_.send_cq) init_.recv_cq->DetachQp(this);
+  wire_link_->Attach(nullptr);  // no response from the wire reaches the requester after this
   sq_.reset();  // no retry of this QP runs after this
   // Type 2 windows bound to this QP answer no other: they end with it, before its number can
   // be reused by a QP that would pass their check.

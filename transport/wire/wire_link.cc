@@ -42,8 +42,16 @@ ReplyCode NakCode(uint8_t syn) {
 
 }  // namespace
 
-WireLink::~WireLink() {
-  if (qpn_ != 0) fabric_.Unregister(qpn_, this);
+WireLink::~WireLink() { Attach(nullptr); }
+
+void WireLink::Attach(ReplySink* sink) {
+  // Unregistering waits for a response being handled (the fabric holds its table's lock around
+  // OnResponse), so the sink is never called after this.
+  if (sink == nullptr && qpn_ != 0) {
+    fabric_.Unregister(qpn_, this);
+    qpn_ = 0;
+  }
+  sink_ = sink;
 }
 
 Reply WireLink::Carry(const Request& r) {

@@ -23,7 +23,9 @@ class WireLink final : public Link {
  public:
   explicit WireLink(WireFabric& fabric) : fabric_(fabric) {}
   ~WireLink() override;
-  void Attach(ReplySink* sink) override { sink_ = sink; }
+  // nullptr: no response reaches the requester any more (its QP is being destroyed); the receive
+  // thread is not in OnResponse once this returns.
+  void Attach(ReplySink* sink) override;
   Reply Carry(const Request& r) override;
   // Multicast does not leave the host (docs/cm.md): nothing to carry.
   void CarryMulticast(const Request&, uint32_t) override {}
