@@ -17,7 +17,6 @@
 #include <sys/uio.h>
 
 #include <memory>
-#include <type_traits>
 #include <vector>
 
 #include "fabric/host/backing_maps.h"
@@ -58,7 +57,7 @@ inline constexpr size_t kCopyChunkBytes = 256 * 1024;
 // kCopyChunkBytes and kMaxIov pieces a side; before each chunk (the first too) `revoked()` is
 // asked, and ECANCELED is returned once it says so (the chunks before it stay copied).
 template <typename Copy, typename Revoked>
-Status CopyBounded(const iovec* local, size_t nl, const iovec* remote, size_t nr, Copy&& copy, Revoked&& revoked);
+Status CopyBounded(const iovec* local, size_t nl, const iovec* remote, size_t nr, Copy copy, Revoked revoked);
 
 using ChunkCopyFn = Status (*)(void*, const iovec*, size_t, const iovec*, size_t);
 using RevokedFn = bool (*)(void*);
@@ -66,13 +65,13 @@ Status CopyBoundedImpl(const iovec* local, size_t nl, const iovec* remote, size_
                        RevokedFn revoked, void* rctx);
 
 template <typename Copy, typename Revoked>
-Status CopyBounded(const iovec* local, size_t nl, const iovec* remote, size_t nr, Copy&& copy, Revoked&& revoked) {
+Status CopyBounded(const iovec* local, size_t nl, const iovec* remote, size_t nr, Copy copy, Revoked revoked) {
   return CopyBoundedImpl(
       local, nl, remote, nr,
       [](void* c, const iovec* l, size_t ln, const iovec* r, size_t rn) {
-        return (*static_cast<std::remove_reference_t<Copy>*>(c))(l, ln, r, rn);
+        return (*static_cast<Copy*>(c))(l, ln, r, rn);
       },
-      &copy, [](void* c) { return static_cast<bool>((*static_cast<std::remove_reference_t<Revoked>*>(c))()); },
+      &copy, [](void* c) { return static_cast<bool>((*static_cast<Revoked*>(c))()); },
       &revoked);
 }
 
