@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "fabric/host/fault_guard.h"
-
 #include "fabric/host/shared_backing.h"
 #include "transport/key_table.h"
 
