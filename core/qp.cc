@@ -10,6 +10,7 @@
 #include "core/context.h"
 #include "core/device_limits.h"
 #include "core/qp_state_machine.h"
+#include "fabric/host/pin_line.h"
 #include "fabric/host/process_token.h"
 #include "transport/host/host_link.h"
 #include "transport/mcast_table.h"
@@ -206,17 +207,16 @@ Qp::~Qp() {
   entry.qp_num.store(0, std::memory_order_release);  // senders stop finding this QP
   QpEndpoint& e = endpoint();
   e.state.store(static_cast<uint32_t>(QpState::kReset), std::memory_order_release);
-  e.qp_num = 0;
-  // Deliveries in flight finish before the QP's memory and buffers are given back. An initiator
-  // that died holding a pin never releases it: after a second, stop waiting and say so.
-  auto start = std::chrono::steady_clock::now();
-  while (e.users.load(std::memory_order_acquire) != 0) {
-    if (std::chrono::steady_clock::now() - start > std::chrono::seconds(1)) {
-      SV_LOG(kWarn, "ibv_destroy_qp(qp 0x%x): %u delivery(ies) never finished (initiator died?)", qpn_, e.users.load());
-      break;
-    }
-    sched_yield();
-  }
+  // Senders pin, then check qp_num (transport/host/host_target.cc); the fence orders this
+  // store before the reads of their pins below, so each either sees 0 or is waited for.
+  std::atomic_ref<uint32_t>(e.qp_num).store(0, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // Deliveries in flight finish before the QP's memory and buffers are given back. Those of
+  // senders that died are dropped at once; a live one (a stopped process too) is waited for,
+  // logged with its pid: it could still write when it resumes (issue 17 items 1 and 5).
+  fabric::PinWait w = fabric::WaitUnpinned(context_.registry(), e.users, "ibv_destroy_qp(qp " + Hex(qpn_) + ")");
+  if (w.dead_cleared != 0)
+    SV_LOG(kInfo, "ibv_destroy_qp(qp 0x%x): dropped %u delivery(ies) of dead sender(s)", qpn_, w.dead_cleared);
   if (init_.srq != nullptr) init_.srq->users().Release();
   init_.recv_cq->users().Release();
   init_.send_cq->users().Release();

@@ -69,10 +69,13 @@ uint32_t SelfPinner(fabric::HostRegistry& registry) {
 
 void WaitForAccesses(fabric::HostRegistry& registry, uint32_t slot) {
   // Accesses that pinned the key before it was withdrawn finish first. Pins of initiators that
-  // died are dropped at once; a live one that never finishes is given up after a second.
+  // died are dropped at once; a live one is waited for however long it takes (a stopped
+  // initiator could write when it resumes), and copies re-check the key between bounded
+  // chunks (transport/host/mapped_copy.h), so a running one lets go within one chunk.
   fabric::PinLine& line = registry.key_pins(slot);
   if (fabric::PinsHeld(line) == 0) return;  // the usual case: nothing in flight
-  fabric::PinWait w = fabric::WaitUnpinned(registry, line, "key slot " + std::to_string(slot));
+  fabric::PinWait w = fabric::WaitUnpinned(registry, line, "withdrawal of key slot " + std::to_string(slot) +
+                                                               " (ibv_dereg_mr, ibv_rereg_mr or an invalidation)");
   if (w.dead_cleared != 0) {
     KeyWaits().dead_pins_cleared.fetch_add(w.dead_cleared, std::memory_order_relaxed);
     SV_LOG(kInfo, "key invalidation: dropped %u pin(s) of dead initiator(s) on key slot %u", w.dead_cleared, slot);
@@ -100,7 +103,7 @@ KeyWaitCounters& KeyWaits() {
 
 bool InvalidateKey(fabric::HostRegistry& registry, uint32_t key) {
   const uint32_t slot = KeySlot(key);
-  if (key == 0 || slot >= registry.keys().count()) return false;
+  if (key == 0 || slot >= registry.keys().extent()) return false;
   fabric::KeyEntry& e = Entry(registry, slot);
   // Only `key` changes, to 0: a reader that saw the old key read the fields it had (still
   // valid), and the pins it took before the swap are waited for below.
@@ -145,7 +148,9 @@ bool ReadView(fabric::KeyEntry& e, uint32_t key, KeyView* out) {
 KeyPin KeyPin::Acquire(fabric::HostRegistry& registry, uint32_t key) {
   KeyPin pin;
   const uint32_t slot = KeySlot(key);
-  if (key == 0 || slot >= registry.keys().count()) return pin;
+  // A key from a peer: beyond the table's extent no key was ever published, and reading that
+  // slot would allocate a page of the sparse registry (docs/data-path.md, "Sized by use").
+  if (key == 0 || slot >= registry.keys().extent()) return pin;
   const uint32_t pinner = SelfPinner(registry);
   // Pin first, then read a consistent copy: a withdrawal after the pin waits for us, and one
   // before it is seen as key == 0 (both sides store, then load: sequentially consistent).
@@ -161,8 +166,13 @@ KeyPin KeyPin::Acquire(fabric::HostRegistry& registry, uint32_t key) {
 
 bool KeyPin::Peek(fabric::HostRegistry& registry, uint32_t key, KeyView* view) {
   const uint32_t slot = KeySlot(key);
-  if (key == 0 || slot >= registry.keys().count()) return false;
+  if (key == 0 || slot >= registry.keys().extent()) return false;
   return ReadView(Entry(registry, slot), key, view);
+}
+
+bool KeyPin::Withdrawn(fabric::HostRegistry& registry) const {
+  // One load of a read-mostly line: the owner changes `key` only when it withdraws it.
+  return pin_ == nullptr || Entry(registry, KeySlot(view_.key)).key.load(kAcq) != view_.key;
 }
 
 void KeyPin::Release() {

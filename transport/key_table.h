@@ -111,6 +111,9 @@ class KeyPin {
   static bool Peek(fabric::HostRegistry& registry, uint32_t key, KeyView* view);
   explicit operator bool() const { return pin_ != nullptr; }
   const KeyView& view() const { return view_; }
+  // True once the owner withdrew the key (it waits for this pin): an access in progress stops
+  // at its next check (transport/host/mapped_copy.h, bounded copies).
+  bool Withdrawn(fabric::HostRegistry& registry) const;
 
  private:
   void Release();

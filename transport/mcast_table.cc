@@ -12,7 +12,7 @@ std::mutex g_attach_mu;
 int64_t FindAttachment(fabric::LocalProcess& local, uint32_t qpn, const uint8_t mgid[16]) {
   fabric::SlotTable& table = local.registry().mcasts();
   const uint64_t self = local.token().raw();
-  for (uint32_t i = 0; i < table.count(); ++i) {
+  for (uint32_t i = 0; i < table.extent(); ++i) {
     fabric::HostSlot& slot = table.slot(i);
     if (slot.owner.load(std::memory_order_acquire) != self) continue;
     auto& e = fabric::EntryOf<McastEntry>(slot);
@@ -31,7 +31,7 @@ bool IsMulticastGid(const uint8_t gid[16]) {
 
 uint32_t QpSlotGeneration(fabric::HostRegistry& registry, uint32_t qpn) {
   // QP numbers are host-table slots plus 0x100 (core::QpnOfSlot).
-  if (qpn < 0x100 || qpn - 0x100 >= registry.qps().count()) return 0;
+  if (qpn < 0x100 || qpn - 0x100 >= registry.qps().extent()) return 0;  // never a QP beyond the extent
   return registry.qps().slot(qpn - 0x100).generation.load(std::memory_order_acquire);
 }
 

@@ -47,7 +47,7 @@ uint32_t QpSlotGeneration(fabric::HostRegistry& registry, uint32_t qpn);
 template <typename Member>
 void ForEachMcastMember(fabric::HostRegistry& registry, const uint8_t mgid[16], Member&& member) {
   fabric::SlotTable& table = registry.mcasts();
-  for (uint32_t i = 0; i < table.count(); ++i) {
+  for (uint32_t i = 0; i < table.extent(); ++i) {
     fabric::HostSlot& slot = table.slot(i);
     if (slot.owner.load(std::memory_order_acquire) == 0) continue;
     const uint32_t generation = slot.generation.load(std::memory_order_acquire);

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "fabric/host/pin_line.h"
 #include "fabric/host/robust_mutex.h"
 #include "fabric/host/shared_arena.h"
 #include "transport/recv_queue.h"
@@ -70,11 +71,12 @@ struct QpEndpoint {
   uint32_t dct;
   uint64_t dc_access_key;
   WireReceive wire;
-  // Initiators working on this QP right now: its owner destroys it only once they are done, so
-  // no delivery lands in memory the application has freed after ibv_destroy_qp returned. On a
-  // line of its own: every initiator writes it, and the owner reads the fields above on every
-  // post (remote_error).
-  alignas(64) std::atomic<uint32_t> users;
+  // Initiators working on this QP right now, counted per process (fabric/host/pin_line.h): its
+  // owner destroys it only once the live ones are done, so no delivery lands in memory the
+  // application has freed after ibv_destroy_qp returned, and drops those of processes that died
+  // at once. On a line of its own: every initiator writes it, and the owner reads the fields
+  // above on every post (remote_error).
+  fabric::PinLine users;
 };
 
 }  // namespace softverbs::transport

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "base/log.h"
+#include "fabric/host/fault_guard.h"
 #include "fabric/host/process_token.h"
 
 namespace softverbs::fabric {
@@ -82,6 +83,8 @@ Result<std::shared_ptr<const BackingWindow>> BackingMaps::Map(PeerProcess& owner
   const int flags = fcntl(fd.value().get(), F_GETFL);
   if (flags < 0 || (flags & O_ACCMODE) != O_RDWR) return Status(EACCES, "the owner's descriptor is not read-write");
   const auto size = static_cast<uint64_t>(st.st_size);
+  // The owner may shrink the file later, under the copies: they run guarded (fault_guard.h).
+  InstallFaultGuard();
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.value().get(), 0);
   if (p == MAP_FAILED) return Status(errno, std::string("mmap: ") + strerror(errno));
   return std::shared_ptr<const BackingWindow>(std::make_shared<BackingWindow>(static_cast<uint8_t*>(p), size, false));
@@ -113,6 +116,16 @@ size_t BackingMaps::ForgetDead() {
     ++dropped;
   }
   return dropped;
+}
+
+void BackingMaps::Forget(const BackingWindow* window) {
+  std::lock_guard lock(mu_);
+  for (auto it = lru_.begin(); it != lru_.end(); ++it) {
+    if (it->second.get() != window) continue;
+    index_.erase(it->first);
+    lru_.erase(it);
+    return;
+  }
 }
 
 size_t BackingMaps::size() const {

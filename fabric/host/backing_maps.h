@@ -61,6 +61,9 @@ class BackingMaps {
                                                    uint64_t length);
   // Unmaps the windows of owners that have exited (done on every miss); returns how many.
   size_t ForgetDead();
+  // Drops `window` from the cache (a copy through it faulted: the file shrank under it), so the
+  // next access maps the file again -- and finds out its new size.
+  void Forget(const BackingWindow* window);
   size_t size() const;
 
   // The cache this process's initiators share.

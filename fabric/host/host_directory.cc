@@ -1,6 +1,7 @@
 #include "fabric/host/host_directory.h"
 
 #include <pthread.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fabric/host/pin_line.h"
@@ -30,6 +31,22 @@ Result<void*> Peer::At(SharedRef ref, HostRegistry& registry) {
   void* p = seg->At(ref.offset);
   if (p == nullptr) return Invalid("a shared reference outside the peer's arena");
   return p;
+}
+
+bool Peer::AliveRecently() {
+  if (dead_.load(std::memory_order_acquire)) return false;
+  // The coarse clock is read from the vDSO page (no system call); its tick (1-10 ms) bounds
+  // how late a death is seen, as the kernel's teardown of a dead process's QPs bounds a NIC's.
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  const int64_t now = static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+  int64_t last = checked_ns_.load(std::memory_order_relaxed);
+  if (now - last < kLivenessPeriodMs * 1000000) return true;
+  // One thread looks; the others go on with the last verdict meanwhile.
+  if (!checked_ns_.compare_exchange_strong(last, now, std::memory_order_relaxed)) return true;
+  if (process_->IsAlive()) return true;
+  dead_.store(true, std::memory_order_release);
+  return false;
 }
 
 namespace {
@@ -75,7 +92,7 @@ Result<SharedRef> LocalProcess::Allocate(size_t size) {
 }
 
 Result<std::shared_ptr<Peer>> LocalProcess::PeerAt(uint32_t slot) {
-  if (slot >= registry_->processes().count()) return Invalid("no such process slot");
+  if (slot >= registry_->processes().extent()) return Invalid("no such process slot");
   ProcessToken token(registry_->processes().slot(slot).owner.load(std::memory_order_acquire));
   if (token.empty()) return Status(ESRCH, "the process slot is free: its process is gone");
   std::lock_guard lock(mu_);

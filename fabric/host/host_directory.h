@@ -58,6 +58,12 @@ class Peer {
   Peer(uint32_t process_slot, std::shared_ptr<PeerProcess> process)
       : process_slot_(process_slot), process_(std::move(process)) {}
   PeerProcess& process() { return *process_; }
+  // False once the peer's process has exited, seen at most kLivenessPeriodMs ago (issue 17
+  // items 2 and 3): a work request to it costs a load of a coarse clock (vDSO, no system call),
+  // and a pidfd poll at most once a period. A NIC peer's QPs vanish with its process; a target
+  // that died is not answered for (transport/host/host_target.h, Find).
+  bool AliveRecently();
+  static constexpr int64_t kLivenessPeriodMs = 2;
   // This process's address of `ref` in the peer's arena (mapping the segment on first use), or
   // an error if the segment cannot be reached.
   Result<void*> At(SharedRef ref, HostRegistry& registry);
@@ -65,6 +71,8 @@ class Peer {
  private:
   uint32_t process_slot_;
   std::shared_ptr<PeerProcess> process_;
+  std::atomic<int64_t> checked_ns_{0};  // when liveness was last checked (CLOCK_MONOTONIC_COARSE)
+  std::atomic<bool> dead_{false};
   std::mutex mu_;  // mapping a segment
   std::array<std::shared_ptr<RemoteSegment>, SharedArena::kMaxSegments> segments_;
   // The mapped segments, published for lock-free lookups (owned by segments_).

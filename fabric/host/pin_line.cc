@@ -1,6 +1,9 @@
 #include "fabric/host/pin_line.h"
 
 #include <sched.h>
+#include <time.h>
+
+#include <algorithm>
 
 #include <chrono>
 
@@ -39,7 +42,9 @@ uint32_t PinnerId(uint32_t process_slot, uint32_t slot_generation) {
 bool PinnerAlive(HostRegistry& registry, uint32_t pinner) {
   if (pinner == kAnonymousPinner) return true;
   const uint32_t process_slot = (pinner >> kPinnerGenerationBits) - 1;
-  if (process_slot >= registry.processes().count()) return false;
+  // A number read from shared memory: beyond the table's extent no process ever had the slot
+  // (and reading it would allocate a page of the sparse registry).
+  if (process_slot >= registry.processes().extent()) return false;
   HostSlot& s = registry.processes().slot(process_slot);
   const uint64_t owner = s.owner.load(std::memory_order_acquire);
   if (owner == 0) return false;  // the slot was reclaimed: its process is gone
@@ -83,7 +88,10 @@ uint32_t ClearDeadPins(HostRegistry& registry, PinLine& line) {
   return cleared;
 }
 
-namespace {
+PinWaitCounters& PinWaits() {
+  static PinWaitCounters counters;
+  return counters;
+}
 
 std::string LivePinners(HostRegistry& registry, const PinLine& line) {
   std::string who;
@@ -92,12 +100,27 @@ std::string LivePinners(HostRegistry& registry, const PinLine& line) {
     if (CountOf(v) == 0) continue;
     uint32_t id = IdOf(v);
     uint32_t ps = (id >> kPinnerGenerationBits) - 1;
-    pid_t pid = id == kAnonymousPinner || ps >= registry.processes().count()
+    pid_t pid = id == kAnonymousPinner || ps >= registry.processes().extent()
                     ? 0
                     : ProcessToken(registry.processes().slot(ps).owner.load()).pid();
     who += (who.empty() ? "" : ", ") + std::to_string(CountOf(v)) + " of pid " + std::to_string(pid);
   }
   return who;
+}
+
+namespace {
+
+// Between looks at a line still pinned: yield at first (an access in flight ends within
+// microseconds), then sleep, up to a millisecond, so that a wait for a stopped process costs
+// no CPU.
+void Pause(uint32_t spins) {
+  if (spins < 1024) {
+    sched_yield();
+    return;
+  }
+  const long ns = std::min<long>(1000000, 1000L << std::min<uint32_t>((spins - 1024) / 64, 10));
+  timespec ts{0, ns};
+  nanosleep(&ts, nullptr);
 }
 
 }  // namespace
@@ -107,19 +130,37 @@ PinWait WaitUnpinned(HostRegistry& registry, PinLine& line, const std::string& w
   if (PinsHeld(line) == 0) return result;
   // Pins of dead processes first: they would never be released.
   result.dead_cleared = ClearDeadPins(registry, line);
-  auto start = std::chrono::steady_clock::now();
+  const auto start = std::chrono::steady_clock::now();
+  auto next_log = start + std::chrono::milliseconds(kStallLogMs);
   for (uint32_t spins = 1; PinsHeld(line) != 0; ++spins) {
     result.waited = true;
     if (spins % 256 == 0) result.dead_cleared += ClearDeadPins(registry, line);
-    if (std::chrono::steady_clock::now() - start > std::chrono::milliseconds(limit_ms)) {
-      SV_LOG(kWarn, "invalidation of %s: accesses in flight never finished (%s still pinning); counted as gone",
-             what.c_str(), LivePinners(registry, line).c_str());
+    const auto now = std::chrono::steady_clock::now();
+    if (limit_ms >= 0 && now - start > std::chrono::milliseconds(limit_ms)) {
+      SV_LOG(kWarn, "%s: accesses in flight never finished (%s still pinning); counted as gone", what.c_str(),
+             LivePinners(registry, line).c_str());
       for (auto& w : line.words) w.store(0, std::memory_order_release);
       result.gave_up = true;
       break;
     }
-    sched_yield();
+    if (now >= next_log) {
+      // A live process holds the pin: stopped, traced or frozen, or very slow. It may still
+      // write, so this wait goes on (a NIC's invalidation waits for its DMA); say whom for.
+      ClearDeadPins(registry, line);
+      const std::string who = LivePinners(registry, line);
+      if (!who.empty())
+        SV_LOG(kWarn, "%s: waiting %lld s for accesses in flight of live process(es) (%s pinning; stopped?)",
+               what.c_str(),
+               static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(now - start).count()),
+               who.c_str());
+      if (result.logged++ == 0) PinWaits().stalled.fetch_add(1, std::memory_order_relaxed);
+      next_log = now + std::chrono::milliseconds(kStallRelogMs);
+    }
+    Pause(spins);
   }
+  PinWaits().dead_cleared.fetch_add(result.dead_cleared, std::memory_order_relaxed);
+  if (result.waited) PinWaits().live_waits.fetch_add(1, std::memory_order_relaxed);
+  if (result.gave_up) PinWaits().gave_up.fetch_add(1, std::memory_order_relaxed);
   return result;
 }
 

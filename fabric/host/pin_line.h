@@ -34,9 +34,26 @@ static_assert(sizeof(PinLine) == 64);
 // What a wait for a line's pins did.
 struct PinWait {
   uint32_t dead_cleared = 0;  // pins of dead processes dropped (their words cleared)
-  bool gave_up = false;       // live pins still held after the limit: counted as gone
+  bool gave_up = false;       // live pins still held after an explicit limit: counted as gone
   bool waited = false;        // live pins were waited for
+  uint32_t logged = 0;        // times the wait logged the live pinners it was waiting for
 };
+
+// What this process's waits did so far, every line together (tests, `softverbs status`).
+struct PinWaitCounters {
+  std::atomic<uint64_t> dead_cleared{0};  // pins of dead processes dropped without waiting
+  std::atomic<uint64_t> live_waits{0};    // waits that found live pins
+  std::atomic<uint64_t> stalled{0};       // ... that still found them after kStallLogMs (logged)
+  std::atomic<uint64_t> gave_up{0};       // ... and stopped at an explicit limit
+};
+PinWaitCounters& PinWaits();
+
+// No limit: the wait lasts as long as a live pinner holds its pin (the default).
+inline constexpr int kWaitForever = -1;
+// A wait still going on after this long logs the pids it waits for, and again every
+// kStallRelogMs.
+inline constexpr int kStallLogMs = 1000;
+inline constexpr int kStallRelogMs = 10000;
 
 // Takes one pin for `pinner`; returns the word to release. Spins (yielding) only while the 8
 // words all count pins of other live processes, clearing dead ones.
@@ -49,8 +66,15 @@ uint32_t PinsHeld(const PinLine& line);
 // Clears the words of dead pinners; returns how many pins they held.
 uint32_t ClearDeadPins(HostRegistry& registry, PinLine& line);
 // Waits until the line holds no pin. Dead pinners are cleared at the first look, without
-// waiting; live ones are waited for, at most `limit_ms` (then logged with their pids, cleared,
-// and `gave_up`). `what` names the object for the log ("key slot 12").
-PinWait WaitUnpinned(HostRegistry& registry, PinLine& line, const std::string& what, int limit_ms = 1000);
+// waiting; live ones are waited for as long as they hold their pins -- a stopped process
+// (SIGSTOP, a debugger, a frozen cgroup) too: once the wait returns nobody can still be in an
+// access, as a NIC's invalidation does not return while its DMA may still write (issue 17 item
+// 1, docs/data-path.md "Guarantees"). A wait that lasts is logged with the pids it waits for
+// (after kStallLogMs, then every kStallRelogMs). `limit_ms` >= 0 bounds it (tests only): then
+// the live pins are cleared and `gave_up`. `what` names the verb and object for the log
+// ("ibv_dereg_mr(key slot 12)").
+PinWait WaitUnpinned(HostRegistry& registry, PinLine& line, const std::string& what, int limit_ms = kWaitForever);
+// Pids of the live processes holding pins on `line`, with their counts ("2 of pid 123").
+std::string LivePinners(HostRegistry& registry, const PinLine& line);
 
 }  // namespace softverbs::fabric

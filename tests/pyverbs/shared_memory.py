@@ -7,6 +7,8 @@ Commands of the child, besides agent.py's:
   qp(qpt, size, access, backing)  -> as agent.py's, the buffer on `backing`
   dereg(id)                       -> null: ibv_dereg_mr of the QP's buffer (the memory stays)
   unmap(id)                       -> null: munmap / shmdt of the buffer's memory, MR still registered
+  truncate(id, length)            -> null: ftruncate of the buffer's file (file, memfd), MR still registered
+  share(id)                       -> a new RC QP whose buffer is QP `id`'s (same MR): {id, qpn, rkey, ...}
   guards(id)                      -> whether the guard bytes around the MR are intact
   file_bytes(id, offset, length)  -> hex of the MR's bytes read from its file (pread), not memory
 """
@@ -15,6 +17,7 @@ import os
 
 import agent
 import base  # environment first
+import pyverbs.enums as e
 from pyverbs.mr import MR
 
 BACKINGS = ('file', 'memfd', 'sysv', 'private')
@@ -120,6 +123,15 @@ class SharedChild(agent.Child):
     def unmap(self, id):
         self.bufs[id].unmap()
 
+    def truncate(self, id, length):
+        os.ftruncate(self.bufs[id].fd, length)
+
+    def share(self, id):
+        self.peers.append(base.Peer(self.ctx, self.pd, e.IBV_QPT_RC))
+        self.bufs.append(self.bufs[id])
+        p, b = self.peers[-1], self.bufs[-1]
+        return {'id': len(self.peers) - 1, 'qpn': p.qpn, 'rkey': b.rkey, 'lkey': b.lkey, 'addr': b.addr}
+
     def guards(self, id):
         return self.bufs[id].guards_intact()
 
@@ -127,7 +139,7 @@ class SharedChild(agent.Child):
         return self.bufs[id].file_bytes(offset, length).hex()
 
     def close_all(self):
-        for b in self.bufs:
+        for b in {id(b): b for b in self.bufs}.values():  # a shared buffer once
             b.close()
 
 

@@ -284,6 +284,26 @@ class KilledPeerTest(ProcessTestCase):
         finally:
             base.stop_retries(me, waiter)
 
+    def test_small_sends_to_a_dead_receiver_are_not_delivered(self):
+        # Issue 17 item 4: SENDs small enough to land in the receiver's completion ring
+        # (docs/data-path.md, "Landing") were reported delivered into a receiver that had died.
+        # A dead NIC peer answers nothing: the first times out, the rest are flushed.
+        child = self.agent()
+        me, info = self.link(child, attrs=self.ATTRS)
+        buf = Buffer(self.pd, 64)
+        for i in range(40):
+            child.call('post_recv', id=info['id'], wr_id=100 + i, offset=0, length=64)
+        me.post_send(base.send_wr(e.IBV_WR_SEND, [buf.sge(0, 16)], wr_id=1))
+        self.assertWC(me.poll()[0], wr_id=1, status=OK)
+        child.kill()
+        time.sleep(0.05)  # more than the liveness period (fabric Peer::kLivenessPeriodMs)
+        for i in range(32):
+            me.post_send(base.send_wr(e.IBV_WR_SEND, [buf.sge(0, 16)], wr_id=10 + i))
+        wcs = me.poll(32, timeout=self.KILL_WAIT)
+        self.assertEqual([wc.wr_id for wc in wcs], list(range(10, 42)))
+        self.assertEqual(wcs[0].status, e.IBV_WC_RETRY_EXC_ERR)
+        self.assertEqual({wc.status for wc in wcs[1:]}, {e.IBV_WC_WR_FLUSH_ERR})
+
     def test_rc_peer_sigkilled_then_a_new_process(self):
         # The survivor was the responder only: its sends to the dead peer fail with
         # RETRY_EXC_ERR, and a new process creates QPs and talks to it.

@@ -4,6 +4,7 @@ mapping of its own and memcpy; private memory through process_vm_writev/readv. E
 opcode must put exactly the right bytes in exactly the right place, keys are checked as always,
 and a deregistered key is refused."""
 import random
+import time
 import unittest
 
 import base
@@ -162,6 +163,77 @@ class SharedBackingTest(base.DataTestCase):
                 if status == OK:
                     self.assertEqual(
                         bytes.fromhex(self.child.call('file_bytes', id=cid, offset=200, length=100)), data)
+
+
+class SharedBackingFaultTest(base.DataTestCase):
+    """Issue 17: the owner of a shared-backed MR dies (item 2) or truncates its file (item 9)
+    while an initiator reaches the file through a mapping of its own."""
+
+    ATTRS = {'timeout': 4, 'retry_cnt': 1}  # no answer: RETRY_EXC_ERR after 2 x 67 us
+    KILL_WAIT = 2.0
+    LIVENESS = 0.05  # more than Peer::kLivenessPeriodMs plus a coarse clock tick
+
+    def setUp(self):
+        super().setUp()
+        self.child = SharedAgent()
+        self.addCleanup(self.child.close)
+
+    def links(self, backing, n):
+        """`n` QPs here, each connected to a child QP of its own, all child QPs on one child
+        buffer of `backing` (one MR). Returns (peers, a local buffer, the first child QP's info)."""
+        first = self.child.call('qp', qpt=RC, size=8192, backing=backing)
+        infos = [first] + [self.child.call('share', id=first['id']) for _ in range(n - 1)]
+        peers = []
+        for info in infos:
+            me = base.Peer(self.ctx, self.pd, RC).connect(info['qpn'], **self.ATTRS)
+            self.child.call('connect', id=info['id'], remote_qpn=me.qpn)
+            peers.append(me)
+        buf = SharedBuffer(self.pd, 8192, backing='private')
+        self.addCleanup(buf.close)
+        # One access first: the initiator maps the child's file (the path under test).
+        peers[0].post_send(base.send_wr(e.IBV_WR_RDMA_WRITE, [buf.sge(0, 64)], wr_id=1,
+                                        rdma=(first['rkey'], first['addr'])))
+        self.assertWC(peers[0].poll()[0], wr_id=1, status=OK)
+        return peers, buf, first
+
+    def post(self, me, buf, info, opcode):
+        atomic = opcode == e.IBV_WR_ATOMIC_FETCH_AND_ADD
+        me.post_send(base.send_wr(opcode, [buf.sge(0, 8 if atomic else 5000)], wr_id=2,
+                                  rdma=None if atomic else (info['rkey'], info['addr']),
+                                  atomic=(info['rkey'], info['addr'], 1, 0) if atomic else None))
+
+    OPS = (e.IBV_WR_RDMA_WRITE, e.IBV_WR_RDMA_READ, e.IBV_WR_ATOMIC_FETCH_AND_ADD)
+
+    def test_a_dead_owner_of_a_memfd_is_not_answered(self):
+        """Item 2: a NIC peer whose process died has its QPs destroyed; the initiator's
+        WRITE / READ / atomic then times out (IBV_WC_RETRY_EXC_ERR), never SUCCESS, although
+        the memfd stays mapped in the initiator."""
+        peers, buf, info = self.links('memfd', len(self.OPS))
+        self.child.kill()
+        time.sleep(self.LIVENESS)
+        for me, opcode in zip(peers, self.OPS):
+            with self.subTest(opcode=opcode):
+                buf.write(b'\x33' * 5000)
+                before = buf.snapshot()
+                self.post(me, buf, info, opcode)
+                self.assertWC(me.poll(timeout=self.KILL_WAIT)[0], wr_id=2,
+                              status=e.IBV_WC_RETRY_EXC_ERR, qp_num=me.qpn)
+                self.assertEqual(buf.snapshot(), before)  # a READ or atomic brought nothing
+
+    def test_a_file_truncated_under_its_registration_is_an_error_not_a_crash(self):
+        """Item 9: the owner shrinks the file of its MR; the initiator's copies through its
+        mapping would raise SIGBUS in the initiator. They complete IBV_WC_REM_OP_ERR instead
+        (the target cannot complete the operation), and both processes live on."""
+        for backing in ('file', 'memfd'):
+            with self.subTest(backing=backing):
+                peers, buf, info = self.links(backing, len(self.OPS))
+                self.child.call('truncate', id=info['id'], length=0)
+                for me, opcode in zip(peers, self.OPS):
+                    with self.subTest(opcode=opcode):
+                        self.post(me, buf, info, opcode)
+                        self.assertWC(me.poll()[0], wr_id=2, status=e.IBV_WC_REM_OP_ERR)
+                self.assertIsInstance(self.child.call('state', id=info['id']), int)  # alive
+
 
 if __name__ == '__main__':
     unittest.main()

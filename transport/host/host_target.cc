@@ -3,24 +3,30 @@
 #include <atomic>
 
 #include "base/event_fd.h"
+#include "base/log.h"
+#include "fabric/host/fault_guard.h"
 #include "fabric/host/token_lock.h"
 #include "transport/host/mapped_copy.h"
 #include "transport/indirect_key.h"
 
 namespace softverbs::transport {
 
-bool HostTarget::Pin(QpEndpoint* e, uint32_t qpn) {
-  // Pin first, then check: the owner clears qp_num before it waits for the pins to drain.
-  e->users.fetch_add(1, std::memory_order_acq_rel);
-  if (e->qp_num == qpn) return true;
-  e->users.fetch_sub(1, std::memory_order_acq_rel);
-  return false;
+std::atomic<uint64_t>* HostTarget::Pin(fabric::LocalProcess& local, QpEndpoint* e, uint32_t qpn) {
+  // Pin first, then check: the owner clears qp_num (and fences) before it waits for the pins to
+  // drain. The pin is counted per process, so one of a process that dies here is dropped by the
+  // owner at once instead of stalling ibv_destroy_qp (issue 17 item 5).
+  std::atomic<uint64_t>* word = fabric::Pin(local.registry(), e->users, local.pinner_id());
+  if (std::atomic_ref<uint32_t>(e->qp_num).load(std::memory_order_seq_cst) == qpn) return word;
+  fabric::Unpin(word, local.pinner_id());
+  return nullptr;
 }
 
 Result<HostTarget> HostTarget::Find(fabric::LocalProcess& local, uint32_t qpn, PeerHint* hint) {
   fabric::HostRegistry& registry = local.registry();
-  // QP numbers are host-table slots plus 0x100 (core::QpnOfSlot).
-  if (qpn < 0x100 || qpn - 0x100 >= registry.qps().count()) return Status(ENOENT, "no such QP number");
+  // QP numbers are host-table slots plus 0x100 (core::QpnOfSlot). A number from a peer beyond
+  // the table's extent was never a QP, and reading its slot would allocate a page of the sparse
+  // registry (docs/data-path.md, "Sized by use").
+  if (qpn < 0x100 || qpn - 0x100 >= registry.qps().extent()) return Status(ENOENT, "no such QP number");
   auto& slot = registry.qps().slot(qpn - 0x100);
   auto& entry = fabric::EntryOf<fabric::QpEntry>(slot);
   if (entry.qp_num.load(std::memory_order_acquire) != qpn) return Status(ENOENT, "no QP with that number");
@@ -28,8 +34,10 @@ Result<HostTarget> HostTarget::Find(fabric::LocalProcess& local, uint32_t qpn, P
   const fabric::SharedRef block = entry.block;
   if (process_slot == local.slot()) {
     auto* e = static_cast<QpEndpoint*>(local.At(block));
-    if (!Pin(e, qpn)) return Status(ENOENT, "no QP with that number");
-    return HostTarget(local, process_slot, nullptr, e);
+    if (e == nullptr) return Status(ENOENT, "the QP's endpoint is unreachable");
+    auto* word = Pin(local, e, qpn);
+    if (word == nullptr) return Status(ENOENT, "no QP with that number");
+    return HostTarget(local, process_slot, qpn, nullptr, e, word);
   }
   std::shared_ptr<fabric::Peer> peer;
   const uint64_t token = registry.processes().slot(process_slot).owner.load(std::memory_order_acquire);
@@ -41,11 +49,23 @@ Result<HostTarget> HostTarget::Find(fabric::LocalProcess& local, uint32_t qpn, P
     peer = std::move(found.value());
     if (hint != nullptr) *hint = {token, peer};
   }
+  // A process that died keeps its registry entries until they are reclaimed, and its memory
+  // mapped here stays writable (a shared-backed registration, a landing in its CQ ring): its
+  // QPs must stop answering as a dead NIC peer's do (issue 17 items 2 and 3).
+  if (!peer->AliveRecently()) return Status(ENOENT, "the QP's process died");
   auto at = peer->At(block, registry);
   if (!at.ok()) return Status(ENOENT, "the QP's endpoint is unreachable: " + at.status().rule());
   auto* e = static_cast<QpEndpoint*>(at.value());
-  if (!Pin(e, qpn)) return Status(ENOENT, "no QP with that number");
-  return HostTarget(local, process_slot, std::move(peer), e);
+  auto* word = Pin(local, e, qpn);
+  if (word == nullptr) return Status(ENOENT, "no QP with that number");
+  return HostTarget(local, process_slot, qpn, std::move(peer), e, word);
+}
+
+bool HostTarget::Revoked(const PinnedPieces& remote) const {
+  if (std::atomic_ref<uint32_t>(endpoint_->qp_num).load(std::memory_order_acquire) != qpn_) return true;
+  for (size_t i = 0; i < remote.pin_count(); ++i)
+    if (remote.pin(i).Withdrawn(local_->registry())) return true;
+  return false;
 }
 
 Status HostTarget::CopyV(bool write, const iovec* local, size_t nl, const iovec* remote, size_t nr) const {
@@ -64,14 +84,29 @@ Status HostTarget::Move(bool write, const iovec* local, size_t nl, const PinnedP
   // memcpy through a mapping when the target's memory is a shared file it registered
   // (transport/host/mapped_copy.h), process_vm_writev/readv otherwise. The one place where bytes
   // of another process move.
-  if (MappedPieces mapped; mapped.Map(local_->registry(), fabric::BackingMaps::ForThisProcess(), peer_.get(), remote)) {
-    CopyMapped(write, local, nl, mapped.data(), mapped.size());
-    return Status::Ok();
+  // Either way in bounded chunks, stopping when the access is revoked (mapped_copy.h).
+  auto revoked = [this, &remote] { return Revoked(remote); };
+  fabric::BackingMaps& maps = fabric::BackingMaps::ForThisProcess();
+  if (MappedPieces mapped; mapped.Map(local_->registry(), maps, peer_.get(), remote)) {
+    Status s = CopyBounded(local, nl, mapped.data(), mapped.size(),
+                           [write](const iovec* l, size_t ln, const iovec* m, size_t mn) {
+                             return CopyMapped(write, l, ln, m, mn);
+                           },
+                           revoked);
+    if (s.code() == EFAULT) {
+      // IBA 9.7.5.2.4-like: the target's memory is not there; the initiator gets an error
+      // completion, never a SIGBUS (issue 17 item 9). Map the file again next time.
+      SV_LOG(kError, "RDMA %s at qp 0x%x of pid %d: %s", write ? "write" : "read", qpn_,
+             peer_->process().token().pid(), s.rule().c_str());
+      mapped.Forget(maps);
+    }
+    return s;
   }
-  return CopyInChunks(local, nl, remote.data(), remote.size(),
-                      [this, write](const iovec* l, size_t ln, const iovec* r, size_t rn) {
-                        return CopyV(write, l, ln, r, rn);
-                      });
+  return CopyBounded(local, nl, remote.data(), remote.size(),
+                     [this, write](const iovec* l, size_t ln, const iovec* r, size_t rn) {
+                       return CopyV(write, l, ln, r, rn);
+                     },
+                     revoked);
 }
 
 Result<uint64_t> HostTarget::AtomicUpdate(const PinnedPieces& remote, uint64_t (*op)(uint64_t, const void*),
@@ -84,12 +119,29 @@ Result<uint64_t> HostTarget::AtomicUpdate(const PinnedPieces& remote, uint64_t (
                          local_->token());
   // The word through a mapping of the target's shared backing, if it has one (the same lock).
   MappedPieces mapped;
-  if (mapped.Map(local_->registry(), fabric::BackingMaps::ForThisProcess(), peer_.get(), remote)) {
-    std::atomic_ref<uint64_t> word(*static_cast<uint64_t*>(mapped.data()[0].iov_base));
-    const uint64_t value = word.load(std::memory_order_acquire);
-    const uint64_t next = op(value, arg);
-    if (next != value) word.store(next, std::memory_order_release);
-    return value;
+  fabric::BackingMaps& maps = fabric::BackingMaps::ForThisProcess();
+  if (mapped.Map(local_->registry(), maps, peer_.get(), remote)) {
+    // Under the SIGBUS guard (the file may have shrunk): plain data only inside it.
+    struct Rmw {
+      uint64_t* word;
+      uint64_t (*op)(uint64_t, const void*);
+      const void* arg;
+      uint64_t value;
+    } rmw{static_cast<uint64_t*>(mapped.data()[0].iov_base), op, arg, 0};
+    const bool done = fabric::RunGuarded(
+        [](void* p) {
+          auto& m = *static_cast<Rmw*>(p);
+          std::atomic_ref<uint64_t> word(*m.word);
+          m.value = word.load(std::memory_order_acquire);
+          const uint64_t next = m.op(m.value, m.arg);
+          if (next != m.value) word.store(next, std::memory_order_release);
+        },
+        &rmw);
+    if (done) return rmw.value;
+    mapped.Forget(maps);
+    SV_LOG(kError, "atomic at qp 0x%x of pid %d: the owner's file no longer holds the word (truncated under the "
+           "registration)", qpn_, peer_->process().token().pid());
+    return Status(EFAULT, "the owner's file no longer holds the registered word");
   }
   uint64_t value = 0;
   iovec mine{&value, 8};

@@ -10,6 +10,7 @@
 
 #include "base/status.h"
 #include "fabric/host/host_directory.h"
+#include "fabric/host/pin_line.h"
 #include "transport/qp_endpoint.h"
 #include "transport/target_qp.h"
 
@@ -25,14 +26,15 @@ struct PeerHint {
 class HostTarget final : public TargetQp {
  public:
   HostTarget(HostTarget&& o) noexcept
-      : local_(o.local_), process_slot_(o.process_slot_), peer_(std::move(o.peer_)),
-        endpoint_(std::exchange(o.endpoint_, nullptr)) {}
+      : local_(o.local_), process_slot_(o.process_slot_), qpn_(o.qpn_), peer_(std::move(o.peer_)),
+        endpoint_(std::exchange(o.endpoint_, nullptr)), users_word_(std::exchange(o.users_word_, nullptr)) {}
   HostTarget& operator=(HostTarget&&) = delete;
   HostTarget(const HostTarget&) = delete;
   ~HostTarget() override { Release(); }
 
   // The QP numbered `qpn` on this host; ENOENT if there is none (never created, destroyed, or
-  // its process died).
+  // its process died -- seen within Peer::kLivenessPeriodMs, without a system call per work
+  // request: a NIC peer's QPs vanish with its process, and the requester then times out).
   static Result<HostTarget> Find(fabric::LocalProcess& local, uint32_t qpn, PeerHint* hint = nullptr);
 
   QpEndpoint& endpoint() const override { return *endpoint_; }
@@ -48,21 +50,28 @@ class HostTarget final : public TargetQp {
   bool LandsInCompletion() const override { return peer_ != nullptr; }
 
  private:
-  HostTarget(fabric::LocalProcess& local, uint32_t slot, std::shared_ptr<fabric::Peer> peer, QpEndpoint* e)
-      : local_(&local), process_slot_(slot), peer_(std::move(peer)), endpoint_(e) {}
+  HostTarget(fabric::LocalProcess& local, uint32_t slot, uint32_t qpn, std::shared_ptr<fabric::Peer> peer,
+             QpEndpoint* e, std::atomic<uint64_t>* word)
+      : local_(&local), process_slot_(slot), qpn_(qpn), peer_(std::move(peer)), endpoint_(e), users_word_(word) {}
   void Release() {
-    if (endpoint_ != nullptr) endpoint_->users.fetch_sub(1, std::memory_order_acq_rel);
+    if (users_word_ != nullptr) fabric::Unpin(users_word_, local_->pinner_id());
+    users_word_ = nullptr;
     endpoint_ = nullptr;
   }
-  // Pins `e` for the life of this target; false if it no longer is QP `qpn`.
-  static bool Pin(QpEndpoint* e, uint32_t qpn);
+  // Pins `e` (its `users` line, per process: fabric/host/pin_line.h) for the life of this target;
+  // nullptr if it no longer is QP `qpn`.
+  static std::atomic<uint64_t>* Pin(fabric::LocalProcess& local, QpEndpoint* e, uint32_t qpn);
   // Copies into / out of the target process's memory (process_vm_writev / readv).
   Status CopyV(bool write, const iovec* local, size_t nl, const iovec* remote, size_t nr) const;
+  // A copy in progress must stop: a key it holds was withdrawn, or the QP is being destroyed.
+  bool Revoked(const PinnedPieces& remote) const;
 
   fabric::LocalProcess* local_;
   uint32_t process_slot_;
+  uint32_t qpn_;
   std::shared_ptr<fabric::Peer> peer_;  // null: the target is in this process
   QpEndpoint* endpoint_;
+  std::atomic<uint64_t>* users_word_;  // this process's word of the endpoint's `users` line
 };
 
 }  // namespace softverbs::transport

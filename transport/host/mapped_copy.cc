@@ -1,7 +1,10 @@
 #include "transport/host/mapped_copy.h"
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
+#include "fabric/host/fault_guard.h"
 #include "fabric/host/shared_backing.h"
 #include "transport/key_table.h"
 
@@ -61,23 +64,89 @@ bool MappedPieces::Map(fabric::HostRegistry& registry, fabric::BackingMaps& maps
   return true;
 }
 
-void CopyMapped(bool write, const iovec* local, size_t nl, const iovec* mapped, size_t nm) {
+void MappedPieces::Forget(fabric::BackingMaps& maps) const {
+  for (const auto& w : windows_) maps.Forget(w.get());
+}
+
+namespace {
+
+struct MappedCopy {
+  bool write;
+  const iovec* local;
+  size_t nl;
+  const iovec* mapped;
+  size_t nm;
+};
+
+// The guarded part: plain pointers and memmove only (a fault jumps out of it).
+void CopyMappedUnguarded(void* arg) {
+  const auto& c = *static_cast<const MappedCopy*>(arg);
   // Walk both lists in step, copying the overlap of the current pieces. memmove: a buffer of
   // the initiator may be a mapping of the same file.
   size_t li = 0, lo = 0, mi = 0, mo = 0;
-  while (li < nl && mi < nm) {
-    const size_t n = std::min(local[li].iov_len - lo, mapped[mi].iov_len - mo);
-    auto* l = static_cast<uint8_t*>(local[li].iov_base) + lo;
-    auto* m = static_cast<uint8_t*>(mapped[mi].iov_base) + mo;
-    if (write)
+  while (li < c.nl && mi < c.nm) {
+    const size_t n = std::min(c.local[li].iov_len - lo, c.mapped[mi].iov_len - mo);
+    auto* l = static_cast<uint8_t*>(c.local[li].iov_base) + lo;
+    auto* m = static_cast<uint8_t*>(c.mapped[mi].iov_base) + mo;
+    if (c.write)
       memmove(m, l, n);
     else
       memmove(l, m, n);
     lo += n;
     mo += n;
-    if (lo == local[li].iov_len) ++li, lo = 0;
-    if (mo == mapped[mi].iov_len) ++mi, mo = 0;
+    if (lo == c.local[li].iov_len) ++li, lo = 0;
+    if (mo == c.mapped[mi].iov_len) ++mi, mo = 0;
   }
+}
+
+}  // namespace
+
+Status CopyMapped(bool write, const iovec* local, size_t nl, const iovec* mapped, size_t nm) {
+  MappedCopy c{write, local, nl, mapped, nm};
+  if (fabric::RunGuarded(CopyMappedUnguarded, &c)) return Status::Ok();
+  return Status(EFAULT, "the owner's file no longer holds the registered range (truncated under the "
+                        "registration): SIGBUS caught in the copy");
+}
+
+Status CopyBoundedImpl(const iovec* local, size_t nl, const iovec* remote, size_t nr, ChunkCopyFn copy, void* cctx,
+                       RevokedFn revoked, void* rctx) {
+  const Status cancelled(ECANCELED, "the access was revoked while it copied (a key it uses was withdrawn, or "
+                                    "the target QP destroyed)");
+  if (revoked(rctx)) return cancelled;
+  size_t total = 0;
+  for (size_t i = 0; i < nr; ++i) total += remote[i].iov_len;
+  if (total <= kCopyChunkBytes && nl <= kMaxIov && nr <= kMaxIov) return copy(cctx, local, nl, remote, nr);
+  // Two cursors in step: each chunk takes up to kMaxIov pieces of either side and at most
+  // kCopyChunkBytes, cut where the shorter side runs out.
+  std::vector<iovec> lv, rv;
+  size_t li = 0, lo = 0, ri = 0, ro = 0;
+  for (bool first = true; li < nl && ri < nr; first = false) {
+    if (!first && revoked(rctx)) return cancelled;
+    lv.clear();
+    rv.clear();
+    size_t bytes = 0;
+    while (li < nl && ri < nr && lv.size() < kMaxIov && rv.size() < kMaxIov && bytes < kCopyChunkBytes) {
+      const size_t n = std::min({local[li].iov_len - lo, remote[ri].iov_len - ro, kCopyChunkBytes - bytes});
+      auto append = [](std::vector<iovec>& v, const iovec& base, size_t off, size_t len) {
+        uint8_t* p = static_cast<uint8_t*>(base.iov_base) + off;
+        if (!v.empty() && static_cast<uint8_t*>(v.back().iov_base) + v.back().iov_len == p)
+          v.back().iov_len += len;
+        else
+          v.push_back({p, len});
+      };
+      if (n > 0) {
+        append(lv, local[li], lo, n);
+        append(rv, remote[ri], ro, n);
+      }
+      bytes += n;
+      lo += n;
+      ro += n;
+      if (lo == local[li].iov_len) ++li, lo = 0;
+      if (ro == remote[ri].iov_len) ++ri, ro = 0;
+    }
+    if (!lv.empty()) SV_RETURN_IF_ERROR(copy(cctx, lv.data(), lv.size(), rv.data(), rv.size()));
+  }
+  return Status::Ok();
 }
 
 }  // namespace softverbs::transport

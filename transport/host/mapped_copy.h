@@ -4,6 +4,14 @@
 // instead of process_vm_writev/readv. Keys are resolved, checked and pinned exactly as for any
 // access (ResolveKey); only the way the bytes move changes, and the pins are held around it, so
 // once ibv_dereg_mr returns no access through the key touches the memory.
+//
+// Every copy of the same-host fabric, mapped or not, is bounded (CopyBounded): it moves at most
+// kCopyChunkBytes at a time and checks between chunks that it may go on (the keys it holds are
+// still published, the target QP still exists). A withdrawal waits for the pins of live
+// initiators however long they take (fabric/host/pin_line.h), so a stopped initiator can never
+// write after ibv_dereg_mr returned; the chunks make a running one let go within one chunk
+// (issue 17 item 1, docs/data-path.md "Guarantees"). Mapped copies run under a SIGBUS guard
+// (fabric/host/fault_guard.h): a file the owner truncated is an error, not a crash.
 #pragma once
 
 #include <sys/uio.h>
@@ -27,6 +35,8 @@ class MappedPieces {
   bool Map(fabric::HostRegistry& registry, fabric::BackingMaps& maps, fabric::Peer* peer, const PinnedPieces& remote);
   const iovec* data() const { return pieces_.data(); }
   size_t size() const { return pieces_.size(); }
+  // Drops this access's windows from `maps` (a copy through them faulted: the file shrank).
+  void Forget(fabric::BackingMaps& maps) const;
 
  private:
   std::vector<iovec> pieces_;
@@ -34,7 +44,35 @@ class MappedPieces {
 };
 
 // Copies `local` to (write) or from the mapped pieces `mapped`, in order; both describe the
-// same number of bytes.
-void CopyMapped(bool write, const iovec* local, size_t nl, const iovec* mapped, size_t nm);
+// same number of bytes. Under the SIGBUS guard: EFAULT if the mapping faulted (the owner's file
+// no longer holds the range), with the bytes before the fault copied.
+Status CopyMapped(bool write, const iovec* local, size_t nl, const iovec* mapped, size_t nm);
+
+// The most bytes one step of a copy moves before it checks again that it may go on: 256 KiB
+// is ~10 us of memcpy, so a withdrawal waits at most that long for a running initiator, and the
+// check (a load per key held) costs nothing next to it.
+inline constexpr size_t kCopyChunkBytes = 256 * 1024;
+
+// Copies between `local` and `remote` through `copy(lv, ln, rv, rn)` in chunks of at most
+// kCopyChunkBytes and kMaxIov pieces a side; before each chunk (the first too) `revoked()` is
+// asked, and ECANCELED is returned once it says so (the chunks before it stay copied).
+template <typename Copy, typename Revoked>
+Status CopyBounded(const iovec* local, size_t nl, const iovec* remote, size_t nr, Copy copy, Revoked revoked);
+
+using ChunkCopyFn = Status (*)(void*, const iovec*, size_t, const iovec*, size_t);
+using RevokedFn = bool (*)(void*);
+Status CopyBoundedImpl(const iovec* local, size_t nl, const iovec* remote, size_t nr, ChunkCopyFn copy, void* cctx,
+                       RevokedFn revoked, void* rctx);
+
+template <typename Copy, typename Revoked>
+Status CopyBounded(const iovec* local, size_t nl, const iovec* remote, size_t nr, Copy copy, Revoked revoked) {
+  return CopyBoundedImpl(
+      local, nl, remote, nr,
+      [](void* c, const iovec* l, size_t ln, const iovec* r, size_t rn) {
+        return (*static_cast<Copy*>(c))(l, ln, r, rn);
+      },
+      &copy, [](void* c) { return static_cast<bool>((*static_cast<Revoked*>(c))()); },
+      &revoked);
+}
 
 }  // namespace softverbs::transport
