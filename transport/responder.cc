@@ -36,9 +36,13 @@ void FailTarget(const TargetQp& t) {
   if (t.endpoint().async_fd >= 0) t.Signal(t.endpoint().async_fd, t.endpoint().async_tag);
 }
 
-// A copy that failed because the target process died is a target that does not answer; any
-// other failure is the target's fault (remote operational error).
-ReplyCode CopyFailed(const Status& s) { return s.code() == ESRCH ? ReplyCode::kNoAnswer : ReplyCode::kRemoteOp; }
+// A copy that failed because the target process died is a target that does not answer; one cut
+// short because its key was withdrawn meanwhile is a remote access error, as a NIC gives for a
+// key invalidated mid-transfer; any other failure is the target's (remote operational error).
+ReplyCode CopyFailed(const Status& s) {
+  if (s.code() == ESRCH) return ReplyCode::kNoAnswer;
+  return s.code() == ECANCELED ? ReplyCode::kRemoteAccess : ReplyCode::kRemoteOp;
+}
 
 // Completes a receive WQE on the target's receive CQ and wakes its channel if armed.
 template <typename Fill>

@@ -66,11 +66,11 @@ void InstallFaultGuard() {
 }
 
 bool RunGuarded(void (*fn)(void*), void* ctx) {
-  Guard& g = t_guard;
-  if (sigsetjmp(g.env, 0) != 0) return false;  // came back from a fault
-  g.armed = 1;
+  // No local survives the jump (-Wclobbered): the thread's guard is named afresh each time.
+  if (sigsetjmp(t_guard.env, 0) != 0) return false;  // came back from a fault
+  t_guard.armed = 1;
   fn(ctx);
-  g.armed = 0;
+  t_guard.armed = 0;
   return true;
 }
 

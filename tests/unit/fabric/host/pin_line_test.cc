@@ -27,6 +27,7 @@ class PinLineTest : public ::testing::Test {
       kill(pid, SIGKILL);
       waitpid(pid, nullptr, 0);
     }
+    delete registry_;
     shm_unlink(name_.c_str());
   }
   PinLine& line() { return registry_->key_pins(0); }
