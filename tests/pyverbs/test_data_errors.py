@@ -498,3 +498,59 @@ class DestroyTest(unittest.TestCase):
         r = base.run_python(DESTROY_WHILE_RETRYING, timeout=60)
         self.assertEqual(r.returncode, 0, f'child died: {r.returncode}; stderr: {r.stderr[-2000:]}')
         self.assertIn('survived', r.stdout)
+
+
+class TransportMismatchTest(ErrorTestCase):
+    """Issue 17 item 3: a NIC drops a packet whose transport is not its QP's (IBA 9.6.1.1). An RC
+    WRITE into a UC QP gets no answer (IBV_WC_RETRY_EXC_ERR); a UC WRITE into an RC QP is lost
+    (the UC sender only knows it sent it). Neither target's memory changes."""
+
+    def test_rc_write_into_a_uc_qp_is_not_answered(self):
+        a = base.Peer(self.ctx, self.pd, RC)
+        b = base.Peer(self.ctx, self.pd, UC)
+        a.connect(b.qpn, timeout=1, retry_cnt=1)
+        b.connect(a.qpn)
+        target = Buffer(self.pd, 64, base.ACCESS_ALL, fill=0x3c)
+        src = Buffer(self.pd, 64, fill=0x77)
+        before = target.snapshot()
+        a.post_send(base.send_wr(e.IBV_WR_RDMA_WRITE, [src.sge(0, 64)], wr_id=1,
+                                 rdma=(target.rkey, target.addr)))
+        self.assertWC(a.poll()[0], wr_id=1, status=e.IBV_WC_RETRY_EXC_ERR)
+        self.assertEqual(target.snapshot(), before)
+
+    def test_uc_write_into_an_rc_qp_is_lost(self):
+        a = base.Peer(self.ctx, self.pd, UC)
+        b = base.Peer(self.ctx, self.pd, RC)
+        a.connect(b.qpn)
+        b.connect(a.qpn)
+        target = Buffer(self.pd, 64, base.ACCESS_ALL, fill=0x3c)
+        src = Buffer(self.pd, 64, fill=0x77)
+        before = target.snapshot()
+        a.post_send(base.send_wr(e.IBV_WR_RDMA_WRITE, [src.sge(0, 64)], wr_id=2,
+                                 rdma=(target.rkey, target.addr)))
+        self.assertWC(a.poll()[0], wr_id=2, status=OK)
+        self.assertEqual(target.snapshot(), before)
+        self.assertEqual(base.STATE_NAMES[state(b)], base.STATE_NAMES[e.IBV_QPS_RTS])
+
+
+class InlineReadTest(ErrorTestCase):
+    """Issue 17 item 8: IBV_SEND_INLINE on an RDMA READ is ignored, as mlx5 does; an SGE outside
+    every MR completes IBV_WC_LOC_PROT_ERR -- never a crash copying it as inline data."""
+
+    def test_inline_read_with_an_unmapped_sge_is_a_local_protection_error(self):
+        a, b = self.pair()
+        target = Buffer(self.pd, 64, base.ACCESS_ALL, fill=0x3c)
+        local = Buffer(self.pd, 64, fill=0x77)
+        unmapped = base.SGE(0x10, 64, local.lkey)  # reading it as inline data would fault
+        a.post_send(base.send_wr(e.IBV_WR_RDMA_READ, [unmapped], wr_id=3, rdma=(target.rkey, target.addr),
+                                 flags=e.IBV_SEND_SIGNALED | e.IBV_SEND_INLINE))
+        self.assertWC(a.poll()[0], wr_id=3, status=e.IBV_WC_LOC_PROT_ERR)
+
+    def test_inline_read_of_a_registered_buffer_reads(self):
+        a, b = self.pair()
+        target = Buffer(self.pd, 64, base.ACCESS_ALL, fill=0x3c)
+        local = Buffer(self.pd, 64, fill=0x77)
+        a.post_send(base.send_wr(e.IBV_WR_RDMA_READ, [local.sge(0, 64)], wr_id=4, rdma=(target.rkey, target.addr),
+                                 flags=e.IBV_SEND_SIGNALED | e.IBV_SEND_INLINE))
+        self.assertWC(a.poll()[0], wr_id=4, status=OK)
+        self.assertEqual(local.read(0, 64), bytes([0x3c]) * 64)
