@@ -1,5 +1,6 @@
 #include "transport/requester.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "base/log.h"
@@ -176,10 +177,12 @@ void Requester::RunQueue() {
 
 void Requester::CarryQueued() {
   size_t i = 0;
-  while (i < queue_.size() && queue_[i].in_flight) ++i;
+  uint64_t psns = 0;  // spanned by what is in flight
+  for (; i < queue_.size() && queue_[i].in_flight; ++i) psns += queue_[i].packets;
   while (i < queue_.size() && !stopped_ && i < kMaxInFlight) {
     Pending& p = queue_[i];
     if (p.due > Clock::now()) return;
+    if (i > 0 && psns + p.packets > kMaxInFlightPsns) return;  // the oldest always goes
     const bool local_op = p.wr.opcode == WrOpcode::kDriver1 || p.wr.opcode == WrOpcode::kBindMw ||
                           p.wr.opcode == WrOpcode::kLocalInv;
     // Completions come in order (IBA 10.8.x): an operation that completes at once -- a local
@@ -193,6 +196,7 @@ void Requester::CarryQueued() {
     if (v.kind == Verdict::kInFlight) {
       p.in_flight = true;
       p.due = Clock::now() + AckTimeout(config_.completer.timeout);
+      psns += p.packets;
       ++i;
       continue;
     }
@@ -419,6 +423,7 @@ Verdict Requester::Execute(Pending& p) {
     p.psn = next_psn_;
     p.has_psn = true;
     const uint64_t packets = total == 0 ? 1 : (total + config_.path_mtu - 1) / config_.path_mtu;
+    p.packets = static_cast<uint32_t>(std::min<uint64_t>(packets, 0xffffff));
     next_psn_ = static_cast<uint32_t>((next_psn_ + packets) & 0xffffff);
   }
   r.psn = p.psn;

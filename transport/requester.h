@@ -79,12 +79,15 @@ class Requester final : private ReplySink {
     bool in_flight = false;  // carried, its reply not in yet (kPending)
     bool local_error = false;  // response bytes could not be written locally (IBA 10.6.3.1)
     uint64_t length = 0;   // the message's bytes (the completion's byte_len)
+    uint32_t packets = 1;  // the PSNs it takes
     std::vector<uint8_t> inline_copy;  // IBV_SEND_INLINE bytes, copied at post time
     RetryState retry;
     std::chrono::steady_clock::time_point due{};
   };
-  // Work requests a link may have in flight at once (rxe stalls at 128 unacknowledged PSNs).
+  // Work requests a link may have in flight at once, and the PSNs they may span: like rxe
+  // (RXE_MAX_UNACKED_PSNS, 128), so a burst of responses fits the receiver's socket buffer.
   static constexpr size_t kMaxInFlight = 64;
+  static constexpr uint32_t kMaxInFlightPsns = 128;
 
   Status Check(const SendWr& wr, uint32_t qp_state) const;
   // Appends `p` to the queue (under mu_), copying its inline bytes.

@@ -131,6 +131,10 @@ perftest() {
   src=$?
   check "$prog $* across namespaces (server rc=$src, client rc=$crc) :: $(grep -E '^ +[0-9]+ +[0-9]+ ' "$logs/client" | tail -1 | tr -s ' ')" \
     bash -c "[ $src -eq 0 ] && [ $crc -eq 0 ] && grep -qE '^ +[0-9]+ +[0-9]+ ' '$logs/client'"
+  if [ "$src" -ne 0 ] || [ "$crc" -ne 0 ]; then
+    sed 's/^/  server: /' "$logs/server" | tail -4
+    sed 's/^/  client: /' "$logs/client" | tail -4
+  fi
 }
 perftest ib_send_bw -n 500
 perftest ib_write_bw -n 500
