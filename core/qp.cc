@@ -207,10 +207,11 @@ Qp::~Qp() {
   entry.qp_num.store(0, std::memory_order_release);  // senders stop finding this QP
   QpEndpoint& e = endpoint();
   e.state.store(static_cast<uint32_t>(QpState::kReset), std::memory_order_release);
-  // Senders pin, then check qp_num (transport/host/host_target.cc); the fence orders this
-  // store before the reads of their pins below, so each either sees 0 or is waited for.
-  std::atomic_ref<uint32_t>(e.qp_num).store(0, std::memory_order_seq_cst);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // Senders pin, then check qp_num (transport/host/host_target.cc); a sequentially consistent
+  // read-modify-write (a full barrier, and one ThreadSanitizer understands, unlike a fence)
+  // orders this store before the reads of their pins below, so each either sees 0 or is waited
+  // for.
+  (void)std::atomic_ref<uint32_t>(e.qp_num).exchange(0, std::memory_order_seq_cst);
   // Deliveries in flight finish before the QP's memory and buffers are given back. Those of
   // senders that died are dropped at once; a live one (a stopped process too) is waited for,
   // logged with its pid: it could still write when it resumes (issue 17 items 1 and 5).
