@@ -95,6 +95,11 @@ struct Shrunk {
 };
 
 TEST(CopyMapped, ATruncatedFileIsAnErrorNotASignal) {
+#if defined(__SANITIZE_THREAD__)
+  // ThreadSanitizer wraps signal handlers and cannot leave one by siglongjmp from a synchronous
+  // fault; the release and ASan runs test this.
+  GTEST_SKIP() << "the fault guard's siglongjmp out of SIGBUS does not run under ThreadSanitizer";
+#endif
   fabric::InstallFaultGuard();
   Shrunk file;
   std::vector<uint8_t> mine(Shrunk::kBytes, 0x5a);
