@@ -31,8 +31,22 @@ struct WireResource {
 };
 inline constexpr uint32_t kWireResources = 16;
 
+// What a QP's responder saw on the wire (`softverbs status`): counted by whichever process of
+// the host received the packet, read by the QP's owner without the lock.
+struct WireResponderCounters {
+  std::atomic<uint64_t> packets{0};          // RC/UC requests that reached the QP
+  std::atomic<uint64_t> out_of_sequence{0};  // RC: a PSN ahead of the one expected (a gap)
+  std::atomic<uint64_t> duplicates{0};       // RC: a PSN already received (a retransmission)
+  std::atomic<uint64_t> acks{0};             // RC: ACKs sent (atomic ACKs are not counted)
+  std::atomic<uint64_t> naks_sequence{0};    // RC: PSN sequence error NAKs sent
+  std::atomic<uint64_t> naks_rnr{0};         // RC: RNR NAKs sent (no receive WQE)
+  std::atomic<uint64_t> naks_error{0};       // RC: invalid request / remote access / operational
+  std::atomic<uint64_t> dropped{0};          // UC: messages lost to a PSN gap (IBA 9.8.3)
+};
+
 struct WireReceive {
   fabric::RobustMutex lock;
+  WireResponderCounters counters;
   uint32_t msn;          // RC: messages completed (the AETH's MSN, IBA 9.7.5.1.2)
   uint32_t nak_sent;     // RC: a sequence NAK went out for the current gap (sent once, as rxe)
   uint32_t next_resource;

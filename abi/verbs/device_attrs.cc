@@ -74,7 +74,7 @@ ibv_port_attr PortAttr() {
   ibv_port_attr p{};
   p.state = IBV_PORT_ACTIVE;
   p.max_mtu = static_cast<ibv_mtu>(DeviceLimits::kMaxMtu);
-  p.active_mtu = static_cast<ibv_mtu>(DeviceLimits::kMaxMtu);
+  p.active_mtu = static_cast<ibv_mtu>(core::ActiveMtu());  // from the netdevs, as rxe
   p.gid_tbl_len = static_cast<int>(DeviceLimits::kGidTableLen);
   p.port_cap_flags = DeviceLimits::kPortCapFlags;
   static_assert(DeviceLimits::kPortCapFlags == (IBV_PORT_CM_SUP | IBV_PORT_IP_BASED_GIDS));

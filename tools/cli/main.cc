@@ -22,6 +22,7 @@
 #include "core/device.h"
 #include "tools/cli/sysfs_view.h"
 #include "fabric/host/host_registry.h"
+#include "fabric/host/process_channel.h"
 
 namespace softverbs::cli {
 namespace {
@@ -148,6 +149,32 @@ int Devices() {
   return 0;
 }
 
+// Each live process that carries RoCEv2 answers on its channel with its wire counters
+// (transport/wire/wire_fabric.h, Report; docs/wire.md). A process with no wire traffic has no
+// receive thread yet and does not answer: it is not listed.
+void WireStatus(fabric::HostRegistry& r) {
+  auto channel = fabric::ProcessChannel::OpenUnnamed();
+  if (!channel.ok()) {
+    printf("wire: %s\n", channel.status().rule().c_str());
+    return;
+  }
+  bool any = false;
+  const uint8_t question[] = {'r', 'e', 'p', 'o', 'r', 't'};
+  for (uint32_t slot = 0; slot < r.processes().extent(); ++slot) {
+    const uint64_t owner = r.processes().slot(slot).owner.load(std::memory_order_acquire);
+    if (owner == 0 || !fabric::ProcessToken(owner).IsAlive()) continue;
+    auto answer = (*channel)->Ask(r.name(), slot, question, 500);
+    if (!answer.ok()) continue;
+    if (!any) printf("wire (RoCEv2) by process:\n");
+    any = true;
+    std::string text = "  " + *answer;  // each line indented under the heading
+    for (size_t at = text.find('\n'); at != std::string::npos && at + 1 < text.size(); at = text.find('\n', at + 1))
+      text.insert(at + 1, "  ");
+    printf("%s", text.c_str());
+  }
+  if (!any) printf("wire (RoCEv2): no process of this host is on the wire\n");
+}
+
 int Status() {
   auto reg = fabric::HostRegistry::Get();
   if (!reg.ok()) {
@@ -183,6 +210,7 @@ int Status() {
     for (auto [pid, n] : live) printf(" pid %d: %d", pid, n);
     printf("\n");
   }
+  WireStatus(r);
   return 0;
 }
 

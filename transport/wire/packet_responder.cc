@@ -98,9 +98,11 @@ void PacketResponder::ReceiveUc(const TargetQp& t, const packet::ParsedPacket& p
   WireReceive& w = t.endpoint().wire;
   fabric::RobustLock lock(w.lock);
   const uint32_t psn = p.hdr.bth.psn;
+  w.counters.packets.fetch_add(1, std::memory_order_relaxed);
   // IBA 9.8.3: out of sequence, the message in progress is lost; a message start is taken at any
   // PSN and restarts the sequence (rxe check_psn, IB_QPT_UC).
   if (!info.starts_message() && (w.message == 0 || psn != w.epsn)) {
+    if (w.message != 0) w.counters.dropped.fetch_add(1, std::memory_order_relaxed);
     w.message = 0;
     return;
   }
@@ -110,7 +112,10 @@ void PacketResponder::ReceiveUc(const TargetQp& t, const packet::ParsedPacket& p
     return;
   }
   w.epsn = (psn + 1) & packet::kPsnMask;
-  if (info.starts_message() && w.message != 0) w.message = 0;  // the previous message never ended
+  if (info.starts_message() && w.message != 0) {  // the previous message never ended
+    w.counters.dropped.fetch_add(1, std::memory_order_relaxed);
+    w.message = 0;
+  }
   iovec piece;
   const Request r = RequestOf(p, e, &piece);
   if (!LengthFits(info, p.payload.size(), e.mtu)) {

@@ -16,7 +16,6 @@ constexpr uint32_t kRc = 2;
 constexpr uint32_t kRtr = 2, kSqe = 5;
 constexpr uint32_t kSendInProgress = 1, kWriteInProgress = 2;
 constexpr uint32_t kReadResource = 1, kAtomicResource = 2;
-constexpr size_t kMaxPacket = 4096 + 128;
 
 int32_t PsnDiff(uint32_t a, uint32_t b) { return static_cast<int32_t>((a - b) << 8) >> 8; }
 
@@ -54,10 +53,21 @@ class Packet {
     r.length = p_.payload.size();
     return r;
   }
-  void Send(std::span<const uint8_t> bytes) { (void)path_.send(bytes); }
+  void Send(std::span<const uint8_t> bytes) {
+    const iovec one{const_cast<uint8_t*>(bytes.data()), bytes.size()};
+    (void)path_.send({&one, 1});
+  }
   void Ack(uint8_t syn, uint32_t psn) {
+    Count(syn);
     uint8_t buffer[64];
     if (auto n = BuildAck(e_.dest_qp_num, psn, syn, w_.msn, path_.flow, buffer); n.ok()) Send({buffer, *n});
+  }
+  void Count(uint8_t syn) {
+    WireResponderCounters& c = w_.counters;
+    const uint8_t kind = syn & 0x60;  // IBA 9.7.5.2.1: AETH syndrome bits 6:5 (00 ACK, 01 RNR, 11 NAK)
+    auto& n = kind == 0 ? c.acks : kind == syndrome::kRnr ? c.naks_rnr
+              : syn == syndrome::kPsnSequence ? c.naks_sequence : c.naks_error;
+    n.fetch_add(1, std::memory_order_relaxed);
   }
   // A NAK with an error syndrome: the message is lost and the QP enters ERR (the responder's
   // own failure already moved it there, IBA 9.9.3.1).
@@ -174,9 +184,20 @@ void Packet::ReadRequest(bool duplicate) {
     w_.epsn = (p_.hdr.bth.psn + packets) & packet::kPsnMask;
     ++w_.msn;  // C9-148: a READ counts when it is received
   }
-  uint8_t buffer[kMaxPacket];
-  (void)BuildReadResponse(e_.dest_qp_num, p_.hdr.bth.psn, w_.msn, data, mtu, path_.flow, buffer,
-                          [this](std::span<const uint8_t> bytes) { return path_.send(bytes); });
+  // Built in batches in this thread's arena, each sent in as few system calls as the kernel
+  // allows (GSO), as the requester's messages are (transport/wire/wire_link.cc).
+  constexpr size_t kBatch = 64;
+  thread_local std::vector<uint8_t> arena(kBatch * kPacketSlot);
+  for (uint32_t first = 0; first < packets; first += kBatch) {
+    const size_t n = std::min<size_t>(kBatch, packets - first);
+    size_t lengths[kBatch];
+    if (!BuildReadResponsePackets(e_.dest_qp_num, p_.hdr.bth.psn, w_.msn, data, mtu, path_.flow, first, arena,
+                                  {lengths, n}).ok())
+      return;
+    iovec datagrams[kBatch];
+    for (size_t i = 0; i < n; ++i) datagrams[i] = {arena.data() + i * kPacketSlot, lengths[i]};
+    if (!path_.send({datagrams, n}).ok()) return;  // lost: the requester reads again
+  }
 }
 
 void Packet::Atomic() {
@@ -225,6 +246,8 @@ void Packet::Receive() {
   const uint32_t state = e_.state.load(std::memory_order_acquire);
   if (e_.type != kRc || e_.dct || state < kRtr || state > kSqe) return;  // IBA 10.3.1: not receiving
   const int32_t diff = PsnDiff(p_.hdr.bth.psn, w_.epsn);
+  w_.counters.packets.fetch_add(1, std::memory_order_relaxed);
+  if (diff != 0) (diff > 0 ? w_.counters.out_of_sequence : w_.counters.duplicates).fetch_add(1, std::memory_order_relaxed);
   if (diff > 0) {  // a gap: one sequence NAK naming the PSN expected (IBA 9.7.5.1.1; rxe)
     if (!w_.nak_sent) Ack(syndrome::kPsnSequence, w_.epsn);
     w_.nak_sent = 1;

@@ -7,6 +7,8 @@
 // State: the endpoint's WireReceive, under its lock (transport/qp_endpoint.h).
 #pragma once
 
+#include <sys/uio.h>
+
 #include <functional>
 #include <span>
 
@@ -17,10 +19,11 @@
 namespace softverbs::transport {
 
 // Where the responder's packets go: built for `flow` (this host's address to the requester's),
-// sent by `send`.
+// sent by `send` (datagrams, one built packet each, in order: a READ response's packets leave
+// in batches).
 struct ResponsePath {
   fabric::packet::IpUdpInfo flow;
-  std::function<Status(std::span<const uint8_t>)> send;
+  std::function<Status(std::span<const iovec>)> send;
 };
 
 class RcResponder {

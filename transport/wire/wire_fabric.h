@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -25,6 +26,8 @@
 #include "base/status.h"
 #include "base/unique_fd.h"
 #include "fabric/host/host_directory.h"
+#include "fabric/host/process_channel.h"
+#include "fabric/packet/packet.h"
 #include "fabric/packet/pcap.h"
 #include "fabric/wire/udp_port.h"
 
@@ -39,7 +42,9 @@ struct WireCounters {
   std::atomic<uint64_t> icrc_errors{0};  // ICRC mismatch: dropped, as rxe and NICs do
   std::atomic<uint64_t> unknown_qp{0};   // DestQP names no QP of this host
   std::atomic<uint64_t> unsupported{0};  // a transport softverbs does not carry on the wire yet
-  std::atomic<uint64_t> misdelivered{0}; // a response for a QP of another process of this host
+  std::atomic<uint64_t> forwarded{0};    // a response for a QP of another process of this host,
+                                         // forwarded to it (the kernel picked this member)
+  std::atomic<uint64_t> misdelivered{0}; // a response no live requester of this host waits for
 };
 
 class WireLink;
@@ -55,12 +60,27 @@ class WireFabric {
   void Listen(std::span<const Gid16> gids);
   // Sends one datagram (a built RoCEv2 packet) from `sgid`'s address to `dgid`'s port 4791.
   Status Send(const Gid16& sgid, const Gid16& dgid, std::span<const iovec> pieces);
+  // Sends `datagrams` (one built packet each, in order) from `sgid` to `dgid`: runs of equal
+  // sizes leave in one UDP_SEGMENT system call (fabric/wire/udp_port.h). A full socket buffer is
+  // waited for (a NIC's queue back-pressures its sender), up to a few milliseconds.
+  Status SendBatch(const Gid16& sgid, const Gid16& dgid, std::span<const iovec> datagrams);
 
   // The link of this process's RC QP `qpn` gets the responses addressed to it.
   void Register(uint32_t qpn, WireLink* link);
   void Unregister(uint32_t qpn, WireLink* link);
 
+  // Busy polling (docs/wire.md): handles what is pending on this process's ports without
+  // blocking, in the caller's thread; ibv_poll_cq calls it on an empty CQ, so an application
+  // that spins on its CQ takes its datagrams itself and the receive thread is not woken for
+  // them. False if nothing was pending. SOFTVERBS_WIRE_POLL=0 turns it off.
+  bool PollOnce();
+  // This process's fabric once it receives on some port, else nullptr: one load, for the
+  // empty-CQ path of processes that never touch the wire.
+  static WireFabric* Receiving();
+
   const WireCounters& counters() const { return counters_; }
+  // This process's report for `softverbs status`: the device's counters and each wire QP's.
+  std::string Report();
   // The UDP port every member binds: 4791, or SOFTVERBS_ROCE_PORT (tests on one namespace).
   static uint16_t RocePort();
 
@@ -69,23 +89,39 @@ class WireFabric {
     Gid16 gid{};
     std::mutex mu;  // UdpPort is used by one thread at a time: senders and the receive thread
     std::unique_ptr<fabric::wire::UdpPort> udp;
+    // Receiving and handling: one thread at a time (the receive thread or a busy poller), so a
+    // port's datagrams are handled in the order they arrived. Taken before `mu`.
+    std::mutex rx_mu;
+    std::vector<uint8_t> storage;  // the receive batch's buffers, under rx_mu
   };
   explicit WireFabric(fabric::LocalProcess& local);
   Port* Find(const Gid16& gid);
-  // Sends from `port`'s socket to `to` (a response goes back to where its request came from).
-  Status SendTo(const Port& port, const fabric::wire::UdpAddress& to, std::span<const iovec> pieces);
+  // Sends `datagrams` (one packet each, in order) from `port`'s socket to `to` (a response goes
+  // back to where its request came from), waiting out a full socket buffer for a while.
+  Status SendDatagrams(Port& port, const fabric::wire::UdpAddress& to, std::span<const iovec> datagrams);
   // SOFTVERBS_PCAP: records one packet of the flow src -> dst.
   void Record(const Gid16& src, const Gid16& dst, uint16_t src_port, std::span<const uint8_t> packet);
   void Run();
+  // Receives one batch on `port` and handles it; `wait`: for the port's receive lock (the
+  // receive thread), else give up if another thread is receiving (a busy poller).
+  size_t Drain(Port& port, bool wait);
   // One received datagram, from `from` to this port's address.
   void Deliver(std::span<const uint8_t> datagram, const fabric::wire::UdpAddress& from, const Port& to);
+  // A response for RC requester `qpn`: to its link here, or forwarded to its process.
+  void DeliverResponse(const fabric::packet::ParsedPacket& p, std::span<const uint8_t> datagram,
+                       uint32_t owner_slot);
+  // What arrived on this process's channel: forwarded responses, and questions.
+  void ServeChannel();
 
   fabric::LocalProcess& local_;
+  const uint32_t generation_;  // the process incarnation (fork) this fabric belongs to
   std::mutex mu_;  // ports_
   std::vector<std::unique_ptr<Port>> ports_;
   std::vector<Gid16> refused_;  // addresses whose port could not be joined (explained once)
   std::mutex links_mu_;
   std::unordered_map<uint32_t, WireLink*> links_;  // RC requesters by QP number
+  // Other processes of the host forward here, and `softverbs status` asks here (docs/wire.md).
+  std::unique_ptr<fabric::ProcessChannel> channel_;
   std::unique_ptr<fabric::packet::PcapWriter> pcap_;  // SOFTVERBS_PCAP=<file> ("%p": the pid)
   UniqueFd epoll_;
   std::thread thread_;
