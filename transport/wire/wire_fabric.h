@@ -125,6 +125,7 @@ class WireFabric {
   std::unique_ptr<fabric::packet::PcapWriter> pcap_;  // SOFTVERBS_PCAP=<file> ("%p": the pid)
   UniqueFd epoll_;
   std::thread thread_;
+  std::atomic<uint64_t> polls_{0};  // busy polls so far (the receive thread watches it)
   WireCounters counters_;
 };
 
