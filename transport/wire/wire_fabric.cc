@@ -90,9 +90,12 @@ Gid16 GidOfAddress(const UdpAddress& a) {
 }
 
 uint16_t WireFabric::RocePort() {
-  const char* env = getenv("SOFTVERBS_ROCE_PORT");
-  const long port = env != nullptr ? strtol(env, nullptr, 10) : 0;
-  return port > 0 && port < 65536 ? static_cast<uint16_t>(port) : fabric::wire::kRoceV2Port;
+  static const uint16_t port = [] {  // read once: every packet sent and received asks
+    const char* env = getenv("SOFTVERBS_ROCE_PORT");
+    const long p = env != nullptr ? strtol(env, nullptr, 10) : 0;
+    return p > 0 && p < 65536 ? static_cast<uint16_t>(p) : fabric::wire::kRoceV2Port;
+  }();
+  return port;
 }
 
 WireFabric& WireFabric::Get(fabric::LocalProcess& local) {
