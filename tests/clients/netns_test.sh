@@ -152,14 +152,16 @@ check "softverbs status shows the target QP's responder counters (packets, ACKs)
   bash -c "grep -qE 'qp 0x[0-9a-f]+ responder packets=[1-9][0-9]* .*acks=[1-9]' '$logs/status-a'"
 
 # perftest <program> [args]: server and client exit 0 and the client prints its result row.
+# REVERSE=1: the server in namespace b, the client in a.
 perftest() {
-  local prog=$1 port server src crc
+  local prog=$1 port server src crc sns=$ns_a cns=$ns_b sgid=$gid_a cgid=$gid_b saddr=10.77.0.1
   shift
+  [ "${REVERSE:-0}" = 1 ] && sns=$ns_b cns=$ns_a sgid=$gid_b cgid=$gid_a saddr=10.77.0.2
   port=$(free_port)
-  ip netns exec "$ns_a" timeout 60 "$prog" -d softverbs0 -x "$gid_a" -p "$port" "$@" >"$logs/server" 2>&1 &
+  ip netns exec "$sns" timeout 60 "$prog" -d softverbs0 -x "$sgid" -p "$port" "$@" >"$logs/server" 2>&1 &
   server=$!
   sleep 0.5
-  ip netns exec "$ns_b" timeout 60 "$prog" -d softverbs0 -x "$gid_b" -p "$port" "$@" 10.77.0.1 >"$logs/client" 2>&1
+  ip netns exec "$cns" timeout 60 "$prog" -d softverbs0 -x "$cgid" -p "$port" "$@" "$saddr" >"$logs/client" 2>&1
   crc=$?
   wait "$server"
   src=$?
@@ -180,6 +182,9 @@ perftest ib_read_lat -n 200
 perftest ib_atomic_lat -n 200
 perftest ib_write_bw -n 300 -c UC
 perftest ib_send_bw -n 300 -c UD
+perftest ib_write_bw -n 200 -q 4
+perftest ib_send_bw -n 200 -b
+REVERSE=1 perftest ib_read_bw -n 200 -q 2
 
 # An ordinary 1500-byte Ethernet MTU: the port reports IBV_MTU_1024 as rxe does (1500 - 80 bytes
 # of headers, rounded down), so perftest, which takes the port's MTU, sends packets that fit.

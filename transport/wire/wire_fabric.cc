@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <poll.h>
+#include <time.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
@@ -247,29 +248,37 @@ void WireFabric::Record(const Gid16& src, const Gid16& dst, uint16_t src_port, s
   if (pcap_->Append(FlowOf(src, dst, src_port, RocePort()), packet).ok()) (void)pcap_->Flush();
 }
 
+namespace {
+int64_t MonotonicNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // vDSO: no system call
+  return ts.tv_sec * 1000000000ll + ts.tv_nsec;
+}
+// A poller that polled this recently is spinning on its CQ and takes the datagrams itself.
+constexpr int64_t kSpinningNs = 30000;
+}  // namespace
+
 void WireFabric::Run() {
   epoll_event events[8];
-  uint64_t polls_seen = polls_.load(std::memory_order_relaxed);
   for (;;) {
     const int n = epoll_wait(epoll_.get(), events, 8, -1);
     // An application spinning on its CQ takes its datagrams itself (PollOnce). While one does,
     // this thread keeps out of its way -- on two cores, waking to race it for each datagram
-    // costs the spinner its core -- and only checks every 200 us that someone still polls.
-    // The channel (forwarded responses, questions) is this thread's alone: served either way.
-    const uint64_t polls = polls_.load(std::memory_order_relaxed);
-    const bool poller_active = polls != polls_seen;
-    polls_seen = polls;
+    // costs the spinner its core -- and looks again shortly. One that polls only now and then
+    // (ib_write_lat watches memory, not its CQ) is not waited for. The channel (forwarded
+    // responses, questions) is this thread's alone: served either way.
+    const bool spinning = MonotonicNs() - last_poll_ns_.load(std::memory_order_relaxed) < kSpinningNs;
     for (int i = 0; i < n; ++i) {
       if (events[i].data.ptr == nullptr) {
         ServeChannel();
         continue;
       }
-      if (poller_active) continue;
+      if (spinning) continue;
       auto* port = static_cast<Port*>(events[i].data.ptr);
       while (Drain(*port, /*wait=*/true) != 0) {
       }
     }
-    if (poller_active) usleep(200);  // pending datagrams wake epoll_wait at once: checked again
+    if (spinning) usleep(50);  // datagrams still pending wake epoll_wait at once: looked at again
   }
 }
 
@@ -302,7 +311,7 @@ WireFabric* WireFabric::Receiving() {
 }
 
 bool WireFabric::PollOnce() {
-  polls_.fetch_add(1, std::memory_order_relaxed);  // tells the receive thread a poller is active
+  last_poll_ns_.store(MonotonicNs(), std::memory_order_relaxed);  // the receive thread watches it
   Port* ports[8];
   size_t count = 0;
   {

@@ -125,7 +125,7 @@ class WireFabric {
   std::unique_ptr<fabric::packet::PcapWriter> pcap_;  // SOFTVERBS_PCAP=<file> ("%p": the pid)
   UniqueFd epoll_;
   std::thread thread_;
-  std::atomic<uint64_t> polls_{0};  // busy polls so far (the receive thread watches it)
+  std::atomic<int64_t> last_poll_ns_{0};  // the last busy poll (CLOCK_MONOTONIC; the thread watches it)
   WireCounters counters_;
 };
 
