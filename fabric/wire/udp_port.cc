@@ -183,6 +183,14 @@ Result<int> UdpPort::SenderFor(uint16_t src_port) {
   return raw;
 }
 
+uint16_t UdpPort::UsableSourcePort(uint16_t wanted) {
+  Result<int> fd = SenderFor(wanted);
+  if (fd.ok()) return wanted;
+  SV_LOG(kDebug, "softverbs0: RoCEv2 source port %u on %s is unavailable (%s): sending from %u", wanted,
+         local_.ToString().c_str(), fd.status().rule().c_str(), local_.port());
+  return local_.port();
+}
+
 Status UdpPort::Send(const UdpAddress& dest, uint16_t src_port, std::span<const iovec> pieces) {
   const TxDatagram one{&dest, src_port, pieces};
   Result<size_t> n = SendBatch(std::span<const TxDatagram>(&one, 1));

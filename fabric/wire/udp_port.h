@@ -82,6 +82,9 @@ class UdpPort {
   // Regenerates the group's program from the table and attaches it (after QPNs change owner).
   Status Resteer();
 
+  // `wanted` if datagrams can leave from that source port (its sender socket is bound now), else
+  // the port's own (taken by someone this user cannot share with; logged once).
+  uint16_t UsableSourcePort(uint16_t wanted);
   Status Send(const UdpAddress& dest, uint16_t src_port, std::span<const iovec> pieces);
   // Sends a prefix of `batch` (sendmmsg; runs of equal-size datagrams to one destination as one
   // UDP_SEGMENT send); returns how many were sent (the rest: try again).

@@ -97,6 +97,13 @@ if command -v tshark >/dev/null; then
   # Each side sends and receives at least 20 UD SEND_ONLY packets (opcode 0x64): 80 records.
   check "tshark dissects the captures as UD SEND_ONLY packets ($sends records in $(ls "$logs"/ud-*.pcap | wc -l) files)" \
     test "$sends" -ge 80
+  # Source ports spread QPs over 0xc000.. (as rxe's, for ECMP); the destination is always 4791.
+  entropy=0
+  for f in "$logs"/ud-*.pcap; do
+    n=$(timeout 60 tshark -n -r "$f" -Y 'udp.srcport >= 49152 && udp.dstport == 4791' 2>/dev/null | wc -l)
+    entropy=$((entropy + n))
+  done
+  check "the packets leave from a per-QP source port >= 0xc000 to port 4791 ($entropy records)" test "$entropy" -ge 80
 fi
 
 # SOFTVERBS_FAULTS corrupts every datagram the server receives: the ICRC check drops each one

@@ -60,7 +60,12 @@ class Packet {
   void Ack(uint8_t syn, uint32_t psn) {
     Count(syn);
     uint8_t buffer[64];
-    if (auto n = BuildAck(e_.dest_qp_num, psn, syn, w_.msn, path_.flow, buffer); n.ok()) Send({buffer, *n});
+    auto n = BuildAck(e_.dest_qp_num, psn, syn, w_.msn, path_.flow, buffer);
+    if (!n.ok()) return;
+    if (syn == syndrome::kAck && path_.coalesce_ack)
+      path_.coalesce_ack({buffer, *n});
+    else
+      Send({buffer, *n});
   }
   void Count(uint8_t syn) {
     WireResponderCounters& c = w_.counters;

@@ -24,6 +24,10 @@ namespace softverbs::transport {
 struct ResponsePath {
   fabric::packet::IpUdpInfo flow;
   std::function<Status(std::span<const iovec>)> send;
+  // Optional: takes a plain ACK that may be held and replaced by a later ACK of the same QP until
+  // the receive batch ends (ACK coalescing: an ACK acknowledges every request up to its PSN, IBA
+  // 9.7.5.1.1). NAKs, RNR NAKs, READ responses and atomic ACKs always go through `send`.
+  std::function<void(std::span<const uint8_t>)> coalesce_ack;
 };
 
 class RcResponder {

@@ -179,7 +179,15 @@ WireFabric::Port* WireFabric::Find(const Gid16& gid) {
   return nullptr;
 }
 
-Status WireFabric::Send(const Gid16& sgid, const Gid16& dgid, std::span<const iovec> pieces) {
+uint16_t WireFabric::SourcePortFor(const Gid16& sgid, uint32_t qpn) {
+  Port* port = Find(sgid);
+  if (port == nullptr) return RocePort();
+  const uint16_t wanted = static_cast<uint16_t>(0xc000 | ((qpn * 0x9e3779b1u) >> 26));
+  std::lock_guard lock(port->mu);
+  return port->udp->UsableSourcePort(wanted);
+}
+
+Status WireFabric::Send(const Gid16& sgid, const Gid16& dgid, std::span<const iovec> pieces, uint16_t src_port) {
   // One datagram gathered from `pieces`.
   Port* port = Find(sgid);
   if (port == nullptr)
@@ -187,29 +195,32 @@ Status WireFabric::Send(const Gid16& sgid, const Gid16& dgid, std::span<const io
   const UdpAddress to = AddressOfGid(dgid, RocePort());
   {
     std::lock_guard lock(port->mu);
-    SV_RETURN_IF_ERROR(port->udp->Send(to, 0, pieces));
+    SV_RETURN_IF_ERROR(port->udp->Send(to, src_port, pieces));
   }
   counters_.sent.fetch_add(1, std::memory_order_relaxed);
   if (pcap_ != nullptr && pieces.size() == 1)
-    Record(sgid, dgid, RocePort(), {static_cast<const uint8_t*>(pieces[0].iov_base), pieces[0].iov_len});
+    Record(sgid, dgid, src_port != 0 ? src_port : RocePort(),
+           {static_cast<const uint8_t*>(pieces[0].iov_base), pieces[0].iov_len});
   return Status::Ok();
 }
 
-Status WireFabric::SendBatch(const Gid16& sgid, const Gid16& dgid, std::span<const iovec> datagrams) {
+Status WireFabric::SendBatch(const Gid16& sgid, const Gid16& dgid, std::span<const iovec> datagrams,
+                             uint16_t src_port) {
   Port* port = Find(sgid);
   if (port == nullptr)
     return Status(ENETUNREACH, "no RoCEv2 port on " + GidString(sgid) + " (the source GID of the address vector)");
-  return SendDatagrams(*port, AddressOfGid(dgid, RocePort()), datagrams);
+  return SendDatagrams(*port, AddressOfGid(dgid, RocePort()), datagrams, src_port);
 }
 
-Status WireFabric::SendDatagrams(Port& port, const UdpAddress& to, std::span<const iovec> datagrams) {
+Status WireFabric::SendDatagrams(Port& port, const UdpAddress& to, std::span<const iovec> datagrams,
+                                 uint16_t src_port) {
   constexpr size_t kMax = 64;
   fabric::wire::TxDatagram batch[kMax];
   size_t done = 0;
   Status result = Status::Ok();
   for (int waits = 0; done < datagrams.size();) {
     const size_t n = std::min(kMax, datagrams.size() - done);
-    for (size_t i = 0; i < n; ++i) batch[i] = {&to, 0, datagrams.subspan(done + i, 1)};
+    for (size_t i = 0; i < n; ++i) batch[i] = {&to, src_port, datagrams.subspan(done + i, 1)};
     Result<size_t> sent = 0;
     {
       std::lock_guard lock(port.mu);
@@ -229,7 +240,8 @@ Status WireFabric::SendDatagrams(Port& port, const UdpAddress& to, std::span<con
   counters_.sent.fetch_add(done, std::memory_order_relaxed);
   if (pcap_ != nullptr)
     for (const iovec& d : datagrams.first(done))
-      Record(port.gid, GidOfAddress(to), RocePort(), {static_cast<const uint8_t*>(d.iov_base), d.iov_len});
+      Record(port.gid, GidOfAddress(to), src_port != 0 ? src_port : RocePort(),
+             {static_cast<const uint8_t*>(d.iov_base), d.iov_len});
   return result;
 }
 
@@ -300,7 +312,31 @@ size_t WireFabric::Drain(Port& port, bool wait) {
   }
   if (!got.ok()) return 0;
   for (size_t s = 0; s < *got; ++s) Deliver({slots[s].buf, slots[s].length}, slots[s].source, port);
+  SendHeldAcks(port);
   return *got;
+}
+
+void WireFabric::HoldAck(Port& port, const UdpAddress& to, std::span<const uint8_t> ack) {
+  if (ack.size() > sizeof(Port::HeldAck::bytes) || ack.size() < 8) return;
+  const uint32_t qpn = uint32_t{ack[5]} << 16 | uint32_t{ack[6]} << 8 | ack[7];  // BTH DestQP (IBA 9.2)
+  Port::HeldAck* held = nullptr;
+  for (auto& h : port.held_acks)
+    if (h.qpn == qpn && h.to == to) held = &h;
+  if (held == nullptr) {
+    held = &port.held_acks.emplace_back();
+    held->to = to;
+    held->qpn = qpn;
+  }
+  memcpy(held->bytes, ack.data(), ack.size());
+  held->length = ack.size();
+}
+
+void WireFabric::SendHeldAcks(Port& port) {
+  for (const auto& h : port.held_acks) {
+    const iovec one{const_cast<uint8_t*>(h.bytes), h.length};
+    (void)SendDatagrams(port, h.to, {&one, 1});  // a lost ACK is made up by the next one or a retry
+  }
+  port.held_acks.clear();
 }
 
 WireFabric* WireFabric::Receiving() {
@@ -442,7 +478,11 @@ void WireFabric::Deliver(std::span<const uint8_t> datagram, const UdpAddress& fr
     path.flow = FlowOf(to.gid, source, RocePort(), RocePort());
     const UdpAddress back = AddressOfGid(source, RocePort());
     Port& port = const_cast<Port&>(to);
-    path.send = [this, &port, &back](std::span<const iovec> datagrams) { return SendDatagrams(port, back, datagrams); };
+    path.send = [this, &port, &back](std::span<const iovec> datagrams) {
+      SendHeldAcks(port);  // responses leave in the order they were made
+      return SendDatagrams(port, back, datagrams);
+    };
+    path.coalesce_ack = [this, &port, &back](std::span<const uint8_t> ack) { HoldAck(port, back, ack); };
     return RcResponder::Receive(*target, *parsed, path);
   }
   WireRequest w;

@@ -58,12 +58,16 @@ class WireFabric {
   // link-local addresses are this host's alone). Idempotent; an address whose port is taken by
   // another owner is skipped, and the reason logged once.
   void Listen(std::span<const Gid16> gids);
+  // The UDP source port of QP `qpn`'s packets from `sgid`: one of 64 ports from 0xc000 chosen by
+  // the QP number, as rxe spreads its QPs over 0xc000-0xffff (rxe_qp.c), so routers hashing the
+  // 5-tuple spread the QPs (ECMP); 4791 if that port is unavailable. The ICRC covers it.
+  uint16_t SourcePortFor(const Gid16& sgid, uint32_t qpn);
   // Sends one datagram (a built RoCEv2 packet) from `sgid`'s address to `dgid`'s port 4791.
-  Status Send(const Gid16& sgid, const Gid16& dgid, std::span<const iovec> pieces);
+  Status Send(const Gid16& sgid, const Gid16& dgid, std::span<const iovec> pieces, uint16_t src_port = 0);
   // Sends `datagrams` (one built packet each, in order) from `sgid` to `dgid`: runs of equal
   // sizes leave in one UDP_SEGMENT system call (fabric/wire/udp_port.h). A full socket buffer is
   // waited for (a NIC's queue back-pressures its sender), up to a few milliseconds.
-  Status SendBatch(const Gid16& sgid, const Gid16& dgid, std::span<const iovec> datagrams);
+  Status SendBatch(const Gid16& sgid, const Gid16& dgid, std::span<const iovec> datagrams, uint16_t src_port = 0);
 
   // The link of this process's RC QP `qpn` gets the responses addressed to it.
   void Register(uint32_t qpn, WireLink* link);
@@ -93,18 +97,31 @@ class WireFabric {
     // port's datagrams are handled in the order they arrived. Taken before `mu`.
     std::mutex rx_mu;
     std::vector<uint8_t> storage;  // the receive batch's buffers, under rx_mu
+    // ACKs held until the receive batch ends, one per requester QP (the latest): under rx_mu.
+    struct HeldAck {
+      fabric::wire::UdpAddress to;
+      uint32_t qpn = 0;
+      uint8_t bytes[64];
+      size_t length = 0;
+    };
+    std::vector<HeldAck> held_acks;
   };
   explicit WireFabric(fabric::LocalProcess& local);
   Port* Find(const Gid16& gid);
   // Sends `datagrams` (one packet each, in order) from `port`'s socket to `to` (a response goes
   // back to where its request came from), waiting out a full socket buffer for a while.
-  Status SendDatagrams(Port& port, const fabric::wire::UdpAddress& to, std::span<const iovec> datagrams);
+  Status SendDatagrams(Port& port, const fabric::wire::UdpAddress& to, std::span<const iovec> datagrams,
+                       uint16_t src_port = 0);
   // SOFTVERBS_PCAP: records one packet of the flow src -> dst.
   void Record(const Gid16& src, const Gid16& dst, uint16_t src_port, std::span<const uint8_t> packet);
   void Run();
   // Receives one batch on `port` and handles it; `wait`: for the port's receive lock (the
   // receive thread), else give up if another thread is receiving (a busy poller).
   size_t Drain(Port& port, bool wait);
+  // ACK coalescing (under the port's rx_mu): holds `ack` for requester `to` in place of an older
+  // one for the same QP; sends what is held (before any other response, and at a batch's end).
+  void HoldAck(Port& port, const fabric::wire::UdpAddress& to, std::span<const uint8_t> ack);
+  void SendHeldAcks(Port& port);
   // One received datagram, from `from` to this port's address.
   void Deliver(std::span<const uint8_t> datagram, const fabric::wire::UdpAddress& from, const Port& to);
   // A response for RC requester `qpn`: to its link here, or forwarded to its process.

@@ -61,14 +61,18 @@ Reply WireLink::Carry(const Request& r) {
              "another host is not sent", r.src_qp, r.dest_qp);
     return silence;
   }
+  const Gid16 sgid = ToGid(r.addressing->sgid), dgid = ToGid(r.addressing->dgid);
   if (qpn_ == 0) {  // responses (RC) and `softverbs status` (all) find the link by its QP
     qpn_ = r.src_qp;
     fabric_.Register(qpn_, this);
   }
-  const Gid16 sgid = ToGid(r.addressing->sgid), dgid = ToGid(r.addressing->dgid);
+  if (src_port_ == 0 || sgid != src_port_gid_) {
+    src_port_ = fabric_.SourcePortFor(sgid, r.src_qp);
+    src_port_gid_ = sgid;
+  }
   packet::IpUdpInfo flow = IsIpv4MappedGid(sgid.data())
-                               ? packet::IpUdpInfo::V4(sgid.data() + 12, dgid.data() + 12, WireFabric::RocePort())
-                               : packet::IpUdpInfo::V6(sgid.data(), dgid.data(), WireFabric::RocePort());
+                               ? packet::IpUdpInfo::V4(sgid.data() + 12, dgid.data() + 12, src_port_)
+                               : packet::IpUdpInfo::V6(sgid.data(), dgid.data(), src_port_);
   flow.dst_port = WireFabric::RocePort();
   flow.traffic_class = r.addressing->traffic_class;
   Status s = Status::Ok();
@@ -82,7 +86,7 @@ Reply WireLink::Carry(const Request& r) {
     if (built.ok()) {
       const iovec piece{buffer, *built};
       counters_.packets.fetch_add(1, std::memory_order_relaxed);
-      s = fabric_.Send(sgid, dgid, {&piece, 1});
+      s = fabric_.Send(sgid, dgid, {&piece, 1}, src_port_);
     }
   } else {
     s = SendMessage(r, flow, sgid, dgid);  // UC: no acknowledgement follows (IBA 9.8)
@@ -120,7 +124,7 @@ Status WireLink::SendRc(const Request& r, const packet::IpUdpInfo& flow) {
   auto send = [&](std::span<const uint8_t> p) {
     const iovec piece{const_cast<uint8_t*>(p.data()), p.size()};
     counters_.packets.fetch_add(1, std::memory_order_relaxed);
-    return fabric_.Send(sgid, dgid, {&piece, 1});
+    return fabric_.Send(sgid, dgid, {&piece, 1}, src_port_);
   };
   Result<size_t> one = 0;
   switch (r.opcode) {
@@ -151,7 +155,7 @@ Status WireLink::SendMessage(const Request& r, const packet::IpUdpInfo& flow, co
     iovec datagrams[kBatch];
     for (size_t i = 0; i < n; ++i) datagrams[i] = {arena.data() + i * kPacketSlot, lengths[i]};
     counters_.packets.fetch_add(n, std::memory_order_relaxed);
-    SV_RETURN_IF_ERROR(fabric_.SendBatch(sgid, dgid, {datagrams, n}));
+    SV_RETURN_IF_ERROR(fabric_.SendBatch(sgid, dgid, {datagrams, n}, src_port_));
   }
   return Status::Ok();
 }

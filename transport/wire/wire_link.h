@@ -75,6 +75,8 @@ class WireLink final : public Link {
   std::mutex mu_;
   std::deque<Outstanding> outstanding_;
   std::atomic<bool> explained_{false};
+  uint16_t src_port_ = 0;  // this QP's UDP source port from src_port_gid_ (WireFabric::SourcePortFor)
+  Gid16 src_port_gid_{};
   uint32_t next_psn_ = 0;  // RC: the PSN after the last one sent (tells retransmissions apart)
   bool sent_any_ = false;
   WireRequesterCounters counters_;
