@@ -37,7 +37,7 @@ struct WireResponderCounters {
   std::atomic<uint64_t> packets{0};          // RC/UC requests that reached the QP
   std::atomic<uint64_t> out_of_sequence{0};  // RC: a PSN ahead of the one expected (a gap)
   std::atomic<uint64_t> duplicates{0};       // RC: a PSN already received (a retransmission)
-  std::atomic<uint64_t> acks{0};             // RC: ACKs sent (atomic ACKs are not counted)
+  std::atomic<uint64_t> acks{0};             // RC: ACKs made (before coalescing; atomic ACKs not counted)
   std::atomic<uint64_t> naks_sequence{0};    // RC: PSN sequence error NAKs sent
   std::atomic<uint64_t> naks_rnr{0};         // RC: RNR NAKs sent (no receive WQE)
   std::atomic<uint64_t> naks_error{0};       // RC: invalid request / remote access / operational

@@ -326,6 +326,8 @@ void WireFabric::HoldAck(Port& port, const UdpAddress& to, std::span<const uint8
     held = &port.held_acks.emplace_back();
     held->to = to;
     held->qpn = qpn;
+  } else {
+    counters_.acks_coalesced.fetch_add(1, std::memory_order_relaxed);
   }
   memcpy(held->bytes, ack.data(), ack.size());
   held->length = ack.size();
@@ -415,8 +417,8 @@ std::string WireFabric::Report() {
     for (const auto& p : ports_) line(&out, "  port %s\n", p->udp->local().ToString().c_str());
   }
   line(&out, "  device sent=%llu received=%llu icrc_errors=%llu malformed=%llu unknown_qp=%llu unsupported=%llu "
-       "forwarded=%llu misdelivered=%llu\n", n(c.sent), n(c.received), n(c.icrc_errors), n(c.malformed),
-       n(c.unknown_qp), n(c.unsupported), n(c.forwarded), n(c.misdelivered));
+       "forwarded=%llu misdelivered=%llu acks_coalesced=%llu\n", n(c.sent), n(c.received), n(c.icrc_errors),
+       n(c.malformed), n(c.unknown_qp), n(c.unsupported), n(c.forwarded), n(c.misdelivered), n(c.acks_coalesced));
   std::lock_guard lock(links_mu_);
   for (const auto& [qpn, link] : links_) {
     const WireRequesterCounters& r = link->counters();

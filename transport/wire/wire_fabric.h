@@ -45,6 +45,7 @@ struct WireCounters {
   std::atomic<uint64_t> forwarded{0};    // a response for a QP of another process of this host,
                                          // forwarded to it (the kernel picked this member)
   std::atomic<uint64_t> misdelivered{0}; // a response no live requester of this host waits for
+  std::atomic<uint64_t> acks_coalesced{0};  // ACKs not sent: a later ACK of the same batch covered them
 };
 
 class WireLink;
