@@ -20,7 +20,6 @@
 # the namespace are removed by the names chosen here. Usage: rxe_interop_test.sh <build dir>
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-source "$here/../clients/common.sh"
 source "$here/guest.sh"
 build=${1:?build dir}
 if [ "$(id -u)" -ne 0 ]; then
@@ -69,7 +68,9 @@ ip -n "$ns" addr add "$host_ip/24" dev "$tap"
 # Session helpers in the guest's shell: wait until a TCP port listens; rxe's counters as name=value.
 guest_run 5 'listening() { for _ in $(seq 200); do netstat -ltn | grep -q ":$1 " && return 0; sleep 0.1; done; return 1; }
 counters() { cd /sys/class/infiniband/rxe0/ports/1/hw_counters && grep . * | sed "s/:/=/"; cd /; }'
-ggid=$(guest_run 20 'grep -l "ffff:0a4e:0002$" /sys/class/infiniband/rxe0/ports/1/gids/* | head -1' | sed 's|.*/||')
+# rxe's GID table in sysfs: the IPv4-mapped GID of the guest's address, e.g. ...:ffff:0a4e:0002.
+ghex=$(IFS=.; set -- $guest_ip; printf '%02x%02x:%02x%02x' "$1" "$2" "$3" "$4")
+ggid=$(guest_run 20 "grep -l 'ffff:$ghex\$' /sys/class/infiniband/rxe0/ports/1/gids/* | head -1" | sed 's|.*/||')
 hgid=$(ip netns exec "$ns" "$build/bin/softverbs" devices | sed -n "s/^ *GID\[ *\([0-9]*\)\] ::ffff:$host_ip\$/\1/p")
 check "GID indices of the IPv4 addresses: rxe0 ${ggid:-none}, softverbs0 ${hgid:-none}" test -n "$ggid" -a -n "$hgid"
 
@@ -186,9 +187,8 @@ done
 check "rxe saw no sequence gap and no error${bad:+ (${bad# })}" test -z "$bad"
 
 # --- 2% loss each way: netem on the guest's eth0, SOFTVERBS_FAULTS on softverbs' sends -----------
-guest_run 10 "/usr/sbin/tc qdisc add dev eth0 root netem loss 2%" >"$work/tc.log"
-check "netem drops 2% of what the guest sends ($(tr '\n' ' ' <"$work/tc.log"))" \
-  guest_run 10 "/usr/sbin/tc qdisc show dev eth0 | grep -q 'netem.*loss 2%'"
+guest_run 10 "/usr/sbin/tc qdisc add dev eth0 root netem loss 2% && /usr/sbin/tc qdisc show dev eth0" >"$work/tc.log"
+check "netem drops 2% of what the guest sends ($(head -1 "$work/tc.log"))" grep -q 'netem.*loss 2%' "$work/tc.log"
 export SOFTVERBS_FAULTS="tx:loss=2%,seed=12"
 mkdir -p "$work/pcap-loss"
 export SOFTVERBS_PCAP="$work/pcap-loss/%p.pcap"
