@@ -102,12 +102,15 @@ run_pair() {
     guest_run 30 "timeout 90 $gcmd >/tmp/server.log 2>&1 & echo \$! >/tmp/server.pid; listening $port" >/dev/null
     ip netns exec "$ns" timeout 90 $hcmd "$guest_ip" >"$hlog" 2>&1
     hrc=$?
+    # A client that failed leaves the server waiting for it: end it now, by its PID.
+    [ "$hrc" -eq 0 ] || guest_run 10 'kill $(cat /tmp/server.pid)' >/dev/null
     guest_run 100 'wait $(cat /tmp/server.pid); echo "@@rc=$?"; cat /tmp/server.log' >"$glog"
   else
     ip netns exec "$ns" timeout 90 $hcmd >"$hlog" 2>&1 &
     server=$!
     host_listening "$port"
     guest_run 100 "timeout 90 $gcmd $host_ip >/tmp/client.log 2>&1; echo \"@@rc=\$?\"; cat /tmp/client.log" >"$glog"
+    grep -q '^@@rc=0$' "$glog" || kill "$server" 2>/dev/null
     wait "$server"
     hrc=$?
   fi
