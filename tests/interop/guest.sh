@@ -1,6 +1,6 @@
 # Host side of the interop guest (sourced, not run; tests/interop/README.md).
 #
-#   guest_boot <image dir> <netns> <tap> <guest addr/prefix> <mtu> <work dir> <lifetime s>
+#   guest_boot <image dir> <netns> <tap> <guest addr/prefix> <guest IPv6 addr/prefix> <mtu> <work dir> <lifetime s>
 #       creates tap <tap> in <netns>, boots the guest under qemu (TCG) inside <netns> attached to
 #       it, and waits until the guest's init reports ready. GUEST_PID is qemu's `timeout` wrapper.
 #   guest_run <seconds> <shell command line>
@@ -14,11 +14,11 @@
 #       ends qemu by its PID and removes the tap by its name.
 #
 # The command channel is a virtio-serial port on a qemu `pipe` chardev: two FIFOs in <work dir>.
-GUEST_PID="" GUEST_IN="" GUEST_OUT="" GUEST_NS="" GUEST_TAP="" GUEST_LOST=/dev/null/none
+GUEST_PID="" GUEST_IN="" GUEST_OUT="" GUEST_NS="" GUEST_TAP="" GUEST_LOST=/dev/null/none GUEST_WORK=""
 
 guest_boot() {
-  local img=$1 ns=$2 tap=$3 addr=$4 mtu=$5 work=$6 lifetime=$7 line
-  GUEST_NS=$ns GUEST_TAP=$tap GUEST_LOST="$work/lost"
+  local img=$1 ns=$2 tap=$3 addr=$4 addr6=$5 mtu=$6 work=$7 lifetime=$8 line
+  GUEST_NS=$ns GUEST_TAP=$tap GUEST_LOST="$work/lost" GUEST_WORK=$work
   ip -n "$ns" tuntap add dev "$tap" mode tap || return 1
   ip -n "$ns" link set "$tap" mtu "$mtu" up || return 1
   mkfifo "$work/ctl.in" "$work/ctl.out" || return 1
@@ -27,7 +27,7 @@ guest_boot() {
   ip netns exec "$ns" timeout -s KILL "$lifetime" qemu-system-x86_64 \
     -accel tcg -m 512 -smp 1 -nodefaults -no-user-config -display none -no-reboot \
     -kernel "$img/vmlinux" -initrd "$img/initramfs.cpio" \
-    -append "console=ttyS0 loglevel=4 panic=-1 no_timer_check tsc=reliable cryptomgr.notests mitigations=off sv_addr=$addr sv_mtu=$mtu" \
+    -append "console=ttyS0 loglevel=4 panic=-1 no_timer_check tsc=reliable cryptomgr.notests mitigations=off sv_addr=$addr sv_addr6=$addr6 sv_mtu=$mtu" \
     -serial "file:$work/console.log" \
     -netdev "tap,id=n0,ifname=$tap,script=no,downscript=no" \
     -device "virtio-net-pci,netdev=n0,romfile=,mac=52:54:00:5f:00:02" \
@@ -37,11 +37,13 @@ guest_boot() {
   GUEST_PID=$!
   # Read-write opens of a FIFO never block, whether or not qemu has opened its end yet.
   exec {GUEST_OUT}<>"$work/ctl.out" {GUEST_IN}<>"$work/ctl.in"
-  while IFS= read -r -t 60 -u "$GUEST_OUT" line; do
+  # Bounded generously: on a machine busy with other builds the vCPU thread can starve for tens
+  # of seconds (the guest's watchdog then reports a soft lockup).
+  while IFS= read -r -t 180 -u "$GUEST_OUT" line; do
     case $line in "@@ready"*) return 0 ;; esac
   done
   touch "$GUEST_LOST"
-  echo "guest did not come up in 60 s; qemu:"; tail -5 "$work/qemu.log"; echo "console:"; tail -20 "$work/console.log"
+  echo "guest did not come up in 180 s; qemu:"; tail -5 "$work/qemu.log"; echo "console:"; tail -20 "$work/console.log"
   return 1
 }
 
@@ -59,7 +61,8 @@ guest_run() {
     left=$((deadline - SECONDS))
     if [ "$left" -le 0 ] || ! IFS= read -r -t "$left" -u "$GUEST_OUT" line; then
       touch "$GUEST_LOST"
-      echo "guest: no answer in ${limit} s to '$*'"
+      echo "guest: no answer in ${limit} s to '$*'; its console:"
+      tail -15 "$GUEST_WORK/console.log" | sed 's/^/  console: /'
       return 124
     fi
     case $line in

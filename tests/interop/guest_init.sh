@@ -15,6 +15,9 @@ done
 ip link set lo up
 ip link set eth0 mtu "$(arg sv_mtu)" up
 ip addr add "$(arg sv_addr)" dev eth0
+# No duplicate address detection: the address (and rxe's GID for it) is usable at once.
+echo 0 >/proc/sys/net/ipv6/conf/eth0/accept_dad
+ip -6 addr add "$(arg sv_addr6)" dev eth0
 rdma link add rxe0 type rxe netdev eth0 || echo "init: rdma link add failed" >/dev/console
 
 port=""
