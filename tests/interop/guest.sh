@@ -11,7 +11,8 @@
 #   guest_lost
 #       succeeds once a guest_run went unanswered (or the guest never came up).
 #   guest_stop
-#       ends qemu by its PID and removes the tap by its name.
+#       ends qemu by its PID (SIGTERM to its `timeout`, which passes it on), closes the FIFOs
+#       and removes the tap by its name.
 #
 # The command channel is a virtio-serial port on a qemu `pipe` chardev: two FIFOs in <work dir>.
 GUEST_PID="" GUEST_IN="" GUEST_OUT="" GUEST_NS="" GUEST_TAP="" GUEST_LOST=/dev/null/none GUEST_WORK=""
@@ -80,6 +81,8 @@ guest_stop() {
     wait "$GUEST_PID" 2>/dev/null
     GUEST_PID=""
   fi
+  [ -z "$GUEST_IN" ] || exec {GUEST_IN}>&- {GUEST_OUT}<&-
+  GUEST_IN="" GUEST_OUT=""
   [ -z "$GUEST_TAP" ] || ip -n "$GUEST_NS" link del "$GUEST_TAP" 2>/dev/null
   GUEST_TAP=""
 }
