@@ -44,7 +44,8 @@ for d in bin sbin lib lib64; do ln -s "usr/$d" "$root/$d"; done  # Debian 12's m
 
 # The kernel: vmlinuz is a bzImage around an xz stream (CONFIG_KERNEL_XZ); decompressing it here
 # spares the guest a slow decompression under TCG (the kernel's scripts/extract-vmlinux does the same).
-off=$(grep -abo $'\xfd7zXZ\x00' "/boot/vmlinuz-$krel" | head -1 | cut -d: -f1)
+# The xz magic (its trailing NUL left out: a shell string cannot hold it), bytes not characters.
+off=$(LC_ALL=C grep -abo $'\xfd7zXZ' "/boot/vmlinuz-$krel" | head -1 | cut -d: -f1)
 tail -c +$((off + 1)) "/boot/vmlinuz-$krel" | xz -dc 2>/dev/null >"$out/vmlinux.tmp" || true
 head -c 4 "$out/vmlinux.tmp" | grep -q 'ELF' || { echo "build_guest: cannot extract vmlinux" >&2; exit 1; }
 mv "$out/vmlinux.tmp" "$out/vmlinux"
