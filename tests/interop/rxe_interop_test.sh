@@ -5,7 +5,8 @@
 # clients; its eth0 is a tap device in a network namespace of this test, where softverbs runs
 # the same clients, unmodified. Both directions (rxe server / softverbs client and the reverse):
 # ibv_rc/uc/ud/srq_pingpong over the IPv4 GID; perftest ib_send_bw, ib_write_bw, ib_read_bw,
-# ib_atomic_bw, ib_send_lat, ib_write_lat (RC). Then RC again with 2% loss each way (netem on the
+# ib_atomic_bw, ib_send_lat, ib_write_lat (RC), ib_write_bw -c UC; RC and UD over IPv6 GIDs.
+# Then RC again with 2% loss each way (netem on the
 # guest's eth0, SOFTVERBS_FAULTS on softverbs' sends): both peers recover.
 #
 # Evidence beyond the clients' exit codes: softverbs records its packets (SOFTVERBS_PCAP) and
@@ -172,6 +173,7 @@ for dir in g2h h2g; do
   run_pair "RC atomics" "$dir" perftest ib_atomic_bw $bw -o 16
   run_pair "RC SEND latency" "$dir" perftest ib_send_lat -n 50 -u 18
   run_pair "RC WRITE latency" "$dir" perftest ib_write_lat -n 50 -u 18
+  run_pair "UC WRITE" "$dir" perftest ib_write_bw -n 50 -c UC
 done
 counters "$work/after"
 unset SOFTVERBS_PCAP
