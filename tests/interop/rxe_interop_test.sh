@@ -6,8 +6,8 @@
 # the same clients, unmodified. Both directions (rxe server / softverbs client and the reverse):
 # ibv_rc/uc/ud/srq_pingpong over the IPv4 GID; perftest ib_send_bw, ib_write_bw, ib_read_bw,
 # ib_atomic_bw, ib_send_lat, ib_write_lat (RC), ib_write_bw -c UC; RC and UD over IPv6 GIDs.
-# Then RC again with 2% loss each way (netem on the
-# guest's eth0, SOFTVERBS_FAULTS on softverbs' sends): both peers recover.
+# Then RC again with 2% loss each way (netem on the guest's eth0, SOFTVERBS_FAULTS on softverbs'
+# sends): both peers recover.
 #
 # Evidence beyond the clients' exit codes: softverbs records its packets (SOFTVERBS_PCAP) and
 # the guest reports rxe's counters (hw_counters in sysfs). Without loss, rxe's rcvd_pkts (what
