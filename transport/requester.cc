@@ -241,6 +241,13 @@ void Requester::OnReply(uint64_t ticket, const Reply& reply) {
   } else {
     if (v.kind == Verdict::kFailed) stopped_ = true;
     queue_.pop_front();
+    // An acknowledgement that leaves requests outstanding restarts their local ACK timer, as
+    // rxe re-arms its retransmission timer after each one (rxe_comp.c): the timeout measures
+    // the responder's silence, not the age of the next request: a responder that answers
+    // steadily, if slower than one timeout per window (rxe under emulation), is not sent the
+    // same requests again while its answers keep coming.
+    if (!stopped_ && !queue_.empty() && queue_.front().in_flight)
+      queue_.front().due = std::max(queue_.front().due, Clock::now() + AckTimeout(config_.completer.timeout));
   }
   RunQueue();
 }

@@ -329,6 +329,23 @@ TEST_F(AsyncRequesterTest, AtomicOriginalArrivesWithItsAcknowledgement) {
   EXPECT_EQ(qp_.completions[0].byte_len, 8u);
 }
 
+TEST_F(AsyncRequesterTest, AnAcknowledgementRestartsTheTimerOfWhatRemains) {
+  // rxe re-arms its retransmission timer on each ACK that leaves requests outstanding
+  // (rxe_comp.c): the next request's timeout counts from that ACK, not from when it was sent.
+  Configure(/*timeout=*/20);  // about 4 s: nothing expires during the test
+  ASSERT_TRUE(requester_.Post(Wr(1, WrOpcode::kSend), kRts).ok());
+  ASSERT_TRUE(requester_.Post(Wr(2, WrOpcode::kSend), kRts).ok());
+  ASSERT_EQ(wire_.count(), 2u);  // both in flight
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const auto before_ack = std::chrono::steady_clock::now();
+  wire_.sink->OnReply(wire_.at(0).ticket, Reply::Of(ReplyCode::kAck));
+  ASSERT_EQ(qp_.completions.size(), 1u);
+  // Progress() answers when the head (the second message) is next due: a full timeout after
+  // the acknowledgement, no earlier.
+  EXPECT_GE(requester_.Progress(), before_ack + transport::AckTimeout(20));
+  EXPECT_EQ(wire_.count(), 2u);
+}
+
 TEST_F(AsyncRequesterTest, SilenceEndsInRetryExceededAndFlushesTheRest) {
   // IBA 9.7.6.1.3: sent once, retried retry_cnt times; each attempt waits its timeout (8 us).
   Configure(/*timeout=*/1, /*retry_cnt=*/2);
