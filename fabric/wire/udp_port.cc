@@ -68,7 +68,7 @@ Status ConfigureRoceSocket(int fd, const UdpAddress& local) {
 
 UdpPort::UdpPort(UdpPortOptions options)
     : local_(options.local), steering_(options.steering), member_(options.member),
-      misdelivered_(std::move(options.misdelivered)) {}
+      misdelivered_(std::move(options.misdelivered)), gso_ok_(options.gso) {}
 
 Result<std::unique_ptr<UdpPort>> UdpPort::Open(UdpPortOptions options) {
   const UdpAddress local = options.local;

@@ -54,6 +54,11 @@ struct UdpPortOptions {
   MemberId member = kNoMember;        // this member's name in `steering`
   MisdeliveredFn misdelivered;        // for datagrams another member owns; unset: they are dropped
   std::optional<std::string> faults;  // a fault spec (fault_spec.h); nullopt: SOFTVERBS_FAULTS
+  // UDP_SEGMENT sends. Off where the receiver checks the IPv4 ID: the kernel numbers the segments
+  // of one GSO send 0, 1, 2... while a plain send on an unconnected DF socket carries ID 0, and
+  // RoCEv2's ICRC covers that field (rxe drops the segments whose ID is not the one the sender
+  // put in its ICRC). IPv6 has no ID: GSO stays on there.
+  bool gso = true;
 };
 
 struct UdpPortStats {

@@ -124,6 +124,23 @@ pingpong "ibv_rc_pingpong over IPv6 GIDs, 65536-byte messages with events" ibv_r
   10.77.0.1 -n 100 -s 65536 -e
 pingpong "ibv_srq_pingpong across namespaces" ibv_srq_pingpong "$gid_a" "$gid_b" 10.77.0.1 -n 200
 
+# On the wire itself (a capture on the veth, not softverbs' own pcap): RoCEv2 over IPv4 carries
+# IPv4 ID 0, the value its ICRC covers. (UDP GSO would number a batch's segments 0, 1, 2..., which
+# rxe drops for a bad ICRC; tests/interop shows it against a real rxe.)
+if command -v tshark >/dev/null; then
+  ip netns exec "$ns_a" timeout 40 tshark -n -i "$veth_a" -f 'udp dst port 4791' -c 400 -w "$logs/wire.pcap" \
+    >/dev/null 2>&1 &
+  capture=$!
+  sleep 2
+  pingpong "ibv_rc_pingpong with a capture on the veth (4096-byte messages in 1024-byte packets)" ibv_rc_pingpong \
+    "$gid_a" "$gid_b" 10.77.0.1 -n 100
+  wait "$capture"
+  total=$(timeout 60 tshark -n -r "$logs/wire.pcap" -Y 'udp.dstport == 4791' 2>/dev/null | wc -l)
+  nonzero=$(timeout 60 tshark -n -r "$logs/wire.pcap" -Y 'udp.dstport == 4791 && ip.id != 0' 2>/dev/null | wc -l)
+  check "RoCEv2 packets on the veth carry IPv4 ID 0 ($nonzero of $total do not)" \
+    bash -c "[ $total -ge 100 ] && [ $nonzero -eq 0 ]"
+fi
+
 # Two RC pairs at once between the same two addresses: every response to namespace b comes from
 # 10.77.0.1:4791 to 10.77.0.2:4791, and the kernel hands all of them to ONE of the two client
 # processes' sockets (SO_REUSEPORT hashes the 4-tuple). The other client's ACKs reach it only

@@ -150,6 +150,9 @@ void WireFabric::Listen(std::span<const Gid16> gids) {
     if (known) continue;
     fabric::wire::UdpPortOptions options;
     options.local = AddressOfGid(gid, RocePort());
+    // IPv4: no GSO, whose segments carry IPv4 IDs 0, 1, 2... that the ICRC did not cover (rxe
+    // drops them; fabric/wire/udp_port.h). Batches still leave in one sendmmsg.
+    options.gso = !IsIpv4MappedGid(gid.data());
     auto udp = fabric::wire::UdpPort::Open(std::move(options));
     if (!udp.ok()) {
       SV_LOG(kError, "softverbs0: RoCEv2 on %s is unavailable: %s", GidString(gid).c_str(), udp.status().rule().c_str());
