@@ -10,6 +10,7 @@
 #include "core/context.h"
 #include "core/device_limits.h"
 #include "core/qp_state_machine.h"
+#include "core/xrc_qp.h"
 #include "fabric/host/pin_line.h"
 #include "fabric/host/process_token.h"
 #include "transport/host/host_link.h"
@@ -30,7 +31,7 @@ Status CheckType(QpType type, DcRole dc) {
       return Status::Ok();
     case QpType::kXrcSend:
     case QpType::kXrcRecv:
-      return NotSupported("XRC QPs are not offered yet (ibv_open_xrcd fails too)");
+      return Status::Ok();  // IBA annex A14 (core/xrc_init.cc)
     case QpType::kRawPacket:
       return NotSupported("IBV_QPT_RAW_PACKET is not offered: softverbs0 has no Ethernet datapath");
     case QpType::kDriver:
@@ -94,6 +95,8 @@ Status CheckSendOps(const QpInitAttributes& a) {
 
 Status CheckInit(QpInitAttributes& a) {
   SV_RETURN_IF_ERROR(CheckType(a.type, a.dc.role));
+  if (a.type == QpType::kXrcRecv || a.type == QpType::kXrcSend) SV_RETURN_IF_ERROR(CheckXrcInit(a));
+  if (a.type == QpType::kXrcRecv) return a.has_send_ops_flags ? CheckSendOps(a) : Status::Ok();
   if (a.pd == nullptr) return Invalid("pd is NULL (IBV_QP_INIT_ATTR_PD is required)");
   if (a.has_xrcd) return Invalid("an XRC domain applies to IBV_QPT_XRC_RECV QPs only");
   if (a.send_cq == nullptr) return Invalid("send_cq is NULL");
@@ -130,7 +133,7 @@ Result<std::unique_ptr<Qp>> Qp::Create(Context& context, QpInitAttributes& attr)
   SV_RETURN_IF_ERROR(CheckInit(attr));
   fabric::LocalProcess& local = context.local();
   std::unique_ptr<RecvQueue> rq;
-  if (attr.srq == nullptr) {
+  if (attr.srq == nullptr && attr.type != QpType::kXrcRecv) {  // XRC_RECV: no receive queue
     auto q = RecvQueue::Create(local, attr.cap.max_recv_wr, attr.cap.max_recv_sge);
     if (!q.ok()) return q.status();
     rq = std::move(q.value());
@@ -143,10 +146,11 @@ Result<std::unique_ptr<Qp>> Qp::Create(Context& context, QpInitAttributes& attr)
     return Status(ENOMEM, "the device limit max_qp " + to_string(DeviceLimits::kMaxQp) +
                               " is reached: no QP number left (" + slot.status().rule() + ")");
   }
-  attr.pd->users().Acquire();
-  attr.send_cq->users().Acquire();
-  attr.recv_cq->users().Acquire();
+  if (attr.pd != nullptr) attr.pd->users().Acquire();  // (XRC_RECV has no PD, no CQs)
+  if (attr.send_cq != nullptr) attr.send_cq->users().Acquire();
+  if (attr.recv_cq != nullptr) attr.recv_cq->users().Acquire();
   if (attr.srq != nullptr) attr.srq->users().Acquire();
+  if (attr.xrcd != nullptr) attr.xrcd->users().Acquire();
   return std::unique_ptr<Qp>(new Qp(context, attr, *slot, std::move(rq), *endpoint));
 }
 
@@ -172,32 +176,40 @@ Qp::Qp(Context& context, const QpInitAttributes& init, uint32_t slot, std::uniqu
   sq_->Configure(RequesterConfigOf());
   QpEndpoint& e = this->endpoint();
   e.qp_num = qpn_;
-  e.type = static_cast<uint32_t>(TransportTypeOf(init.type, init.dc.role));  // DC runs RC's roles
+  // DC runs RC's roles; an XRC QP keeps its own type: no plain RC message is for it.
+  e.type = static_cast<uint32_t>(IsXrc(init.type) ? init.type : TransportTypeOf(init.type, init.dc.role));
   e.dct = init.dc.role == DcRole::kDct;
   e.dc_access_key = init.dc.dct_access_key;
-  e.pd = init.pd->host_id();
-  e.recv_cq = init.recv_cq->ring_ref();
-  e.recv_queue = recv_queue().ref();
+  if (init.pd != nullptr) e.pd = init.pd->host_id();
+  if (init.recv_cq != nullptr) e.recv_cq = init.recv_cq->ring_ref();
+  if (has_recv_queue()) e.recv_queue = recv_queue().ref();
+  if (init.xrcd != nullptr) {
+    xrcd_hold_ = init.xrcd->hold();
+    e.xrcd_dev = init.xrcd->id().dev;
+    e.xrcd_ino = init.xrcd->id().ino;
+  }
   e.has_srq = init.srq != nullptr;
   e.block_self_mcast_lb = init.has_create_flags && (init.create_flags & create_flag::kBlockSelfMcastLb);
   e.async_fd = context.async_fd();
   e.async_tag = context.async_tag();
   e.wire.lock.Init();
   context.Register(this);
-  init.send_cq->AttachQp(this);
-  if (init.recv_cq != init.send_cq) init.recv_cq->AttachQp(this);
+  if (init.send_cq != nullptr) init.send_cq->AttachQp(this);
+  if (init.recv_cq != nullptr && init.recv_cq != init.send_cq) init.recv_cq->AttachQp(this);
   PublishEndpoint();
   // Last: the QP number now leads senders to a complete endpoint.
   auto& entry = fabric::EntryOf<fabric::QpEntry>(context_.registry().qps().slot(slot_));
   entry.process_slot.store(context_.local().slot(), std::memory_order_relaxed);
   entry.block = endpoint_ref_;
   entry.qp_num.store(qpn_, std::memory_order_release);
+  if (init.type == QpType::kXrcRecv) RegisterXrcTarget(this);  // for ibv_open_qp handles
 }
 
 Qp::~Qp() {
+  if (init_.type == QpType::kXrcRecv) UnregisterXrcTarget(this);
   context_.Unregister(this);
-  init_.send_cq->DetachQp(this);
-  if (init_.recv_cq != init_.send_cq) init_.recv_cq->DetachQp(this);
+  if (init_.send_cq != nullptr) init_.send_cq->DetachQp(this);
+  if (init_.recv_cq != nullptr && init_.recv_cq != init_.send_cq) init_.recv_cq->DetachQp(this);
   wire_link_->Attach(nullptr);  // no response from the wire reaches the requester after this
   sq_.reset();  // no retry of this QP runs after this
   // Type 2 windows bound to this QP answer no other: they end with it, before its number can
@@ -219,9 +231,10 @@ Qp::~Qp() {
   if (w.dead_cleared != 0)
     SV_LOG(kInfo, "ibv_destroy_qp(qp 0x%x): dropped %u delivery(ies) of dead sender(s)", qpn_, w.dead_cleared);
   if (init_.srq != nullptr) init_.srq->users().Release();
-  init_.recv_cq->users().Release();
-  init_.send_cq->users().Release();
-  init_.pd->users().Release();
+  if (init_.recv_cq != nullptr) init_.recv_cq->users().Release();
+  if (init_.send_cq != nullptr) init_.send_cq->users().Release();
+  if (init_.pd != nullptr) init_.pd->users().Release();
+  if (xrcd_hold_ != nullptr) xrcd_hold_->users().Release();  // (the handle may be closed by now)
   context_.registry().qps().Free(slot_, fabric::ProcessToken::Self());
   context_.local().Free(endpoint_ref_, sizeof(QpEndpoint));
 }
@@ -301,6 +314,7 @@ Status Qp::Modify(const QpAttributes& requested, uint32_t mask) {
   if (mask & (attr::kAv | attr::kAltPath)) ctx.valid_gids = context_.gids().valid_mask();
   auto next = CheckModify(ctx, a, mask);
   if (!next.ok()) return next.status();
+  SV_RETURN_IF_ERROR(CheckXrcPath(a, mask));
   if (!cut.empty()) SV_LOG(kWarn, "ibv_modify_qp(qp 0x%x): %s (as mlx5 does)", qpn_, cut.c_str());
 
   // Everything was checked: apply.
@@ -357,8 +371,8 @@ void Qp::EnterReset() {
   QpAttributes fresh;
   fresh.cap = init_.cap;
   attr_ = fresh;
-  init_.send_cq->RemoveEntriesOf(qpn_);
-  if (init_.recv_cq != init_.send_cq) init_.recv_cq->RemoveEntriesOf(qpn_);
+  if (init_.send_cq != nullptr) init_.send_cq->RemoveEntriesOf(qpn_);
+  if (init_.recv_cq != nullptr && init_.recv_cq != init_.send_cq) init_.recv_cq->RemoveEntriesOf(qpn_);
   if (rq_) rq_->Clear();  // an SRQ is shared: its WQEs stay
   sq_->Reset();
   requester_error_.store(false);

@@ -70,6 +70,12 @@ struct QpEndpoint {
   // DC (transport/dc_access.h): this QP is a DCT, reachable only by DCIs presenting its key.
   uint32_t dct;
   uint64_t dc_access_key;
+  // XRC (IBA annex A14): the domain (core::XrcdId) of an XRC_RECV QP or of an XRC SRQ's receive
+  // endpoint; a message reaches an SRQ only through a target QP of the same domain. xrc_view
+  // marks the view a responder works on for one XRC message (transport/host/xrc_target.h).
+  uint64_t xrcd_dev;
+  uint64_t xrcd_ino;
+  uint32_t xrc_view;
   WireReceive wire;
   // Initiators working on this QP right now, counted per process (fabric/host/pin_line.h): its
   // owner destroys it only once the live ones are done, so no delivery lands in memory the
