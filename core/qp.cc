@@ -301,8 +301,9 @@ Status Qp::DetachMcast(const Gid& mgid) {
   return Status::Ok();
 }
 
-Status Qp::Modify(const QpAttributes& requested, uint32_t mask) {
+Status Qp::Modify(const QpAttributes& requested, uint32_t mask_in) {
   ApplyPendingError();
+  const uint32_t mask = XrcModifyMask(init_.type, mask_in);
   std::lock_guard lock(mu_);
   QpAttributes a = requested;
   const std::string cut = FitFieldWidths(a, mask);

@@ -35,6 +35,12 @@ Status CheckXrcInit(QpInitAttributes& a) {
   return Status::Ok();
 }
 
+uint32_t XrcModifyMask(QpType type, uint32_t mask) {
+  if (type == QpType::kXrcSend) return mask & ~(attr::kMaxDestRdAtomic | attr::kMinRnrTimer);
+  if (type == QpType::kXrcRecv) return mask & ~(attr::kMaxQpRdAtomic | attr::kRetryCnt | attr::kRnrRetry);
+  return mask;
+}
+
 Status Qp::CheckXrcPath(const QpAttributes& a, uint32_t mask) {
   // XRCETH on the wire is not written yet: an XRC initiator reaches targets of this host only.
   if (init_.type != QpType::kXrcSend || !(mask & attr::kAv) || !a.ah_attr.is_global) return Status::Ok();

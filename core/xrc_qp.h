@@ -23,6 +23,12 @@ inline bool IsXrc(QpType type) { return type == QpType::kXrcSend || type == QpTy
 // of XRC_RECV).
 Status CheckXrcInit(QpInitAttributes& a);
 
+// The kernel's modify_qp_mask() (uverbs_cmd.c): before the state machine sees an XRC QP's
+// mask, the attributes of the half it does not have are dropped -- MAX_DEST_RD_ATOMIC and
+// MIN_RNR_TIMER of an XRC_SEND QP, MAX_QP_RD_ATOMIC, RETRY_CNT and RNR_RETRY of an XRC_RECV QP --
+// so programs that pass RC's full sets (perftest -c XRC) work, as on hardware.
+uint32_t XrcModifyMask(QpType type, uint32_t mask);
+
 // XRC_RECV QPs of this process by number, for the ibv_open_qp handles that act on them
 // (Qp registers itself while it lives).
 void RegisterXrcTarget(Qp* qp);

@@ -8,16 +8,18 @@ man page (or the kernel, which decides it) and explained in the log.
 """
 import errno
 import os
+import signal
 import tempfile
 import textwrap
 import unittest
 
 import base
 import pyverbs.enums as e
+from pyverbs.addr import GID
 from pyverbs.cq import CQ
 from pyverbs.pd import PD
 from pyverbs.pyverbs_error import PyverbsRDMAError
-from pyverbs.qp import QP, QPCap, QPInitAttrEx
+from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttrEx
 
 import xrc
 
@@ -47,6 +49,20 @@ class XrcTestCase(base.SoftverbsTestCase):
 
     def srqn(self, srq):
         return srq.get_srq_num()
+
+    def async_event(self):
+        """The next async event's type (bounded: SIGALRM interrupts a wait that finds none)."""
+        def expired(*_):
+            raise TimeoutError('no async event within 5 s')
+        old = signal.signal(signal.SIGALRM, expired)
+        signal.alarm(5)
+        try:
+            ev = self.ctx.get_async_event()
+            ev.ack()
+            return ev.event_type
+        finally:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, old)
 
 
 class XrcDataTest(XrcTestCase):
@@ -136,6 +152,20 @@ class XrcDataTest(XrcTestCase):
         # The XRC_RECV QP hit a responder error: ERR, as an RC target (IBA 9.9.3).
         self.assertEqual(self.tgt.query(e.IBV_QP_STATE)[0].qp_state, e.IBV_QPS_ERR)
 
+    def test_srq_limit_event_on_an_xrc_srq(self):
+        # ibv_modify_srq(3): an armed limit fires IBV_EVENT_SRQ_LIMIT_REACHED once the SRQ holds
+        # fewer WQEs than it -- here consumed by XRC messages.
+        from pyverbs.srq import SrqAttr
+        dst, src = base.Buffer(self.pd, 8 * 64), base.Buffer(self.pd, 64, fill=4)
+        for k in range(4):
+            self.srq_a.post_recv(base.recv_wr([dst.sge(64 * k, 64)], wr_id=k))
+        self.srq_a.modify(SrqAttr(srq_limit=3), e.IBV_SRQ_LIMIT)
+        for k in range(2):
+            self.ini.post_send(xrc.xrc_wr(self.srqn(self.srq_a), sges=[src.sge()], wr_id=k))
+        base.poll(self.cq, 2)
+        self.assertEqual([w.wr_id for w in base.poll(self.srq_cq, 2)], [0, 1])
+        self.assertEqual(self.async_event(), e.IBV_EVENT_SRQ_LIMIT_REACHED)
+
     def test_wr_set_xrc_srqn_through_qp_ex(self):
         from pyverbs.qp import QPEx
         cap = QPCap(max_send_wr=8, max_recv_wr=0, max_send_sge=1, max_recv_sge=0)
@@ -182,6 +212,7 @@ class XrcBadInputTest(XrcTestCase):
         self.assertEqual(dst.snapshot(), before)
         self.assertEqual(base.drain(self.srq_cq), [])
         self.assertEqual(self.tgt.query(e.IBV_QP_STATE)[0].qp_state, e.IBV_QPS_ERR)
+        self.assertEqual(self.async_event(), e.IBV_EVENT_QP_ACCESS_ERR)
 
     def test_unknown_srq_number_is_an_invalid_request(self):
         for srqn in (0, 0xfffff0):
@@ -221,6 +252,38 @@ class XrcBadInputTest(XrcTestCase):
                 attr.comp_mask = (e.IBV_SRQ_INIT_ATTR_TYPE | e.IBV_SRQ_INIT_ATTR_PD | e.IBV_SRQ_INIT_ATTR_CQ |
                                   e.IBV_SRQ_INIT_ATTR_XRCD) & ~drop
                 self.assertRDMAError(errno.EINVAL, SRQ, self.ctx, attr)
+
+    def test_modify_ignores_the_other_halfs_attributes(self):
+        # The kernel's modify_qp_mask(): RC's full attribute sets work on both halves (perftest
+        # -c XRC passes them); what a half does not have is ignored, not refused.
+        ini = xrc.send_qp(self.ctx, self.pd, self.cq)
+        tgt = xrc.recv_qp(self.ctx, self.xrcd)
+        for qp, remote in ((ini, tgt.qp_num), (tgt, ini.qp_num)):
+            a = QPAttr(qp_state=e.IBV_QPS_INIT)
+            a.pkey_index, a.port_num, a.qp_access_flags = 0, base.PORT, base.ACCESS_ALL
+            qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_ACCESS_FLAGS)
+            a = QPAttr(qp_state=e.IBV_QPS_RTR)
+            a.ah_attr = base.global_ah_attr(self.ctx)
+            a.path_mtu, a.dest_qp_num, a.rq_psn, a.max_dest_rd_atomic, a.min_rnr_timer = e.IBV_MTU_1024, remote, 0, 4, 12
+            qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_AV | e.IBV_QP_PATH_MTU | e.IBV_QP_DEST_QPN | e.IBV_QP_RQ_PSN |
+                      e.IBV_QP_MAX_DEST_RD_ATOMIC | e.IBV_QP_MIN_RNR_TIMER)
+            a = QPAttr(qp_state=e.IBV_QPS_RTS)
+            a.sq_psn, a.timeout, a.retry_cnt, a.rnr_retry, a.max_rd_atomic = 0, 14, 7, 7, 4
+            qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_SQ_PSN | e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY_CNT |
+                      e.IBV_QP_RNR_RETRY | e.IBV_QP_MAX_QP_RD_ATOMIC)
+            self.assertEqual(qp.query(e.IBV_QP_STATE)[0].qp_state, e.IBV_QPS_RTS)
+        # An XRC_SEND QP's RTR toward a GID of another host: no XRCETH on the wire yet.
+        far = xrc.send_qp(self.ctx, self.pd, self.cq)
+        a = QPAttr(qp_state=e.IBV_QPS_INIT)
+        a.pkey_index, a.port_num = 0, base.PORT
+        far.modify(a, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT)
+        a = QPAttr(qp_state=e.IBV_QPS_RTR)
+        a.ah_attr = base.AHAttr(port_num=base.PORT, is_global=1,
+                                gr=base.GlobalRoute(dgid=GID('0000:0000:0000:0000:0000:ffff:c000:0201'),  # 192.0.2.1
+                                                    sgid_index=1, hop_limit=64))
+        a.path_mtu, a.dest_qp_num = e.IBV_MTU_1024, tgt.qp_num
+        self.assertRDMAError(errno.EOPNOTSUPP, far.modify, a,
+                             e.IBV_QP_STATE | e.IBV_QP_AV | e.IBV_QP_PATH_MTU | e.IBV_QP_DEST_QPN)
 
     def test_srq_numbers_are_distinct_and_stable(self):
         nums = {self.srqn(self.srq_a), self.srqn(self.srq_b)}
