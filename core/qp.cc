@@ -202,11 +202,10 @@ Qp::Qp(Context& context, const QpInitAttributes& init, uint32_t slot, std::uniqu
   entry.process_slot.store(context_.local().slot(), std::memory_order_relaxed);
   entry.block = endpoint_ref_;
   entry.qp_num.store(qpn_, std::memory_order_release);
-  if (init.type == QpType::kXrcRecv) RegisterXrcTarget(this);  // for ibv_open_qp handles
+  if (init.type == QpType::kXrcRecv) InitXrcTarget(e);  // its attributes, shared by its handles
 }
 
 Qp::~Qp() {
-  if (init_.type == QpType::kXrcRecv) UnregisterXrcTarget(this);
   context_.Unregister(this);
   if (init_.send_cq != nullptr) init_.send_cq->DetachQp(this);
   if (init_.recv_cq != nullptr && init_.recv_cq != init_.send_cq) init_.recv_cq->DetachQp(this);
@@ -273,6 +272,8 @@ void Qp::RestartWireReceive(uint32_t psn) {
 
 QpState Qp::state() const {
   const_cast<Qp*>(this)->ApplyPendingError();
+  if (init_.type == QpType::kXrcRecv)  // (its state is its endpoint's: core/xrc_qp.h)
+    return static_cast<QpState>(endpoint().state.load(std::memory_order_acquire));
   return static_cast<QpState>(state_.load(std::memory_order_acquire));
 }
 
@@ -301,9 +302,36 @@ Status Qp::DetachMcast(const Gid& mgid) {
   return Status::Ok();
 }
 
+// ibv_modify_qp's attributes named by `mask`, copied from `a` into `s` (checked before).
+void ApplyModify(QpAttributes& s, const QpAttributes& a, uint32_t mask) {
+  if (mask & attr::kEnSqdAsyncNotify) s.en_sqd_async_notify = a.en_sqd_async_notify;
+  if (mask & attr::kAccessFlags) s.qp_access_flags = a.qp_access_flags;
+  if (mask & attr::kPkeyIndex) s.pkey_index = a.pkey_index;
+  if (mask & attr::kPort) s.port_num = a.port_num;
+  if (mask & attr::kQkey) s.qkey = a.qkey;
+  if (mask & attr::kAv) {
+    s.ah_attr = a.ah_attr;
+    if (s.ah_attr.port_num == 0) s.ah_attr.port_num = s.port_num ? s.port_num : 1;
+  }
+  if (mask & attr::kPathMtu) s.path_mtu = a.path_mtu;
+  if (mask & attr::kTimeout) s.timeout = a.timeout;
+  if (mask & attr::kRetryCnt) s.retry_cnt = a.retry_cnt;
+  if (mask & attr::kRnrRetry) s.rnr_retry = a.rnr_retry;
+  if (mask & attr::kRqPsn) s.rq_psn = a.rq_psn;
+  if (mask & attr::kMaxQpRdAtomic) s.max_rd_atomic = a.max_rd_atomic;
+  if (mask & attr::kMinRnrTimer) s.min_rnr_timer = a.min_rnr_timer;
+  if (mask & attr::kSqPsn) s.sq_psn = a.sq_psn;
+  if (mask & attr::kMaxDestRdAtomic) s.max_dest_rd_atomic = a.max_dest_rd_atomic;
+  if (mask & attr::kPathMigState) s.path_mig_state = a.path_mig_state;
+  if (mask & attr::kDestQpn) s.dest_qp_num = a.dest_qp_num;
+  if (mask & attr::kRateLimit) s.rate_limit = a.rate_limit;
+}
+
 Status Qp::Modify(const QpAttributes& requested, uint32_t mask_in) {
   ApplyPendingError();
   const uint32_t mask = XrcModifyMask(init_.type, mask_in);
+  // An XRC_RECV QP's attributes are shared by all its handles (core/xrc_qp.h).
+  if (init_.type == QpType::kXrcRecv) return ModifyXrcTarget(context_, endpoint(), requested, mask);
   std::lock_guard lock(mu_);
   QpAttributes a = requested;
   const std::string cut = FitFieldWidths(a, mask);
@@ -329,31 +357,11 @@ Status Qp::Modify(const QpAttributes& requested, uint32_t mask_in) {
     EnterErrorLocked();
     return Status::Ok();
   }
+  const QpState previous = attr_.qp_state;
+  ApplyModify(attr_, a, mask);
   QpAttributes& s = attr_;
-  if (mask & attr::kEnSqdAsyncNotify) s.en_sqd_async_notify = a.en_sqd_async_notify;
-  if (mask & attr::kAccessFlags) s.qp_access_flags = a.qp_access_flags;
-  if (mask & attr::kPkeyIndex) s.pkey_index = a.pkey_index;
-  if (mask & attr::kPort) s.port_num = a.port_num;
-  if (mask & attr::kQkey) s.qkey = a.qkey;
-  if (mask & attr::kAv) {
-    s.ah_attr = a.ah_attr;
-    if (s.ah_attr.port_num == 0) s.ah_attr.port_num = s.port_num ? s.port_num : 1;
-  }
-  if (mask & attr::kPathMtu) s.path_mtu = a.path_mtu;
-  if (mask & attr::kTimeout) s.timeout = a.timeout;
-  if (mask & attr::kRetryCnt) s.retry_cnt = a.retry_cnt;
-  if (mask & attr::kRnrRetry) s.rnr_retry = a.rnr_retry;
-  if (mask & attr::kRqPsn) s.rq_psn = a.rq_psn;
-  if (mask & attr::kMaxQpRdAtomic) s.max_rd_atomic = a.max_rd_atomic;
-  if (mask & attr::kMinRnrTimer) s.min_rnr_timer = a.min_rnr_timer;
-  if (mask & attr::kSqPsn) s.sq_psn = a.sq_psn;
-  if (mask & attr::kMaxDestRdAtomic) s.max_dest_rd_atomic = a.max_dest_rd_atomic;
-  if (mask & attr::kPathMigState) s.path_mig_state = a.path_mig_state;
-  if (mask & attr::kDestQpn) s.dest_qp_num = a.dest_qp_num;
-  if (mask & attr::kRateLimit) s.rate_limit = a.rate_limit;
   if (mask & attr::kRqPsn) RestartWireReceive(s.rq_psn);
   if (mask & attr::kSqPsn) sq_->SetPsn(s.sq_psn);
-  const QpState previous = s.qp_state;
   s.qp_state = *next;
   PublishEndpoint();
   sq_->Configure(RequesterConfigOf());
@@ -384,6 +392,7 @@ void Qp::EnterReset() {
 
 QpAttributes Qp::Query() const {
   const_cast<Qp*>(this)->ApplyPendingError();
+  if (init_.type == QpType::kXrcRecv) return QueryXrcTarget(endpoint());
   std::lock_guard lock(mu_);
   QpAttributes a = attr_;
   a.cur_qp_state = a.qp_state;

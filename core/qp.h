@@ -158,7 +158,11 @@ class Qp : private transport::RequesterHost {
   UseCount mcast_groups_;
   void* user_handle_ = nullptr;
   std::shared_ptr<XrcdHold> xrcd_hold_;  // XRC_RECV: its domain lives as long as it does
+  std::atomic<uint32_t> xrc_seen_errors_{0};  // XRC_RECV: the endpoint's xrc_errors last reported
 };
+
+// Copies ibv_modify_qp's attributes named by `mask` from `a` into `s` (already checked).
+void ApplyModify(QpAttributes& s, const QpAttributes& a, uint32_t mask);
 
 // The QP number of host table slot `slot` (QPs 0 and 1 are reserved for SMI and GSI, and small
 // numbers are avoided so they are never mistaken for them).

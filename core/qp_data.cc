@@ -62,6 +62,14 @@ void Qp::EnterSendQueueError() {
 }
 
 void Qp::ApplyPendingError() {
+  if (init_.type == QpType::kXrcRecv) {
+    // The initiator that failed it moved it to ERR already (its state is shared by all its
+    // handles): report each new failure once (IBA 11.6.3.1).
+    const uint32_t n = endpoint().xrc_errors.load(std::memory_order_acquire);
+    if (xrc_seen_errors_.exchange(n) != n)
+      context_.PostAsyncEvent({kEventQpAccessErr, AsyncEvent::Subject::kQp, user_handle_, 0});
+    return;
+  }
   const uint32_t remote = endpoint().remote_error.load(std::memory_order_acquire);
   const bool requester = requester_error_.load(std::memory_order_acquire);
   if (!requester && remote == 0 && !send_queue_error_.load(std::memory_order_acquire)) return;

@@ -119,6 +119,7 @@ ibv_qp* OpenQp(ibv_context* context, ibv_qp_open_attr* attr) {
   auto* qp = new (std::nothrow) SvQp{};
   if (qp == nullptr) return ReturnNull<ibv_qp>(verb, object, NoMemory("out of memory"));
   qp->opened = std::move(opened.value());
+  qp->opened->set_user_handle(&qp->qpx.qp_base);
   ibv_qp& q = qp->qpx.qp_base;
   q.context = context;
   q.qp_context = (attr->comp_mask & IBV_QP_OPEN_ATTR_CONTEXT) ? attr->qp_context : nullptr;

@@ -26,6 +26,21 @@ import xrc
 tearDownModule = base.tear_down_module
 
 
+def async_event(ctx):
+    """The next async event's type (bounded: SIGALRM interrupts a wait that finds none)."""
+    def expired(*_):
+        raise TimeoutError('no async event within 5 s')
+    old = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(5)
+    try:
+        ev = ctx.get_async_event()
+        ev.ack()
+        return ev.event_type
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
 class XrcTestCase(base.SoftverbsTestCase):
     """A domain through a temporary file, two XRC SRQs in it, and one XRC connection."""
 
@@ -51,18 +66,7 @@ class XrcTestCase(base.SoftverbsTestCase):
         return srq.get_srq_num()
 
     def async_event(self):
-        """The next async event's type (bounded: SIGALRM interrupts a wait that finds none)."""
-        def expired(*_):
-            raise TimeoutError('no async event within 5 s')
-        old = signal.signal(signal.SIGALRM, expired)
-        signal.alarm(5)
-        try:
-            ev = self.ctx.get_async_event()
-            ev.ack()
-            return ev.event_type
-        finally:
-            signal.alarm(0)
-            signal.signal(signal.SIGALRM, old)
+        return async_event(self.ctx)
 
 
 class XrcDataTest(XrcTestCase):
@@ -372,9 +376,9 @@ class XrcdTest(base.SoftverbsTestCase):
         self.assertEqual(lines.get('open_shared'), 'True 0', out.stdout)
         self.assertEqual(lines.get('open_qp'), f'True 0 {tgt.qp_num} {e.IBV_QPT_XRC_RECV}', out.stdout)
         self.assertEqual(lines.get('state'), str(e.IBV_QPS_RTR))
-        # Documented: another process's handle does not modify the QP (docs/support-matrix.md).
-        self.assertEqual(lines.get('modify_other_process'), str(errno.EOPNOTSUPP))
-        self.assertEqual(tgt.query(e.IBV_QP_STATE)[0].qp_state, e.IBV_QPS_RTR)
+        # The other process's handle modifies the same QP (RTR -> ERR).
+        self.assertEqual(lines.get('modify_other_process'), '0')
+        self.assertEqual(tgt.query(e.IBV_QP_STATE)[0].qp_state, e.IBV_QPS_ERR)
         # ib_open_qp: a number that is no target QP of the domain is EINVAL.
         for key in ('unknown_qpn', 'rc_qpn', 'wrong_type', 'other_domain'):
             self.assertEqual(lines.get(key), str(errno.EINVAL), (key, out.stdout))
@@ -385,6 +389,46 @@ class XrcdTest(base.SoftverbsTestCase):
         self.assertIn('ibv_open_xrcd', out.stderr)
         self.assertIn('O_CREAT', out.stderr)
         os.close(fd)
+
+    def test_errors_reach_every_handle(self):
+        # The kernel reports a shared QP's events to each of its handles: a failure at the
+        # XRC_RECV QP is IBV_EVENT_QP_ACCESS_ERR for its creator and for another process's
+        # ibv_open_qp handle, which then reads the QP in ERR.
+        fd = os.open(self.path, os.O_RDONLY)
+        self.addCleanup(os.close, fd)
+        xrcd = xrc.open_xrcd(self.ctx, fd)
+        srq_cq = CQ(self.ctx, 16, None, None, 0)
+        tgt = xrc.recv_qp(self.ctx, xrcd)
+        ini = xrc.send_qp(self.ctx, self.pd, self.cq)
+        xrc.connect_recv(self.ctx, tgt, ini.qp_num)
+        xrc.connect_send(self.ctx, ini, tgt.qp_num)
+        code = textwrap.dedent(f'''
+            import ctypes, os, signal, sys
+            import raw, xrc
+            r = raw.RawContext()
+            x, err = xrc.raw_open_xrcd(r, os.open({self.path!r}, os.O_RDONLY), 0)
+            qp, err = xrc.raw_open_qp(r, x, {tgt.qp_num})
+            print('ready', bool(qp), err, flush=True)
+            signal.alarm(5)
+            ev = raw.IbvAsyncEvent()
+            rc = raw.lib.ibv_get_async_event(r.ctx, ctypes.byref(ev))
+            mine = ev.element == ctypes.cast(qp, ctypes.c_void_p).value
+            print('event', rc, ev.event_type, mine, xrc.raw_qp_state(qp), flush=True)
+            raw.lib.ibv_ack_async_event(ctypes.byref(ev))
+        ''')
+        child = base.start_python(code)
+        self.addCleanup(base.stop_child, child)
+        lines = base.LineReader(child)
+        self.addCleanup(lines.close)
+        self.assertEqual(lines.readline(), 'ready True 0')
+        other = xrc.open_xrcd(self.ctx)
+        foreign = xrc.xrc_srq(self.ctx, self.pd, other, srq_cq)
+        src = base.Buffer(self.pd, 16)
+        ini.post_send(xrc.xrc_wr(foreign.get_srq_num(), sges=[src.sge()], wr_id=1))
+        (wc,) = base.poll(self.cq)
+        self.assertEqual(wc.status, e.IBV_WC_REM_INV_REQ_ERR, base.wc_str(wc))
+        self.assertEqual(lines.readline(), f'event 0 {e.IBV_EVENT_QP_ACCESS_ERR} True {e.IBV_QPS_ERR}')
+        self.assertEqual(async_event(self.ctx), e.IBV_EVENT_QP_ACCESS_ERR)
 
     def test_open_qp_in_the_same_process_modifies_the_qp(self):
         import raw

@@ -1,5 +1,6 @@
 #include "transport/host/xrc_target.h"
 
+#include "base/event_fd.h"
 #include "base/log.h"
 #include "transport/responder.h"
 
@@ -8,11 +9,30 @@ namespace {
 
 constexpr uint32_t kRc = 2, kXrcRecv = 10;
 
-// Moves the XRC_RECV QP to ERR through its owner (as the responder's FailTarget does).
-void FailQp(const HostTarget& qp) {
+// Moves the XRC_RECV QP to ERR (IBA 9.9.3: a responder error; its state is shared by all its
+// handles: core/xrc_qp.h), and tells its creator and every context holding an ibv_open_qp handle
+// of it, each of which reports IBV_EVENT_QP_ACCESS_ERR.
+void FailQp(fabric::LocalProcess& local, const HostTarget& qp) {
+  constexpr uint32_t kReset = 0, kErr = 6;
   QpEndpoint& e = qp.endpoint();
-  e.remote_error.store(1, std::memory_order_release);
+  {
+    fabric::RobustLock lock(e.xrc_lock);
+    const uint32_t state = e.state.load(std::memory_order_acquire);
+    if (state != kReset && state != kErr) e.state.store(kErr, std::memory_order_release);
+  }
+  e.xrc_errors.fetch_add(1, std::memory_order_acq_rel);
   if (e.async_fd >= 0) qp.Signal(e.async_fd, e.async_tag);
+  for (XrcOpener& o : e.xrc_openers) {
+    const uint32_t p = o.process.load(std::memory_order_acquire);
+    if (p == 0 || p == kXrcOpenerClaimed) continue;
+    if (p - 1 == local.slot()) {
+      EventFd::SignalFd(o.async_fd);
+      continue;
+    }
+    auto peer = local.PeerAt(p - 1);
+    if (!peer.ok()) continue;  // (a dead opener hears nothing)
+    if (auto fd = (*peer)->process().BorrowFd(o.async_fd, o.async_tag); fd.ok()) EventFd::SignalFd(*fd);
+  }
 }
 
 }  // namespace
@@ -39,10 +59,6 @@ XrcTarget::XrcTarget(const HostTarget& qp, const HostTarget& srq) : qp_(qp), srq
   view_.async_fd = -1;  // errors go to the QP's owner (ForwardError)
 }
 
-void XrcTarget::ForwardError() const {
-  if (view_.remote_error.load(std::memory_order_acquire) != 0) FailQp(qp_);
-}
-
 Reply XrcTarget::Execute(fabric::LocalProcess& local, const HostTarget& qp, const Request& r) {
   const QpEndpoint& e = qp.endpoint();
   const uint32_t state = e.state.load(std::memory_order_acquire);
@@ -56,12 +72,12 @@ Reply XrcTarget::Execute(fabric::LocalProcess& local, const HostTarget& qp, cons
     // responder error of the target QP.
     SV_LOG(kError, "XRC message to qp 0x%x: SRQ 0x%x %s: NAK invalid request (IBA A14)", e.qp_num, r.xrc_srqn,
            srq.ok() ? "belongs to another XRC domain" : "is not an XRC SRQ of this host");
-    FailQp(qp);
+    FailQp(local, qp);
     return Reply::Of(ReplyCode::kInvalidRequest);
   }
   XrcTarget view(qp, *srq);
   const Reply reply = Responder::Execute(view, r);
-  view.ForwardError();
+  if (view.view_.remote_error.load(std::memory_order_acquire) != 0) FailQp(local, qp);
   return reply;
 }
 

@@ -38,12 +38,9 @@ class XrcTarget final : public TargetQp {
   bool LandsInCompletion() const override { return srq_.LandsInCompletion(); }
 
  private:
-  // A responder error raised on the view moves the XRC_RECV QP to ERR (its owner applies it).
-  void ForwardError() const;
-
   const HostTarget& qp_;
   const HostTarget& srq_;
-  mutable QpEndpoint view_{};
+  mutable QpEndpoint view_{};  // a responder error raised on it moves the XRC_RECV QP to ERR
 };
 
 }  // namespace softverbs::transport
