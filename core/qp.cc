@@ -31,7 +31,7 @@ Status CheckType(QpType type, DcRole dc) {
       return Status::Ok();
     case QpType::kXrcSend:
     case QpType::kXrcRecv:
-      return Status::Ok();  // IBA annex A14 (core/xrc_init.cc)
+      return Status::Ok();  // IBA annex A14 (core/xrc_qp.h)
     case QpType::kRawPacket:
       return NotSupported("IBV_QPT_RAW_PACKET is not offered: softverbs0 has no Ethernet datapath");
     case QpType::kDriver:
@@ -193,6 +193,7 @@ Qp::Qp(Context& context, const QpInitAttributes& init, uint32_t slot, std::uniqu
   e.async_fd = context.async_fd();
   e.async_tag = context.async_tag();
   e.wire.lock.Init();
+  if (init.type == QpType::kXrcRecv) InitXrcTarget(e);  // its attributes, shared by its handles
   context.Register(this);
   if (init.send_cq != nullptr) init.send_cq->AttachQp(this);
   if (init.recv_cq != nullptr && init.recv_cq != init.send_cq) init.recv_cq->AttachQp(this);
@@ -202,7 +203,6 @@ Qp::Qp(Context& context, const QpInitAttributes& init, uint32_t slot, std::uniqu
   entry.process_slot.store(context_.local().slot(), std::memory_order_relaxed);
   entry.block = endpoint_ref_;
   entry.qp_num.store(qpn_, std::memory_order_release);
-  if (init.type == QpType::kXrcRecv) InitXrcTarget(e);  // its attributes, shared by its handles
 }
 
 Qp::~Qp() {
