@@ -10,6 +10,7 @@
 #include "core/context.h"
 #include "core/device_limits.h"
 #include "core/qp_state_machine.h"
+#include "core/xrc_qp.h"
 #include "fabric/host/pin_line.h"
 #include "fabric/host/process_token.h"
 #include "transport/host/host_link.h"
@@ -30,7 +31,7 @@ Status CheckType(QpType type, DcRole dc) {
       return Status::Ok();
     case QpType::kXrcSend:
     case QpType::kXrcRecv:
-      return NotSupported("XRC QPs are not offered yet (ibv_open_xrcd fails too)");
+      return Status::Ok();  // IBA annex A14 (core/xrc_qp.h)
     case QpType::kRawPacket:
       return NotSupported("IBV_QPT_RAW_PACKET is not offered: softverbs0 has no Ethernet datapath");
     case QpType::kDriver:
@@ -94,6 +95,8 @@ Status CheckSendOps(const QpInitAttributes& a) {
 
 Status CheckInit(QpInitAttributes& a) {
   SV_RETURN_IF_ERROR(CheckType(a.type, a.dc.role));
+  if (a.type == QpType::kXrcRecv || a.type == QpType::kXrcSend) SV_RETURN_IF_ERROR(CheckXrcInit(a));
+  if (a.type == QpType::kXrcRecv) return a.has_send_ops_flags ? CheckSendOps(a) : Status::Ok();
   if (a.pd == nullptr) return Invalid("pd is NULL (IBV_QP_INIT_ATTR_PD is required)");
   if (a.has_xrcd) return Invalid("an XRC domain applies to IBV_QPT_XRC_RECV QPs only");
   if (a.send_cq == nullptr) return Invalid("send_cq is NULL");
@@ -130,7 +133,7 @@ Result<std::unique_ptr<Qp>> Qp::Create(Context& context, QpInitAttributes& attr)
   SV_RETURN_IF_ERROR(CheckInit(attr));
   fabric::LocalProcess& local = context.local();
   std::unique_ptr<RecvQueue> rq;
-  if (attr.srq == nullptr) {
+  if (attr.srq == nullptr && attr.type != QpType::kXrcRecv) {  // XRC_RECV: no receive queue
     auto q = RecvQueue::Create(local, attr.cap.max_recv_wr, attr.cap.max_recv_sge);
     if (!q.ok()) return q.status();
     rq = std::move(q.value());
@@ -143,10 +146,11 @@ Result<std::unique_ptr<Qp>> Qp::Create(Context& context, QpInitAttributes& attr)
     return Status(ENOMEM, "the device limit max_qp " + to_string(DeviceLimits::kMaxQp) +
                               " is reached: no QP number left (" + slot.status().rule() + ")");
   }
-  attr.pd->users().Acquire();
-  attr.send_cq->users().Acquire();
-  attr.recv_cq->users().Acquire();
+  if (attr.pd != nullptr) attr.pd->users().Acquire();  // (XRC_RECV has no PD, no CQs)
+  if (attr.send_cq != nullptr) attr.send_cq->users().Acquire();
+  if (attr.recv_cq != nullptr) attr.recv_cq->users().Acquire();
   if (attr.srq != nullptr) attr.srq->users().Acquire();
+  if (attr.xrcd != nullptr) attr.xrcd->users().Acquire();
   return std::unique_ptr<Qp>(new Qp(context, attr, *slot, std::move(rq), *endpoint));
 }
 
@@ -172,20 +176,27 @@ Qp::Qp(Context& context, const QpInitAttributes& init, uint32_t slot, std::uniqu
   sq_->Configure(RequesterConfigOf());
   QpEndpoint& e = this->endpoint();
   e.qp_num = qpn_;
-  e.type = static_cast<uint32_t>(TransportTypeOf(init.type, init.dc.role));  // DC runs RC's roles
+  // DC runs RC's roles; an XRC QP keeps its own type: no plain RC message is for it.
+  e.type = static_cast<uint32_t>(IsXrc(init.type) ? init.type : TransportTypeOf(init.type, init.dc.role));
   e.dct = init.dc.role == DcRole::kDct;
   e.dc_access_key = init.dc.dct_access_key;
-  e.pd = init.pd->host_id();
-  e.recv_cq = init.recv_cq->ring_ref();
-  e.recv_queue = recv_queue().ref();
+  if (init.pd != nullptr) e.pd = init.pd->host_id();
+  if (init.recv_cq != nullptr) e.recv_cq = init.recv_cq->ring_ref();
+  if (has_recv_queue()) e.recv_queue = recv_queue().ref();
+  if (init.xrcd != nullptr) {
+    xrcd_hold_ = init.xrcd->hold();
+    e.xrcd_dev = init.xrcd->id().dev;
+    e.xrcd_ino = init.xrcd->id().ino;
+  }
   e.has_srq = init.srq != nullptr;
   e.block_self_mcast_lb = init.has_create_flags && (init.create_flags & create_flag::kBlockSelfMcastLb);
   e.async_fd = context.async_fd();
   e.async_tag = context.async_tag();
   e.wire.lock.Init();
+  if (init.type == QpType::kXrcRecv) InitXrcTarget(e);  // its attributes, shared by its handles
   context.Register(this);
-  init.send_cq->AttachQp(this);
-  if (init.recv_cq != init.send_cq) init.recv_cq->AttachQp(this);
+  if (init.send_cq != nullptr) init.send_cq->AttachQp(this);
+  if (init.recv_cq != nullptr && init.recv_cq != init.send_cq) init.recv_cq->AttachQp(this);
   PublishEndpoint();
   // Last: the QP number now leads senders to a complete endpoint.
   auto& entry = fabric::EntryOf<fabric::QpEntry>(context_.registry().qps().slot(slot_));
@@ -196,8 +207,8 @@ Qp::Qp(Context& context, const QpInitAttributes& init, uint32_t slot, std::uniqu
 
 Qp::~Qp() {
   context_.Unregister(this);
-  init_.send_cq->DetachQp(this);
-  if (init_.recv_cq != init_.send_cq) init_.recv_cq->DetachQp(this);
+  if (init_.send_cq != nullptr) init_.send_cq->DetachQp(this);
+  if (init_.recv_cq != nullptr && init_.recv_cq != init_.send_cq) init_.recv_cq->DetachQp(this);
   wire_link_->Attach(nullptr);  // no response from the wire reaches the requester after this
   sq_.reset();  // no retry of this QP runs after this
   // Type 2 windows bound to this QP answer no other: they end with it, before its number can
@@ -219,9 +230,10 @@ Qp::~Qp() {
   if (w.dead_cleared != 0)
     SV_LOG(kInfo, "ibv_destroy_qp(qp 0x%x): dropped %u delivery(ies) of dead sender(s)", qpn_, w.dead_cleared);
   if (init_.srq != nullptr) init_.srq->users().Release();
-  init_.recv_cq->users().Release();
-  init_.send_cq->users().Release();
-  init_.pd->users().Release();
+  if (init_.recv_cq != nullptr) init_.recv_cq->users().Release();
+  if (init_.send_cq != nullptr) init_.send_cq->users().Release();
+  if (init_.pd != nullptr) init_.pd->users().Release();
+  if (xrcd_hold_ != nullptr) xrcd_hold_->users().Release();  // (the handle may be closed by now)
   context_.registry().qps().Free(slot_, fabric::ProcessToken::Self());
   context_.local().Free(endpoint_ref_, sizeof(QpEndpoint));
 }
@@ -260,6 +272,8 @@ void Qp::RestartWireReceive(uint32_t psn) {
 
 QpState Qp::state() const {
   const_cast<Qp*>(this)->ApplyPendingError();
+  if (init_.type == QpType::kXrcRecv)  // (its state is its endpoint's: core/xrc_qp.h)
+    return static_cast<QpState>(endpoint().state.load(std::memory_order_acquire));
   return static_cast<QpState>(state_.load(std::memory_order_acquire));
 }
 
@@ -288,33 +302,8 @@ Status Qp::DetachMcast(const Gid& mgid) {
   return Status::Ok();
 }
 
-Status Qp::Modify(const QpAttributes& requested, uint32_t mask) {
-  ApplyPendingError();
-  std::lock_guard lock(mu_);
-  QpAttributes a = requested;
-  const std::string cut = FitFieldWidths(a, mask);
-  ModifyContext ctx;
-  ctx.type = init_.type;
-  ctx.current = attr_.qp_state;
-  ctx.has_srq = init_.srq != nullptr;
-  ctx.dc = init_.dc.role;
-  if (mask & (attr::kAv | attr::kAltPath)) ctx.valid_gids = context_.gids().valid_mask();
-  auto next = CheckModify(ctx, a, mask);
-  if (!next.ok()) return next.status();
-  if (!cut.empty()) SV_LOG(kWarn, "ibv_modify_qp(qp 0x%x): %s (as mlx5 does)", qpn_, cut.c_str());
-
-  // Everything was checked: apply.
-  if (*next == QpState::kReset && attr_.qp_state != QpState::kReset) {
-    EnterReset();
-    PublishEndpoint();
-    sq_->Configure(RequesterConfigOf());
-    return Status::Ok();
-  }
-  if (*next == QpState::kErr && attr_.qp_state != QpState::kErr) {
-    EnterErrorLocked();
-    return Status::Ok();
-  }
-  QpAttributes& s = attr_;
+// ibv_modify_qp's attributes named by `mask`, copied from `a` into `s` (checked before).
+void ApplyModify(QpAttributes& s, const QpAttributes& a, uint32_t mask) {
   if (mask & attr::kEnSqdAsyncNotify) s.en_sqd_async_notify = a.en_sqd_async_notify;
   if (mask & attr::kAccessFlags) s.qp_access_flags = a.qp_access_flags;
   if (mask & attr::kPkeyIndex) s.pkey_index = a.pkey_index;
@@ -336,9 +325,43 @@ Status Qp::Modify(const QpAttributes& requested, uint32_t mask) {
   if (mask & attr::kPathMigState) s.path_mig_state = a.path_mig_state;
   if (mask & attr::kDestQpn) s.dest_qp_num = a.dest_qp_num;
   if (mask & attr::kRateLimit) s.rate_limit = a.rate_limit;
+}
+
+Status Qp::Modify(const QpAttributes& requested, uint32_t mask_in) {
+  ApplyPendingError();
+  const uint32_t mask = XrcModifyMask(init_.type, mask_in);
+  // An XRC_RECV QP's attributes are shared by all its handles (core/xrc_qp.h).
+  if (init_.type == QpType::kXrcRecv) return ModifyXrcTarget(context_, endpoint(), requested, mask);
+  std::lock_guard lock(mu_);
+  QpAttributes a = requested;
+  const std::string cut = FitFieldWidths(a, mask);
+  ModifyContext ctx;
+  ctx.type = init_.type;
+  ctx.current = attr_.qp_state;
+  ctx.has_srq = init_.srq != nullptr;
+  ctx.dc = init_.dc.role;
+  if (mask & (attr::kAv | attr::kAltPath)) ctx.valid_gids = context_.gids().valid_mask();
+  auto next = CheckModify(ctx, a, mask);
+  if (!next.ok()) return next.status();
+  SV_RETURN_IF_ERROR(CheckXrcPath(a, mask));
+  if (!cut.empty()) SV_LOG(kWarn, "ibv_modify_qp(qp 0x%x): %s (as mlx5 does)", qpn_, cut.c_str());
+
+  // Everything was checked: apply.
+  if (*next == QpState::kReset && attr_.qp_state != QpState::kReset) {
+    EnterReset();
+    PublishEndpoint();
+    sq_->Configure(RequesterConfigOf());
+    return Status::Ok();
+  }
+  if (*next == QpState::kErr && attr_.qp_state != QpState::kErr) {
+    EnterErrorLocked();
+    return Status::Ok();
+  }
+  const QpState previous = attr_.qp_state;
+  ApplyModify(attr_, a, mask);
+  QpAttributes& s = attr_;
   if (mask & attr::kRqPsn) RestartWireReceive(s.rq_psn);
   if (mask & attr::kSqPsn) sq_->SetPsn(s.sq_psn);
-  const QpState previous = s.qp_state;
   s.qp_state = *next;
   PublishEndpoint();
   sq_->Configure(RequesterConfigOf());
@@ -357,8 +380,8 @@ void Qp::EnterReset() {
   QpAttributes fresh;
   fresh.cap = init_.cap;
   attr_ = fresh;
-  init_.send_cq->RemoveEntriesOf(qpn_);
-  if (init_.recv_cq != init_.send_cq) init_.recv_cq->RemoveEntriesOf(qpn_);
+  if (init_.send_cq != nullptr) init_.send_cq->RemoveEntriesOf(qpn_);
+  if (init_.recv_cq != nullptr && init_.recv_cq != init_.send_cq) init_.recv_cq->RemoveEntriesOf(qpn_);
   if (rq_) rq_->Clear();  // an SRQ is shared: its WQEs stay
   sq_->Reset();
   requester_error_.store(false);
@@ -369,6 +392,7 @@ void Qp::EnterReset() {
 
 QpAttributes Qp::Query() const {
   const_cast<Qp*>(this)->ApplyPendingError();
+  if (init_.type == QpType::kXrcRecv) return QueryXrcTarget(endpoint());
   std::lock_guard lock(mu_);
   QpAttributes a = attr_;
   a.cur_qp_state = a.qp_state;

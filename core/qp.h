@@ -17,6 +17,7 @@
 #include "transport/requester.h"
 #include "core/srq.h"
 #include "core/types.h"
+#include "core/xrcd.h"
 
 namespace softverbs::core {
 
@@ -61,6 +62,7 @@ struct QpInitAttributes {
   QpCaps cap;
   bool sq_sig_all = false;
   bool has_xrcd = false;
+  Xrcd* xrcd = nullptr;  // XRC_RECV: its domain (IBV_QP_INIT_ATTR_XRCD)
   bool has_create_flags = false;
   uint32_t create_flags = 0;
   bool has_max_tso_header = false;
@@ -97,8 +99,10 @@ class Qp : private transport::RequesterHost {
   // ibv_query_qp: the current attributes (every one that was set) and the state.
   QpAttributes Query() const;
 
-  // The receive queue senders take WQEs from: the QP's own, or its SRQ's.
+  // The receive queue senders take WQEs from: the QP's own, or its SRQ's (none for XRC_RECV,
+  // whose messages land on the XRC SRQ each names).
   RecvQueue& recv_queue() const { return init_.srq ? init_.srq->queue() : *rq_; }
+  bool has_recv_queue() const { return init_.srq != nullptr || rq_ != nullptr; }
   // The shared endpoint peers read (owner's view).
   QpEndpoint& endpoint() const;
 
@@ -121,6 +125,8 @@ class Qp : private transport::RequesterHost {
   Qp(Context& context, const QpInitAttributes& init, uint32_t slot, std::unique_ptr<RecvQueue> rq,
      fabric::SharedRef endpoint);
   void EnterReset();
+  // XRC_SEND: a destination this fabric can reach (core/xrc_qp.cc).
+  Status CheckXrcPath(const QpAttributes& a, uint32_t mask);
   // The wire responder's packet sequence starts again at `psn` (ibv_modify_qp rq_psn, RESET).
   void RestartWireReceive(uint32_t psn);
   // Writes what peers need of the current attributes into the endpoint (under mu_).
@@ -151,7 +157,12 @@ class Qp : private transport::RequesterHost {
   std::unique_ptr<transport::Requester> sq_;
   UseCount mcast_groups_;
   void* user_handle_ = nullptr;
+  std::shared_ptr<XrcdHold> xrcd_hold_;  // XRC_RECV: its domain lives as long as it does
+  std::atomic<uint32_t> xrc_seen_errors_{0};  // XRC_RECV: the endpoint's xrc_errors last reported
 };
+
+// Copies ibv_modify_qp's attributes named by `mask` from `a` into `s` (already checked).
+void ApplyModify(QpAttributes& s, const QpAttributes& a, uint32_t mask);
 
 // The QP number of host table slot `slot` (QPs 0 and 1 are reserved for SMI and GSI, and small
 // numbers are avoided so they are never mistaken for them).

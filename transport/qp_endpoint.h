@@ -62,6 +62,16 @@ struct WireReceive {
   TakenWqe wqe;
 };
 
+// A context holding an ibv_open_qp handle of an XRC_RECV QP: told of the QP's errors through
+// its async event fd, as the kernel reports a shared QP's events to every handle.
+struct XrcOpener {
+  std::atomic<uint32_t> process;  // 0: free; kXrcOpenerClaimed: being written; else slot + 1
+  int32_t async_fd;
+  uint64_t async_tag;
+};
+inline constexpr uint32_t kXrcOpeners = 8;
+inline constexpr uint32_t kXrcOpenerClaimed = ~0u;
+
 struct QpEndpoint {
   std::atomic<uint32_t> state;  // enum ibv_qp_state value
   uint32_t qp_num;
@@ -84,6 +94,18 @@ struct QpEndpoint {
   // DC (transport/dc_access.h): this QP is a DCT, reachable only by DCIs presenting its key.
   uint32_t dct;
   uint64_t dc_access_key;
+  // XRC (IBA annex A14): the domain (core::XrcdId) of an XRC_RECV QP or of an XRC SRQ's receive
+  // endpoint; a message reaches an SRQ only through a target QP of the same domain. xrc_view
+  // marks the view a responder works on for one XRC message (transport/host/xrc_target.h).
+  uint64_t xrcd_dev;
+  uint64_t xrcd_ino;
+  uint32_t xrc_view;
+  std::atomic<uint32_t> xrc_errors;         // XRC_RECV: responder errors so far
+  XrcOpener xrc_openers[kXrcOpeners];       // XRC_RECV: the ibv_open_qp handles to tell
+  // XRC_RECV: its attributes (a core::QpAttributes, opaque here), which every handle of the QP
+  // modifies and queries from any process, under xrc_lock; `state` above is its state.
+  fabric::RobustMutex xrc_lock;
+  alignas(8) uint8_t xrc_attributes[256];
   WireReceive wire;
   // Initiators working on this QP right now, counted per process (fabric/host/pin_line.h): its
   // owner destroys it only once the live ones are done, so no delivery lands in memory the

@@ -81,6 +81,10 @@ struct Request {
   // DC: the requester is a DCI presenting this access key to the DCT (transport/dc_access.h).
   bool from_dci = false;
   uint64_t dc_access_key = 0;
+  // XRC (IBA annex A14): an RC message from an XRC_SEND QP, for an XRC_RECV QP, carrying the
+  // XRCETH that names the SRQ it lands on.
+  bool xrc = false;
+  uint32_t xrc_srqn = 0;
 
   bool with_imm() const { return opcode == WrOpcode::kSendWithImm || opcode == WrOpcode::kRdmaWriteWithImm; }
 };

@@ -387,6 +387,8 @@ Request Requester::BuildRequest(const SendWr& wr, const PinnedPieces& pieces, ui
   r.invalidate_rkey = wr.invalidate_rkey;
   r.solicited = (wr.flags & send_flag::kSolicited) != 0;
   r.from_dci = config_.dc_initiator;
+  r.xrc = config_.xrc_initiator;
+  r.xrc_srqn = wr.xrc_srqn;
   r.addressing = &config_.av;
   r.dest_qp = config_.dest_qp_num;
   r.mtu = config_.path_mtu;

@@ -110,7 +110,8 @@ bool Responder::Admits(const TargetQp& t, const Request& r) {
   // A NIC discards a packet whose transport is not its QP's (IBA 9.6.1.1: the opcode's
   // transport must match the QP's service type; rxe's check_type_state), one for a DCT without
   // its access key (transport/dc_access.h), and any while the QP does not receive (10.3.1).
-  return e.type == r.qp_type && DcAdmits(e, r.from_dci, r.dc_access_key) &&
+  // An XRC message is executed only on the view of its target QP and SRQ (host/xrc_target.h).
+  return e.type == r.qp_type && (e.xrc_view != 0) == r.xrc && DcAdmits(e, r.from_dci, r.dc_access_key) &&
          CanReceive(e.state.load(std::memory_order_acquire));
 }
 

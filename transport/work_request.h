@@ -140,6 +140,7 @@ struct SendWr {
   UdDestination ud;  // UD only
   DcDestination dc;  // DCI only
   BindRequest bind;  // BIND_MW only
+  uint32_t xrc_srqn = 0;  // XRC_SEND: the XRC SRQ at the target (wr.qp_type.xrc.remote_srqn)
   // kDriver1: set by the mlx5dv_wr_mr_* builders, whose UMR layout is the inline bytes
   // (transport/indirect_key.h); ibv_post_send cannot post one.
   bool umr = false;

@@ -25,13 +25,13 @@ ibv_device_attr DeviceAttr() {
   a.max_qp = DeviceLimits::kMaxQp;
   a.max_qp_wr = DeviceLimits::kMaxQpWr;
   // What softverbs0 really does: RNR NAKs, cur_qp_state in modify, SRQ resize, solicited-only
-  // CQ arming. Not claimed: port events (the port never changes state), APM, QP resize, memory
-  // windows, XRC, raw packet.
+  // CQ arming, XRC (same host: docs/support-matrix.md). Not claimed: port events (the port never
+  // changes state), APM, QP resize, raw packet.
   // Memory windows of type 1 and 2 (type 2 checks QP and PD: 2B), with local and remote
   // invalidation -- the user-visible half of the memory management extensions.
   a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_CURR_QP_STATE_MOD | IBV_DEVICE_SRQ_RESIZE |
                        IBV_DEVICE_N_NOTIFY_CQ | IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_MEM_WINDOW |
-                       IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_MEM_MGT_EXTENSIONS;
+                       IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_MEM_MGT_EXTENSIONS | IBV_DEVICE_XRC;
   a.max_sge = DeviceLimits::kMaxSge;
   a.max_sge_rd = DeviceLimits::kMaxSgeRd;
   a.max_cq = DeviceLimits::kMaxCq;

@@ -17,6 +17,8 @@
 #include "core/pd.h"
 #include "core/qp.h"
 #include "core/srq.h"
+#include "core/xrc_qp.h"
+#include "core/xrcd.h"
 #include "transport/work_request.h"
 
 #include "abi/common/export.h"
@@ -75,6 +77,12 @@ struct SvSrq {
   std::unique_ptr<core::Srq> core;
 };
 
+// rdma-core's verbs_xrcd begins with ibv_xrcd.
+struct SvXrcd {
+  ibv_xrcd xrcd;
+  std::unique_ptr<core::Xrcd> core;
+};
+
 struct SvAh {
   ibv_ah ah;
   std::unique_ptr<core::Ah> core;
@@ -99,6 +107,8 @@ struct SvQp {
   // creation by abi/mlx5dv/dv_qp_ex.cc; they add to the batch above.
   mlx5dv_qp_ex dv{};
   uint64_t mlx5_send_ops_flags = 0;  // mlx5dv_qp_init_attr.send_ops_flags (MR_LIST / MR_INTERLEAVED)
+  // A handle of ibv_open_qp(3) (XRC target QPs): `core` is null and this acts on the QP.
+  std::unique_ptr<core::OpenedQp> opened;
 };
 
 inline SvContext* ToSv(ibv_context* c) {
@@ -112,6 +122,7 @@ inline SvCq* ToSv(ibv_cq* c) { return reinterpret_cast<SvCq*>(c); }
 inline SvCq* ToSv(ibv_cq_ex* c) { return reinterpret_cast<SvCq*>(c); }
 inline SvSrq* ToSv(ibv_srq* s) { return reinterpret_cast<SvSrq*>(s); }
 inline SvAh* ToSv(ibv_ah* a) { return reinterpret_cast<SvAh*>(a); }
+inline SvXrcd* ToSv(ibv_xrcd* x) { return reinterpret_cast<SvXrcd*>(x); }
 inline SvQp* ToSv(ibv_qp* q) { return reinterpret_cast<SvQp*>(q); }
 inline SvQp* ToSv(ibv_qp_ex* q) { return reinterpret_cast<SvQp*>(q); }
 inline SvQp* ToSv(mlx5dv_qp_ex* q) {

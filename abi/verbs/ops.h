@@ -22,6 +22,7 @@ ibv_srq* CreateSrqEx(ibv_context*, ibv_srq_init_attr_ex*);
 int GetSrqNum(ibv_srq*, uint32_t*);
 ibv_xrcd* OpenXrcd(ibv_context*, ibv_xrcd_init_attr*);
 int CloseXrcd(ibv_xrcd*);
+ibv_qp* OpenQp(ibv_context*, ibv_qp_open_attr*);
 ibv_mw* AllocMw(ibv_pd*, ibv_mw_type);
 int BindMw(ibv_qp*, ibv_mw*, ibv_mw_bind*);
 int DeallocMw(ibv_mw*);

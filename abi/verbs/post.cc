@@ -66,11 +66,20 @@ Status ToTransport(const ibv_send_wr& in, transport::SendWr* out) {
 
 }  // namespace
 
+// An ibv_open_qp handle (an XRC_RECV QP) has no queue to post to.
+static Status NoQueues(const SvQp* q) {
+  return q->core == nullptr ? Invalid("an ibv_open_qp handle of an XRC_RECV QP has no send or receive queue")
+                            : Status::Ok();
+}
+
 int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   SvQp* q = ToSv(qp);
   transport::SendWr w;
   for (; wr != nullptr; wr = wr->next) {
-    Status s = ToTransport(*wr, &w);
+    Status s = NoQueues(q);
+    if (s.ok()) s = ToTransport(*wr, &w);
+    // IBA A14: an XRC message names the SRQ it lands on (XRCETH).
+    if (s.ok() && qp->qp_type == IBV_QPT_XRC_SEND) w.xrc_srqn = wr->qp_type.xrc.remote_srqn;
     if (s.ok() && qp->qp_type == IBV_QPT_UD) {
       if (wr->wr.ud.ah == nullptr) {
         s = Invalid("a UD send needs wr.ud.ah");
@@ -100,6 +109,7 @@ int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   transport::RecvSge sges[transport::kMaxSge];
   for (; wr != nullptr; wr = wr->next) {
     Status s = ToRecvSges(*wr, sges);
+    if (s.ok()) s = NoQueues(ToSv(qp));
     if (s.ok()) s = ToSv(qp)->core->PostRecv(wr->wr_id, sges, static_cast<uint32_t>(wr->num_sge));
     if (!s.ok()) {
       *bad_wr = wr;

@@ -52,6 +52,11 @@ ibv_qp* CreateQp(const char* verb, ibv_context* context, ibv_qp_init_attr_ex* at
   init.cap = ToCore(attr->cap);
   init.sq_sig_all = attr->sq_sig_all != 0;
   init.has_xrcd = (attr->comp_mask & IBV_QP_INIT_ATTR_XRCD) != 0;
+  if (init.has_xrcd && attr->xrcd != nullptr) {
+    if (attr->xrcd->context != context)
+      return ReturnNull<ibv_qp>(verb, object, Invalid("the XRC domain belongs to another context"));
+    init.xrcd = ToSv(attr->xrcd)->core.get();
+  }
   init.has_create_flags = (attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) != 0;
   init.create_flags = init.has_create_flags ? attr->create_flags : 0;
   init.has_max_tso_header = (attr->comp_mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER) != 0;
@@ -70,10 +75,11 @@ ibv_qp* CreateQp(const char* verb, ibv_context* context, ibv_qp_init_attr_ex* at
   ibv_qp& q = qp->qpx.qp_base;
   q.context = context;
   q.qp_context = attr->qp_context;
-  q.pd = pd;
-  q.send_cq = attr->send_cq;
-  q.recv_cq = attr->recv_cq;
-  q.srq = attr->srq;
+  // What the QP kept (XRC_RECV keeps no PD, CQ or SRQ; XRC_SEND no receive CQ of its own).
+  q.pd = init.pd != nullptr ? pd : nullptr;
+  q.send_cq = init.send_cq != nullptr ? attr->send_cq : nullptr;
+  q.recv_cq = init.recv_cq != nullptr ? (init.recv_cq == init.send_cq ? attr->send_cq : attr->recv_cq) : nullptr;
+  q.srq = init.srq != nullptr ? attr->srq : nullptr;
   q.handle = qp->core->qp_num();
   q.qp_num = qp->core->qp_num();
   q.state = IBV_QPS_RESET;
@@ -93,6 +99,41 @@ ibv_qp* CreateQp(const char* verb, ibv_context* context, ibv_qp_init_attr_ex* at
 }
 
 }  // namespace
+
+// ibv_open_qp(3): comp_mask needs IBV_QP_OPEN_ATTR_NUM, _XRCD and _TYPE (libibverbs'
+// ibv_cmd_open_qp); the type must be IBV_QPT_XRC_RECV; the QP must be a target QP of the domain.
+ibv_qp* OpenQp(ibv_context* context, ibv_qp_open_attr* attr) {
+  const char* verb = "ibv_open_qp";
+  const std::string object = context->device->name;
+  constexpr uint32_t kNeeded = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE;
+  if (attr->comp_mask >= IBV_QP_OPEN_ATTR_RESERVED)
+    return ReturnNull<ibv_qp>(verb, object, Invalid("comp_mask has unknown bits"));
+  if ((attr->comp_mask & kNeeded) != kNeeded || attr->xrcd == nullptr)
+    return ReturnNull<ibv_qp>(verb, object, Invalid("comp_mask needs IBV_QP_OPEN_ATTR_NUM, _XRCD and _TYPE, and an xrcd"));
+  if (attr->qp_type != IBV_QPT_XRC_RECV)
+    return ReturnNull<ibv_qp>(verb, object, Invalid("only IBV_QPT_XRC_RECV QPs are opened (ibv_open_qp(3))"));
+  if (attr->xrcd->context != context)
+    return ReturnNull<ibv_qp>(verb, object, Invalid("the XRC domain belongs to another context"));
+  auto opened = core::OpenedQp::Open(*ToSv(context)->core, *ToSv(attr->xrcd)->core, attr->qp_num);
+  if (!opened.ok()) return ReturnNull<ibv_qp>(verb, object, opened.status());
+  auto* qp = new (std::nothrow) SvQp{};
+  if (qp == nullptr) return ReturnNull<ibv_qp>(verb, object, NoMemory("out of memory"));
+  qp->opened = std::move(opened.value());
+  qp->opened->set_user_handle(&qp->qpx.qp_base);
+  ibv_qp& q = qp->qpx.qp_base;
+  q.context = context;
+  q.qp_context = (attr->comp_mask & IBV_QP_OPEN_ATTR_CONTEXT) ? attr->qp_context : nullptr;
+  q.handle = attr->qp_num;
+  q.qp_num = attr->qp_num;
+  q.qp_type = IBV_QPT_XRC_RECV;
+  auto now = qp->opened->Query();
+  q.state = now.ok() ? static_cast<ibv_qp_state>(now->qp_state) : IBV_QPS_RESET;
+  pthread_mutex_init(&q.mutex, nullptr);
+  pthread_cond_init(&q.cond, nullptr);
+  InitQpEx(qp, 0);
+  SV_LOG(kDebug, "%s: XRC_RECV qp 0x%x opened", verb, q.qp_num);
+  return &q;
+}
 
 ibv_qp* CreateQpEx(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   return CreateQp("ibv_create_qp_ex", context, attr, nullptr);
@@ -124,6 +165,12 @@ SV_DEFAULT_VERSION(ibv_create_qp);
 
 SV_EXPORT int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
   SvQp* q = ToSv(qp);
+  if (q->opened != nullptr) {  // an ibv_open_qp handle (core/xrc_qp.h)
+    Status s = q->opened->Modify(ToCore(*attr), static_cast<uint32_t>(attr_mask));
+    if (!s.ok()) return ReturnErrno("ibv_modify_qp", Name(qp), s);
+    if (attr_mask & IBV_QP_STATE) qp->state = attr->qp_state;
+    return 0;
+  }
   Status s = q->core->Modify(ToCore(*attr), static_cast<uint32_t>(attr_mask));
   if (!s.ok()) return ReturnErrno("ibv_modify_qp", Name(qp), s);
   qp->state = static_cast<ibv_qp_state>(q->core->state());
@@ -135,6 +182,18 @@ SV_DEFAULT_VERSION(ibv_modify_qp);
 SV_EXPORT int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int, ibv_qp_init_attr* init_attr) {
   // ibv_query_qp(3): attr_mask is a hint; every attribute is returned.
   SvQp* q = ToSv(qp);
+  if (q->opened != nullptr) {
+    auto a = q->opened->Query();
+    if (!a.ok()) return ReturnErrno("ibv_query_qp", Name(qp), a.status());
+    *attr = ToIbv(*a);
+    qp->state = attr->qp_state;
+    if (init_attr != nullptr) {
+      memset(init_attr, 0, sizeof(*init_attr));
+      init_attr->qp_context = qp->qp_context;
+      init_attr->qp_type = qp->qp_type;
+    }
+    return 0;
+  }
   *attr = ToIbv(q->core->Query());
   qp->state = attr->qp_state;
   if (init_attr != nullptr) {
@@ -153,7 +212,8 @@ SV_DEFAULT_VERSION(ibv_query_qp);
 
 SV_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
   SvQp* q = ToSv(qp);
-  if (Status s = q->core->CheckDestroy(); !s.ok()) return ReturnErrno("ibv_destroy_qp", Name(qp), s);
+  if (q->core != nullptr)
+    if (Status s = q->core->CheckDestroy(); !s.ok()) return ReturnErrno("ibv_destroy_qp", Name(qp), s);
   ToSv(qp->context)->core->DropAsyncEventsFor(qp);
   pthread_cond_destroy(&qp->cond);
   pthread_mutex_destroy(&qp->mutex);

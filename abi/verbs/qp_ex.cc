@@ -140,7 +140,9 @@ void SetUdAddr(ibv_qp_ex* q, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qk
     b->wr.ud.remote_qkey = remote_qkey;
   }
 }
-void SetXrcSrqn(ibv_qp_ex* q, uint32_t) { Refuse(q, Unsupported("ibv_wr_set_xrc_srqn (XRC)")); }
+void SetXrcSrqn(ibv_qp_ex* q, uint32_t remote_srqn) {
+  if (auto* b = Current(q, "ibv_wr_set_xrc_srqn")) b->wr.xrc_srqn = remote_srqn;
+}
 void SetInlineData(ibv_qp_ex* q, void* addr, size_t length) {
   if (auto* b = Current(q, "ibv_wr_set_inline_data")) {
     // Copied now: the buffer may be reused as soon as the setter returns (ibv_wr_post(3)).

@@ -4,7 +4,7 @@
 //                                       device view (sysfs / /dev nodes) shown to it
 //   softverbs sysfs-view [DIR]          print the device view, or write it into DIR
 //   softverbs devices                   list the device and its GID table
-//   softverbs status                    what the host registry holds (QPs, keys, SRQs by process)
+//   softverbs status                    what the host registry holds (QPs, keys, SRQs, XRC domains by process)
 //   softverbs version
 #include <sys/stat.h>
 #include <unistd.h>
@@ -193,7 +193,8 @@ int Status() {
   struct Row {
     const char* what;
     fabric::SlotTable* table;
-  } rows[] = {{"processes", &r.processes()}, {"QPs", &r.qps()}, {"memory keys", &r.keys()}, {"SRQs", &r.srqs()}};
+  } rows[] = {{"processes", &r.processes()}, {"QPs", &r.qps()}, {"memory keys", &r.keys()}, {"SRQs", &r.srqs()},
+              {"XRC domains", &r.xrcds()}};  // (open ibv_open_xrcd handles)
   std::map<uint64_t, bool> alive;  // by token: one /proc read per process
   for (const Row& row : rows) {
     std::map<pid_t, int> live;

@@ -92,7 +92,7 @@ TEST_F(QpTest, QpNumbersAreUniqueAndNotManagementQps) {
 }
 
 TEST_F(QpTest, UnofferedTypesAreRefusedWithEopnotsupp) {
-  for (QpType type : {QpType::kXrcSend, QpType::kXrcRecv, QpType::kRawPacket, QpType::kDriver}) {
+  for (QpType type : {QpType::kRawPacket, QpType::kDriver}) {  // (XRC: xrcd_test.cc)
     QpInitAttributes a = Init(type);
     EXPECT_EQ(Errno(Qp::Create(*context_, a)), EOPNOTSUPP) << QpTypeName(type);
   }
