@@ -10,6 +10,8 @@
 #include "core/context.h"
 #include "core/device_limits.h"
 #include "core/qp_state_machine.h"
+#include "core/raw_qp.h"
+#include "fabric/raw/packet_socket.h"
 #include "fabric/host/pin_line.h"
 #include "fabric/host/process_token.h"
 #include "transport/host/host_link.h"
@@ -27,12 +29,11 @@ Status CheckType(QpType type, DcRole dc) {
     case QpType::kRc:
     case QpType::kUc:
     case QpType::kUd:
+    case QpType::kRawPacket:  // whole Ethernet frames (core/raw_qp.h)
       return Status::Ok();
     case QpType::kXrcSend:
     case QpType::kXrcRecv:
       return NotSupported("XRC QPs are not offered yet (ibv_open_xrcd fails too)");
-    case QpType::kRawPacket:
-      return NotSupported("IBV_QPT_RAW_PACKET is not offered: softverbs0 has no Ethernet datapath");
     case QpType::kDriver:
       if (dc != DcRole::kNone) return Status::Ok();  // a DC QP of mlx5dv_create_qp (core/dc.h)
       return NotSupported("IBV_QPT_DRIVER QPs are created through their provider (mlx5dv_create_qp)");
@@ -54,13 +55,17 @@ Status CheckCreateFlags(const QpInitAttributes& a) {
   if (a.create_flags & ~kKnown) return Invalid("create_flags has unknown bits");
   if ((a.create_flags & kBlockSelfMcastLb) && a.type != QpType::kUd)
     return Invalid("IBV_QP_CREATE_BLOCK_SELF_MCAST_LB applies to UD QPs (multicast is UD only)");
-  if (a.create_flags & (kScatterFcs | kCvlanStripping))
+  // ibv_create_qp_ex(3): FCS scattering and VLAN stripping are features of raw packet QPs.
+  if ((a.create_flags & (kScatterFcs | kCvlanStripping)) && a.type != QpType::kRawPacket)
     return Invalid("IBV_QP_CREATE_SCATTER_FCS / CVLAN_STRIPPING apply to IBV_QPT_RAW_PACKET QPs only");
   if (a.create_flags & kSourceQpn) {
     // "The attribute source_qpn is supported only on UD QP" (ibv_create_qp_ex(3)).
     if (a.type != QpType::kUd) return Invalid("IBV_QP_CREATE_SOURCE_QPN applies to UD QPs only");
     if (a.source_qpn == 0 || a.source_qpn > 0xffffff)
       return Invalid("source_qpn " + to_string(a.source_qpn) + " is not a 24-bit QP number");
+    // The kernel requires CAP_NET_RAW for a QP that sends as another QP number (mlx5).
+    if (!fabric::raw::HaveNetRaw())
+      return Status(EPERM, "IBV_QP_CREATE_SOURCE_QPN needs CAP_NET_RAW in the QP's network namespace");
   }
   // PCI_WRITE_END_PADDING is a performance hint: accepted, no semantic change.
   return Status::Ok();
@@ -74,7 +79,9 @@ Status CheckSendOps(const QpInitAttributes& a) {
                               kTso | kAtomicWrite;
   uint64_t ops = a.send_ops_flags;
   if (ops & ~kKnown) return Invalid("send_ops_flags has unknown bits");
-  if (ops & kTso) return Invalid("IBV_QP_EX_WITH_TSO applies to IBV_QPT_RAW_PACKET QPs only");
+  if ((ops & kTso) && a.type != QpType::kRawPacket)
+    return Invalid("IBV_QP_EX_WITH_TSO applies to IBV_QPT_RAW_PACKET QPs only");
+  if (ops & kTso) return NotSupported("IBV_QP_EX_WITH_TSO: TSO is not offered yet (tso_caps reports none)");
   if (ops & kAtomicWrite) return NotSupported("IBV_QP_EX_WITH_ATOMIC_WRITE: ATOMIC WRITE is not offered");
   uint64_t allowed = 0;
   switch (TransportTypeOf(a.type, a.dc.role)) {  // IBA table 38: the operations of each service type
@@ -83,6 +90,7 @@ Status CheckSendOps(const QpInitAttributes& a) {
     // ibv_bind_mw(3): binds on UC, RC (and XRC_SEND); SEND_WITH_INV is RC's (IBA 9.4).
     case QpType::kUc: allowed = kRdmaWrite | kRdmaWriteWithImm | kSend | kSendWithImm | kLocalInv | kBindMw; break;
     case QpType::kUd: allowed = kSend | kSendWithImm; break;
+    case QpType::kRawPacket: allowed = kSend; break;  // a frame per SEND
     default: break;
   }
   // A DCI's requests go to many DCTs: windows are bound and invalidated on RC and UC QPs only.
@@ -98,8 +106,12 @@ Status CheckInit(QpInitAttributes& a) {
   if (a.has_xrcd) return Invalid("an XRC domain applies to IBV_QPT_XRC_RECV QPs only");
   if (a.send_cq == nullptr) return Invalid("send_cq is NULL");
   if (a.recv_cq == nullptr) return Invalid("recv_cq is NULL");
-  if (a.has_max_tso_header || a.has_rwq_ind_table || a.has_rx_hash)
+  if ((a.has_max_tso_header || a.has_rwq_ind_table || a.has_rx_hash) && a.type != QpType::kRawPacket)
     return Invalid("max_tso_header, rwq_ind_tbl and rx_hash_conf apply to IBV_QPT_RAW_PACKET QPs only");
+  if (a.has_max_tso_header && a.max_tso_header != 0)
+    return NotSupported("max_tso_header: TSO is not offered yet (tso_caps.max_tso is 0)");
+  if (a.has_rwq_ind_table || a.has_rx_hash)
+    return NotSupported("RSS QPs (rwq_ind_tbl, rx_hash_conf) are not offered yet (rss_caps report none)");
   SV_RETURN_IF_ERROR(CheckCap("max_send_wr", a.cap.max_send_wr, DeviceLimits::kMaxQpWr, "max_qp_wr"));
   SV_RETURN_IF_ERROR(CheckCap("max_send_sge", a.cap.max_send_sge, DeviceLimits::kMaxSge, "max_sge"));
   SV_RETURN_IF_ERROR(CheckCap("max_inline_data", a.cap.max_inline_data, DeviceLimits::kMaxInlineData,
@@ -128,6 +140,12 @@ Status CheckInit(QpInitAttributes& a) {
 
 Result<std::unique_ptr<Qp>> Qp::Create(Context& context, QpInitAttributes& attr) {
   SV_RETURN_IF_ERROR(CheckInit(attr));
+  std::unique_ptr<RawQp> raw;
+  if (attr.type == QpType::kRawPacket) {
+    auto opened = RawQp::Open(context, attr);  // EPERM without CAP_NET_RAW
+    if (!opened.ok()) return opened.status();
+    raw = std::move(opened.value());
+  }
   fabric::LocalProcess& local = context.local();
   std::unique_ptr<RecvQueue> rq;
   if (attr.srq == nullptr) {
@@ -147,7 +165,12 @@ Result<std::unique_ptr<Qp>> Qp::Create(Context& context, QpInitAttributes& attr)
   attr.send_cq->users().Acquire();
   attr.recv_cq->users().Acquire();
   if (attr.srq != nullptr) attr.srq->users().Acquire();
-  return std::unique_ptr<Qp>(new Qp(context, attr, *slot, std::move(rq), *endpoint));
+  std::unique_ptr<Qp> qp(new Qp(context, attr, *slot, std::move(rq), *endpoint));
+  if (raw) {
+    raw->Attach(qp.get(), qp->qp_num());
+    qp->raw_ = std::move(raw);
+  }
+  return qp;
 }
 
 Qp::Qp(Context& context, const QpInitAttributes& init, uint32_t slot, std::unique_ptr<RecvQueue> rq,
@@ -195,6 +218,7 @@ Qp::Qp(Context& context, const QpInitAttributes& init, uint32_t slot, std::uniqu
 }
 
 Qp::~Qp() {
+  raw_.reset();  // its flows are gone (CheckDestroy): no frame reaches it after this
   context_.Unregister(this);
   init_.send_cq->DetachQp(this);
   if (init_.recv_cq != init_.send_cq) init_.recv_cq->DetachQp(this);
@@ -267,6 +291,9 @@ Status Qp::CheckDestroy() const {
   // ibv_destroy_qp(3): "fails if the QP is attached to a multicast group".
   if (int n = mcast_groups_.count(); n > 0)
     return Busy("the QP is still attached to " + std::to_string(n) + " multicast group(s)");
+  // The kernel's uverbs counts a flow as a user of its QP: destroy fails while one remains.
+  if (raw_ && raw_->flows().count() > 0)
+    return Busy("the QP still has " + std::to_string(raw_->flows().count()) + " flow rule(s) (ibv_destroy_flow first)");
   return Status::Ok();
 }
 

@@ -24,6 +24,7 @@ using transport::QpEndpoint;
 using transport::RecvQueue;
 
 class Context;
+class RawQp;
 
 // enum ibv_qp_create_flags
 namespace create_flag {
@@ -64,6 +65,7 @@ struct QpInitAttributes {
   bool has_create_flags = false;
   uint32_t create_flags = 0;
   bool has_max_tso_header = false;
+  uint16_t max_tso_header = 0;
   bool has_rwq_ind_table = false;
   bool has_rx_hash = false;
   bool has_send_ops_flags = false;
@@ -104,6 +106,8 @@ class Qp : private transport::RequesterHost {
 
   // The data path (qp_data.cc). ibv_post_send of one WR: a refusal leaves it unposted.
   Status PostSend(const transport::SendWr& wr);
+  // The end of one ibv_post_send list: a raw QP sends the frames it built in one batch.
+  void FlushPosted();
   // ibv_post_recv of one WR (QPs without an SRQ).
   Status PostRecv(uint64_t wr_id, const transport::RecvSge* sge, uint32_t num_sge);
 
@@ -117,7 +121,15 @@ class Qp : private transport::RequesterHost {
   Status DetachMcast(const Gid& mgid);
   Status CheckDestroy() const;
 
+  // IBV_QPT_RAW_PACKET: the Ethernet side (core/raw_qp.h); null for other types.
+  RawQp* raw() const { return raw_.get(); }
+
  private:
+  friend class RawQp;
+  // The state as last published, without applying pending errors (the raw receive thread).
+  QpState state_now() const { return static_cast<QpState>(state_.load(std::memory_order_acquire)); }
+  // A receive completion of this QP's own (raw frames).
+  void PushReceive(const transport::Completion& c);
   Qp(Context& context, const QpInitAttributes& init, uint32_t slot, std::unique_ptr<RecvQueue> rq,
      fabric::SharedRef endpoint);
   void EnterReset();
@@ -150,6 +162,7 @@ class Qp : private transport::RequesterHost {
   std::unique_ptr<transport::Link> wire_link_;
   std::unique_ptr<transport::Requester> sq_;
   UseCount mcast_groups_;
+  std::unique_ptr<RawQp> raw_;
   void* user_handle_ = nullptr;
 };
 

@@ -38,8 +38,6 @@ int QueryRtValues(ibv_context*, ibv_values_ex* values) {
 }
 int ModifyCq(ibv_cq* cq, ibv_modify_cq_attr*) { return ReturnErrno("ibv_modify_cq", Name(cq), Unsupported("CQ moderation")); }
 ibv_qp* OpenQp(ibv_context*, ibv_qp_open_attr*) { return ReturnNull<ibv_qp>("ibv_open_qp", "", Unsupported("XRC shared QPs (ibv_open_qp)")); }
-ibv_flow* CreateFlow(ibv_qp* qp, ibv_flow_attr*) { return ReturnNull<ibv_flow>("ibv_create_flow", Name(qp), Unsupported("flow steering")); }
-int DestroyFlow(ibv_flow*) { return ReturnErrno("ibv_destroy_flow", "", Unsupported("flow steering")); }
 void PlaceholderSlot() {}  // "ABI_placeholder" slots of verbs_context: never called by libibverbs
 ibv_wq* CreateWq(ibv_context*, ibv_wq_init_attr*) { return ReturnNull<ibv_wq>("ibv_create_wq", "", Unsupported("work queues (WQ)")); }
 int ModifyWq(ibv_wq*, ibv_wq_attr*) { return ReturnErrno("ibv_modify_wq", "", Unsupported("work queues (WQ)")); }

@@ -31,7 +31,9 @@ ibv_device_attr DeviceAttr() {
   // invalidation -- the user-visible half of the memory management extensions.
   a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_CURR_QP_STATE_MOD | IBV_DEVICE_SRQ_RESIZE |
                        IBV_DEVICE_N_NOTIFY_CQ | IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_MEM_WINDOW |
-                       IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_MEM_MGT_EXTENSIONS;
+                       IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_MEM_MGT_EXTENSIONS |
+                       // Raw packet QPs (core/raw_qp.h): checksum offload, flow steering.
+                       IBV_DEVICE_RAW_IP_CSUM | IBV_DEVICE_MANAGED_FLOW_STEERING;
   a.max_sge = DeviceLimits::kMaxSge;
   a.max_sge_rd = DeviceLimits::kMaxSgeRd;
   a.max_cq = DeviceLimits::kMaxCq;
@@ -64,6 +66,9 @@ ibv_device_attr_ex DeviceAttrEx() {
   // hca_core_clock in kHz (ibv_query_device_ex(3)).
   ex.completion_timestamp_mask = ~0ull;
   ex.hca_core_clock = kDeviceClockKhz;
+  // Raw packet QPs: checksums both ways, VLAN stripping, FCS scattering (core/raw_qp.h).
+  ex.raw_packet_caps = IBV_RAW_PACKET_CAP_CVLAN_STRIPPING | IBV_RAW_PACKET_CAP_SCATTER_FCS |
+                       IBV_RAW_PACKET_CAP_IP_CSUM;
   // No ODP, TSO, RSS, packet pacing, tag matching or device memory yet: all zero.
   ex.max_dm_size = 0;
   ex.phys_port_cnt_ex = DeviceLimits::kPortCount;

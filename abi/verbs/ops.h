@@ -25,6 +25,9 @@ int CloseXrcd(ibv_xrcd*);
 ibv_mw* AllocMw(ibv_pd*, ibv_mw_type);
 int BindMw(ibv_qp*, ibv_mw*, ibv_mw_bind*);
 int DeallocMw(ibv_mw*);
+// Flow steering (flow.cc).
+ibv_flow* CreateFlow(ibv_qp*, ibv_flow_attr*);
+int DestroyFlow(ibv_flow*);
 
 // The bind request of window `mw` taking R_Key `rkey` (abi/verbs/mw.cc).
 Status ToBindRequest(ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info& info, transport::BindRequest* out);

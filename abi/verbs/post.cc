@@ -82,10 +82,12 @@ int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     }
     if (s.ok()) s = q->core->PostSend(w);
     if (!s.ok()) {
+      q->core->FlushPosted();
       *bad_wr = wr;
       return ReturnErrno("ibv_post_send", Name(qp), s);
     }
   }
+  q->core->FlushPosted();  // raw QPs: the list's frames leave in one batch
   return 0;
 }
 

@@ -55,6 +55,7 @@ ibv_qp* CreateQp(const char* verb, ibv_context* context, ibv_qp_init_attr_ex* at
   init.has_create_flags = (attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) != 0;
   init.create_flags = init.has_create_flags ? attr->create_flags : 0;
   init.has_max_tso_header = (attr->comp_mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER) != 0;
+  init.max_tso_header = init.has_max_tso_header ? attr->max_tso_header : 0;
   init.has_rwq_ind_table = (attr->comp_mask & IBV_QP_INIT_ATTR_IND_TABLE) != 0;
   init.has_rx_hash = (attr->comp_mask & IBV_QP_INIT_ATTR_RX_HASH) != 0;
   init.has_send_ops_flags = (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0;

@@ -66,6 +66,7 @@ int WrComplete(ibv_qp_ex* qpx) {
     }
     s = qp->core->PostSend(b.wr);
   }
+  qp->core->FlushPosted();  // raw QPs: the batch's frames leave together
   qp->batch.clear();
   return s.ok() ? 0 : ReturnErrno("ibv_wr_complete", Name(&qpx->qp_base), s);
 }

@@ -1,0 +1,123 @@
+#include "core/raw_qp.h"
+
+#include "base/log.h"
+#include "core/context.h"
+#include "core/device_limits.h"
+#include "core/qp.h"
+#include "fabric/raw/interface.h"
+
+namespace softverbs::core {
+
+using transport::Completion;
+namespace wc_status = transport::wc_status;
+
+Result<std::unique_ptr<RawQp>> RawQp::Open(Context& context, const QpInitAttributes& init) {
+  // The capability first, as the kernel checks it before it looks at anything else.
+  if (!fabric::raw::HaveNetRaw())
+    return Status(EPERM, "IBV_QPT_RAW_PACKET needs CAP_NET_RAW in the QP's network namespace (as the kernel "
+                         "requires of raw QPs; packet(7))");
+  const GidTable gids = context.gids();
+  std::vector<std::array<uint8_t, 16>> addresses;
+  for (uint32_t i = 1; i < DeviceLimits::kGidTableLen; ++i)  // 0 is the link-local GID
+    if (gids.at(i).valid) addresses.push_back(gids.at(i).gid);
+  auto itf = fabric::raw::InterfaceOwning(addresses);
+  if (!itf.ok()) return itf.status();
+  auto port = transport::raw::RawPort::Get(*itf);
+  if (!port.ok()) return port.status();
+  return std::unique_ptr<RawQp>(new RawQp(context, std::move(port.value()), init));
+}
+
+RawQp::RawQp(Context& context, std::shared_ptr<transport::raw::RawPort> port, const QpInitAttributes& init)
+    : context_(context), port_(std::move(port)), sq_sig_all_(init.sq_sig_all) {
+  send_.process_slot = receive_.process_slot = context.local().slot();
+  send_.pd = receive_.pd = init.pd->host_id();
+  send_.max_frame = port_->interface().mtu + 14 + 8;
+  const uint32_t flags = init.has_create_flags ? init.create_flags : 0;
+  receive_.scatter_fcs = (flags & create_flag::kScatterFcs) != 0;
+  receive_.strip_cvlan = (flags & create_flag::kCvlanStripping) != 0;
+}
+
+RawQp::~RawQp() { Flush(); }
+
+void RawQp::Attach(Qp* qp, uint32_t qpn) {
+  qp_ = qp;
+  receive_.qp_num = qpn;
+}
+
+void RawQp::Complete(const transport::SendWr& wr, uint32_t status) {
+  if (status == wc_status::kSuccess && !sq_sig_all_ && !(wr.flags & transport::send_flag::kSignaled)) return;
+  Completion c;
+  c.wr_id = wr.wr_id;
+  c.status = status;
+  c.opcode = transport::wc_opcode::kSend;
+  c.qp_num = receive_.qp_num;
+  qp_->Complete(c);
+}
+
+Status RawQp::PostSend(const transport::SendWr& wr, QpState state) {
+  if (state == QpState::kErr) {
+    Complete(wr, wc_status::kWrFlushErr);  // IBA 10.8.3.1
+    return Status::Ok();
+  }
+  if (state < QpState::kRts || state == QpState::kSqe)
+    return Invalid("the QP must be in RTS to post sends (IBA 10.8.2)");
+  if (wr.opcode != transport::WrOpcode::kSend)
+    return Invalid("a RAW_PACKET QP sends frames: IBV_WR_SEND only");
+  const QpCaps& cap = qp_->init().cap;
+  if (wr.num_sge > cap.max_send_sge)
+    return Invalid("num_sge " + std::to_string(wr.num_sge) + " exceeds max_send_sge " + std::to_string(cap.max_send_sge));
+  if ((wr.flags & transport::send_flag::kInline) && wr.inline_length > cap.max_inline_data)
+    return Invalid("inline data of " + std::to_string(wr.inline_length) + " bytes exceeds max_inline_data " +
+                   std::to_string(cap.max_inline_data));
+  std::lock_guard lock(send_mu_);
+  const uint32_t status = transport::raw::BuildFrames(context_.local(), send_, wr, &pending_);
+  if (status != wc_status::kSuccess) {
+    SV_LOG(kError, "ibv_post_send(qp 0x%x): the frame completes with status %u (%s)", receive_.qp_num, status,
+           status == wc_status::kLocLenErr ? "not an Ethernet frame the port takes" : "an SGE is not memory of the QP's PD");
+    Complete(wr, status);
+    qp_->EnterError();
+    return Status::Ok();
+  }
+  // The bytes were copied: the buffer is the application's again (ibv_post_send(3)).
+  Complete(wr, wc_status::kSuccess);
+  if (pending_.size() >= fabric::raw::PacketSocket::kBatch) {
+    Status s = port_->Send(pending_, this);
+    if (!s.ok()) SV_LOG(kError, "ibv_post_send(qp 0x%x): %s", receive_.qp_num, s.rule().c_str());
+    pending_.clear();
+  }
+  return Status::Ok();
+}
+
+void RawQp::Flush() {
+  std::lock_guard lock(send_mu_);
+  if (pending_.empty()) return;
+  Status s = port_->Send(pending_, this);
+  if (!s.ok()) SV_LOG(kError, "ibv_post_send(qp 0x%x): %s", receive_.qp_num, s.rule().c_str());
+  pending_.clear();
+}
+
+void RawQp::OnFrame(std::span<const uint8_t> frame, const fabric::raw::FrameView& view,
+                    const transport::raw::FlowMark& mark) {
+  // Receives land from RTR on (IBA 10.3.1); before, and in ERR, the frame is dropped.
+  const QpState state = qp_->state_now();
+  if (state < QpState::kRtr || state == QpState::kErr) {
+    SV_LOG(kTrace, "raw receive (qp 0x%x): frame dropped, the QP is in %s", receive_.qp_num, QpStateName(state));
+    return;
+  }
+  transport::TakenWqe wqe = qp_->recv_queue().Take();
+  if (!wqe.found) {  // no receive WQE: dropped, as a NIC counts out_of_buffer
+    SV_LOG(kTrace, "raw receive (qp 0x%x): frame dropped, no receive WQE posted", receive_.qp_num);
+    return;
+  }
+  Completion c = transport::raw::ReceiveFrame(context_.local(), receive_, wqe, frame, view, mark);
+  if (c.status != wc_status::kSuccess) {
+    SV_LOG(kError, "raw receive (qp 0x%x): a frame of %zu bytes completes with status %u (%s)", receive_.qp_num,
+           frame.size(), c.status, c.status == wc_status::kLocLenErr ? "larger than the WQE" : "SGE not writable");
+    qp_->PushReceive(c);
+    qp_->EnterError();
+    return;
+  }
+  qp_->PushReceive(c);
+}
+
+}  // namespace softverbs::core
