@@ -159,7 +159,9 @@ Status Qp::PostRecv(uint64_t wr_id, const transport::RecvSge* sge, uint32_t num_
     init_.recv_cq->Push(c);
     return Status::Ok();
   }
-  return rq_->Post(wr_id, sge, num_sge);
+  SV_RETURN_IF_ERROR(rq_->Post(wr_id, sge, num_sge));
+  if (raw_) raw_->DrainBacklog();
+  return Status::Ok();
 }
 
 }  // namespace softverbs::core

@@ -96,6 +96,20 @@ void RawQp::Flush() {
   pending_.clear();
 }
 
+bool RawQp::Deliver(std::span<const uint8_t> frame, const fabric::raw::FrameView& view,
+                    const transport::raw::FlowMark& mark) {
+  transport::TakenWqe wqe = qp_->recv_queue().Take();
+  if (!wqe.found) return false;
+  Completion c = transport::raw::ReceiveFrame(context_.local(), receive_, wqe, frame, view, mark);
+  qp_->PushReceive(c);
+  if (c.status != wc_status::kSuccess) {
+    SV_LOG(kError, "raw receive (qp 0x%x): a frame of %zu bytes completes with status %u (%s)", receive_.qp_num,
+           frame.size(), c.status, c.status == wc_status::kLocLenErr ? "larger than the WQE" : "SGE not writable");
+    qp_->EnterError();
+  }
+  return true;
+}
+
 void RawQp::OnFrame(std::span<const uint8_t> frame, const fabric::raw::FrameView& view,
                     const transport::raw::FlowMark& mark) {
   // Receives land from RTR on (IBA 10.3.1); before, and in ERR, the frame is dropped.
@@ -104,20 +118,28 @@ void RawQp::OnFrame(std::span<const uint8_t> frame, const fabric::raw::FrameView
     SV_LOG(kTrace, "raw receive (qp 0x%x): frame dropped, the QP is in %s", receive_.qp_num, QpStateName(state));
     return;
   }
-  transport::TakenWqe wqe = qp_->recv_queue().Take();
-  if (!wqe.found) {  // no receive WQE: dropped, as a NIC counts out_of_buffer
-    SV_LOG(kTrace, "raw receive (qp 0x%x): frame dropped, no receive WQE posted", receive_.qp_num);
+  std::lock_guard lock(rx_mu_);
+  if (backlog_.empty() && Deliver(frame, view, mark)) return;
+  if (backlog_.size() >= kMaxBacklog) {
+    SV_LOG(kTrace, "raw receive (qp 0x%x): frame dropped, no receive WQE and the buffer is full", receive_.qp_num);
     return;
   }
-  Completion c = transport::raw::ReceiveFrame(context_.local(), receive_, wqe, frame, view, mark);
-  if (c.status != wc_status::kSuccess) {
-    SV_LOG(kError, "raw receive (qp 0x%x): a frame of %zu bytes completes with status %u (%s)", receive_.qp_num,
-           frame.size(), c.status, c.status == wc_status::kLocLenErr ? "larger than the WQE" : "SGE not writable");
-    qp_->PushReceive(c);
-    qp_->EnterError();
+  backlog_.push_back({std::vector<uint8_t>(frame.begin(), frame.end()), mark});
+}
+
+void RawQp::DrainBacklog() {
+  std::lock_guard lock(rx_mu_);
+  const QpState state = qp_->state_now();
+  if (state < QpState::kRtr || state == QpState::kErr) {
+    backlog_.clear();
     return;
   }
-  qp_->PushReceive(c);
+  while (!backlog_.empty()) {
+    fabric::raw::FrameView view;
+    fabric::raw::ParseFrame(backlog_.front().frame, &view);
+    if (!Deliver(backlog_.front().frame, view, backlog_.front().mark)) return;
+    backlog_.pop_front();
+  }
 }
 
 }  // namespace softverbs::core

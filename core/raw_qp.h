@@ -4,6 +4,7 @@
 // CQs; this holds the port and turns frames into work completions.
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -35,6 +36,9 @@ class RawQp final : public transport::raw::RawSink {
   // Sends what PostSend queued (one sendmmsg for a whole ibv_post_send list).
   void Flush();
 
+  // ibv_post_recv posted WQEs: frames waiting in the receive buffer take them now.
+  void DrainBacklog();
+
   // Flow rules (core/flow.h).
   transport::raw::RawPort& port() { return *port_; }
   UseCount& flows() { return flows_; }
@@ -46,6 +50,18 @@ class RawQp final : public transport::raw::RawSink {
  private:
   RawQp(Context& context, std::shared_ptr<transport::raw::RawPort> port, const QpInitAttributes& init);
   void Complete(const transport::SendWr& wr, uint32_t status);
+  // Places one frame in the next WQE (under rx_mu_); false if none is posted.
+  bool Deliver(std::span<const uint8_t> frame, const fabric::raw::FrameView& view,
+               const transport::raw::FlowMark& mark);
+
+  // The port's receive buffer: frames that found no WQE wait here, in order, for the next
+  // ibv_post_recv, as a NIC's buffer with link-level flow control holds them instead of
+  // dropping. Beyond kMaxBacklog frames it drops (out_of_buffer).
+  static constexpr size_t kMaxBacklog = 4096;
+  struct Held {
+    std::vector<uint8_t> frame;
+    transport::raw::FlowMark mark;
+  };
 
   Context& context_;
   std::shared_ptr<transport::raw::RawPort> port_;
@@ -56,6 +72,8 @@ class RawQp final : public transport::raw::RawSink {
   std::mutex send_mu_;
   std::vector<std::vector<uint8_t>> pending_;  // built frames not yet handed to the socket
   UseCount flows_;
+  std::mutex rx_mu_;
+  std::deque<Held> backlog_;
 };
 
 }  // namespace softverbs::core
