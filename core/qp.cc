@@ -11,7 +11,9 @@
 #include "core/device_limits.h"
 #include "core/qp_state_machine.h"
 #include "core/raw_qp.h"
+#include "core/wq.h"
 #include "fabric/raw/packet_socket.h"
+#include "transport/raw/toeplitz.h"
 #include "fabric/host/pin_line.h"
 #include "fabric/host/process_token.h"
 #include "transport/host/host_link.h"
@@ -100,18 +102,40 @@ Status CheckSendOps(const QpInitAttributes& a) {
   return Status::Ok();
 }
 
+// An RSS QP (ibv_create_qp_ex(3): rwq_ind_tbl, rx_hash_conf): receives through the WQs of its
+// table, by the Toeplitz hash of the selected fields; it has no queues of its own.
+Status CheckRss(QpInitAttributes& a) {
+  using namespace transport::raw::rx_hash;
+  if (!a.has_rwq_ind_table || !a.has_rx_hash || a.ind_table == nullptr)
+    return Invalid("an RSS QP needs both IBV_QP_INIT_ATTR_IND_TABLE (a table) and IBV_QP_INIT_ATTR_RX_HASH");
+  if (a.srq != nullptr) return Invalid("an RSS QP receives through its table's WQs, not an SRQ");
+  if (a.rx_hash_function != 1) return Invalid("rx_hash_function must be IBV_RX_HASH_FUNC_TOEPLITZ");
+  // mlx5 takes a 40-byte Toeplitz key (MLX5_RX_HASH_KEY_SIZE... the TIR's key field).
+  if (a.rx_hash_key.size() != 40)
+    return Invalid("rx_hash_key_len " + to_string(a.rx_hash_key.size()) + " is not 40 (the Toeplitz key)");
+  constexpr uint64_t kFields = kSrcIpv4 | kDstIpv4 | kSrcIpv6 | kDstIpv6 | kSrcPortTcp | kDstPortTcp | kSrcPortUdp | kDstPortUdp;
+  if (a.rx_hash_fields_mask & (kInner | kIpsecSpi))
+    return NotSupported("IBV_RX_HASH_INNER and IBV_RX_HASH_IPSEC_SPI are not offered (no tunnel offloads)");
+  if (a.rx_hash_fields_mask & ~kFields) return Invalid("rx_hash_fields_mask has unknown bits");
+  if ((a.rx_hash_fields_mask & (kSrcPortTcp | kDstPortTcp)) && (a.rx_hash_fields_mask & (kSrcPortUdp | kDstPortUdp)))
+    return Invalid("rx_hash_fields_mask selects TCP and UDP ports together (mlx5 hashes one L4 type per TIR)");
+  if (a.has_send_ops_flags && a.send_ops_flags != 0) return Invalid("an RSS QP has no send queue");
+  a.cap = QpCaps{};
+  return Status::Ok();
+}
+
 Status CheckInit(QpInitAttributes& a) {
   SV_RETURN_IF_ERROR(CheckType(a.type, a.dc.role));
   if (a.pd == nullptr) return Invalid("pd is NULL (IBV_QP_INIT_ATTR_PD is required)");
   if (a.has_xrcd) return Invalid("an XRC domain applies to IBV_QPT_XRC_RECV QPs only");
-  if (a.send_cq == nullptr) return Invalid("send_cq is NULL");
-  if (a.recv_cq == nullptr) return Invalid("recv_cq is NULL");
+  const bool rss = a.type == QpType::kRawPacket && (a.has_rwq_ind_table || a.has_rx_hash);
+  if (rss) SV_RETURN_IF_ERROR(CheckRss(a));
+  if (a.send_cq == nullptr && !rss) return Invalid("send_cq is NULL");
+  if (a.recv_cq == nullptr && !rss) return Invalid("recv_cq is NULL");
   if ((a.has_max_tso_header || a.has_rwq_ind_table || a.has_rx_hash) && a.type != QpType::kRawPacket)
     return Invalid("max_tso_header, rwq_ind_tbl and rx_hash_conf apply to IBV_QPT_RAW_PACKET QPs only");
   if (a.has_max_tso_header && a.max_tso_header != 0)
     return NotSupported("max_tso_header: TSO is not offered yet (tso_caps.max_tso is 0)");
-  if (a.has_rwq_ind_table || a.has_rx_hash)
-    return NotSupported("RSS QPs (rwq_ind_tbl, rx_hash_conf) are not offered yet (rss_caps report none)");
   SV_RETURN_IF_ERROR(CheckCap("max_send_wr", a.cap.max_send_wr, DeviceLimits::kMaxQpWr, "max_qp_wr"));
   SV_RETURN_IF_ERROR(CheckCap("max_send_sge", a.cap.max_send_sge, DeviceLimits::kMaxSge, "max_sge"));
   SV_RETURN_IF_ERROR(CheckCap("max_inline_data", a.cap.max_inline_data, DeviceLimits::kMaxInlineData,
@@ -140,6 +164,14 @@ Status CheckInit(QpInitAttributes& a) {
 
 Result<std::unique_ptr<Qp>> Qp::Create(Context& context, QpInitAttributes& attr) {
   SV_RETURN_IF_ERROR(CheckInit(attr));
+  std::unique_ptr<Cq> own_cq;
+  if (attr.send_cq == nullptr || attr.recv_cq == nullptr) {  // an RSS QP (CheckRss)
+    auto cq = Cq::Create(context, 1, nullptr, 0);
+    if (!cq.ok()) return cq.status();
+    own_cq = std::move(cq.value());
+    if (attr.send_cq == nullptr) attr.send_cq = own_cq.get();
+    if (attr.recv_cq == nullptr) attr.recv_cq = own_cq.get();
+  }
   std::unique_ptr<RawQp> raw;
   if (attr.type == QpType::kRawPacket) {
     auto opened = RawQp::Open(context, attr);  // EPERM without CAP_NET_RAW
@@ -170,6 +202,7 @@ Result<std::unique_ptr<Qp>> Qp::Create(Context& context, QpInitAttributes& attr)
     raw->Attach(qp.get(), qp->qp_num());
     qp->raw_ = std::move(raw);
   }
+  qp->own_cq_ = std::move(own_cq);
   return qp;
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "base/status.h"
 #include "core/cq.h"
@@ -25,6 +26,7 @@ using transport::RecvQueue;
 
 class Context;
 class RawQp;
+class RwqIndTable;
 
 // enum ibv_qp_create_flags
 namespace create_flag {
@@ -71,6 +73,11 @@ struct QpInitAttributes {
   bool has_send_ops_flags = false;
   uint64_t send_ops_flags = 0;
   uint32_t source_qpn = 0;
+  // IBV_QP_INIT_ATTR_IND_TABLE / RX_HASH: an RSS RAW_PACKET QP (core/raw_qp.h).
+  RwqIndTable* ind_table = nullptr;
+  uint8_t rx_hash_function = 0;
+  std::vector<uint8_t> rx_hash_key;
+  uint64_t rx_hash_fields_mask = 0;
   // mlx5dv_create_qp(3) only (core/dc.h): the DC role and mlx5dv_qp_init_attr.create_flags.
   DcInit dc;
   bool has_mlx5_create_flags = false;
@@ -163,6 +170,7 @@ class Qp : private transport::RequesterHost {
   std::unique_ptr<transport::Requester> sq_;
   UseCount mcast_groups_;
   std::unique_ptr<RawQp> raw_;
+  std::unique_ptr<Cq> own_cq_;  // an RSS QP created without CQs completes nothing: a CQ of its own
   void* user_handle_ = nullptr;
 };
 

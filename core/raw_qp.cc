@@ -4,7 +4,9 @@
 #include "core/context.h"
 #include "core/device_limits.h"
 #include "core/qp.h"
+#include "core/wq.h"
 #include "fabric/raw/interface.h"
+#include "transport/raw/toeplitz.h"
 
 namespace softverbs::core {
 
@@ -35,9 +37,18 @@ RawQp::RawQp(Context& context, std::shared_ptr<transport::raw::RawPort> port, co
   const uint32_t flags = init.has_create_flags ? init.create_flags : 0;
   receive_.scatter_fcs = (flags & create_flag::kScatterFcs) != 0;
   receive_.strip_cvlan = (flags & create_flag::kCvlanStripping) != 0;
+  if (init.ind_table != nullptr) {
+    ind_table_ = init.ind_table;
+    ind_table_->users().Acquire();
+    hash_key_ = init.rx_hash_key;
+    hash_fields_ = init.rx_hash_fields_mask;
+  }
 }
 
-RawQp::~RawQp() { Flush(); }
+RawQp::~RawQp() {
+  Flush();
+  if (ind_table_ != nullptr) ind_table_->users().Release();
+}
 
 void RawQp::Attach(Qp* qp, uint32_t qpn) {
   qp_ = qp;
@@ -55,6 +66,7 @@ void RawQp::Complete(const transport::SendWr& wr, uint32_t status) {
 }
 
 Status RawQp::PostSend(const transport::SendWr& wr, QpState state) {
+  if (ind_table_ != nullptr) return Invalid("an RSS QP has no send queue (it receives through its WQs)");
   if (state == QpState::kErr) {
     Complete(wr, wc_status::kWrFlushErr);  // IBA 10.8.3.1
     return Status::Ok();
@@ -112,6 +124,15 @@ bool RawQp::Deliver(std::span<const uint8_t> frame, const fabric::raw::FrameView
 
 void RawQp::OnFrame(std::span<const uint8_t> frame, const fabric::raw::FrameView& view,
                     const transport::raw::FlowMark& mark) {
+  if (ind_table_ != nullptr) {
+    // RSS: the Toeplitz hash of the selected fields picks the table entry, as a NIC's TIR does
+    // (its low bits index the 2^n entries). The WQ's state decides, not the QP's.
+    uint8_t input[36];
+    const size_t n = transport::raw::RssInput(view, hash_fields_, input);
+    const uint32_t hash = transport::raw::ToeplitzHash(hash_key_, {input, n});
+    ind_table_->at(hash)->OnFrame(frame, view, mark);
+    return;
+  }
   // Receives land from RTR on (IBA 10.3.1); before, and in ERR, the frame is dropped.
   const QpState state = qp_->state_now();
   if (state < QpState::kRtr || state == QpState::kErr) {

@@ -20,6 +20,7 @@ namespace softverbs::core {
 
 class Context;
 class Qp;
+class RwqIndTable;
 struct QpInitAttributes;
 
 class RawQp final : public transport::raw::RawSink {
@@ -74,6 +75,10 @@ class RawQp final : public transport::raw::RawSink {
   UseCount flows_;
   std::mutex rx_mu_;
   std::deque<Held> backlog_;
+  // An RSS QP: the table whose WQs receive, and the hash that picks one.
+  RwqIndTable* ind_table_ = nullptr;
+  std::vector<uint8_t> hash_key_;
+  uint64_t hash_fields_ = 0;
 };
 
 }  // namespace softverbs::core

@@ -39,15 +39,6 @@ int QueryRtValues(ibv_context*, ibv_values_ex* values) {
 int ModifyCq(ibv_cq* cq, ibv_modify_cq_attr*) { return ReturnErrno("ibv_modify_cq", Name(cq), Unsupported("CQ moderation")); }
 ibv_qp* OpenQp(ibv_context*, ibv_qp_open_attr*) { return ReturnNull<ibv_qp>("ibv_open_qp", "", Unsupported("XRC shared QPs (ibv_open_qp)")); }
 void PlaceholderSlot() {}  // "ABI_placeholder" slots of verbs_context: never called by libibverbs
-ibv_wq* CreateWq(ibv_context*, ibv_wq_init_attr*) { return ReturnNull<ibv_wq>("ibv_create_wq", "", Unsupported("work queues (WQ)")); }
-int ModifyWq(ibv_wq*, ibv_wq_attr*) { return ReturnErrno("ibv_modify_wq", "", Unsupported("work queues (WQ)")); }
-int DestroyWq(ibv_wq*) { return ReturnErrno("ibv_destroy_wq", "", Unsupported("work queues (WQ)")); }
-ibv_rwq_ind_table* CreateRwqIndTable(ibv_context*, ibv_rwq_ind_table_init_attr*) {
-  return ReturnNull<ibv_rwq_ind_table>("ibv_create_rwq_ind_table", "", Unsupported("RSS indirection tables"));
-}
-int DestroyRwqIndTable(ibv_rwq_ind_table*) {
-  return ReturnErrno("ibv_destroy_rwq_ind_table", "", Unsupported("RSS indirection tables"));
-}
 int PostSrqOps(ibv_srq* srq, ibv_ops_wr* op, ibv_ops_wr** bad_op) {
   *bad_op = op;
   return ReturnErrno("ibv_post_srq_ops", Name(srq), Unsupported("tag matching"));

@@ -5,6 +5,7 @@
 #include "base/clock.h"
 #include "core/device.h"
 #include "core/device_limits.h"
+#include "core/wq.h"
 #include "fabric/host/host_registry.h"
 
 namespace softverbs::abi {
@@ -69,7 +70,16 @@ ibv_device_attr_ex DeviceAttrEx() {
   // Raw packet QPs: checksums both ways, VLAN stripping, FCS scattering (core/raw_qp.h).
   ex.raw_packet_caps = IBV_RAW_PACKET_CAP_CVLAN_STRIPPING | IBV_RAW_PACKET_CAP_SCATTER_FCS |
                        IBV_RAW_PACKET_CAP_IP_CSUM;
-  // No ODP, TSO, RSS, packet pacing, tag matching or device memory yet: all zero.
+  // RSS on raw packet QPs (core/wq.h): Toeplitz over IPv4/IPv6 addresses and TCP/UDP ports.
+  ex.rss_caps.supported_qpts = 1u << IBV_QPT_RAW_PACKET;
+  ex.rss_caps.max_rwq_indirection_tables = 1024;
+  ex.rss_caps.max_rwq_indirection_table_size = 1u << core::kMaxLogIndTableSize;
+  ex.rss_caps.rx_hash_function = IBV_RX_HASH_FUNC_TOEPLITZ;
+  ex.rss_caps.rx_hash_fields_mask = IBV_RX_HASH_SRC_IPV4 | IBV_RX_HASH_DST_IPV4 | IBV_RX_HASH_SRC_IPV6 |
+                                    IBV_RX_HASH_DST_IPV6 | IBV_RX_HASH_SRC_PORT_TCP | IBV_RX_HASH_DST_PORT_TCP |
+                                    IBV_RX_HASH_SRC_PORT_UDP | IBV_RX_HASH_DST_PORT_UDP;
+  ex.max_wq_type_rq = DeviceLimits::kMaxQp;
+  // No ODP, TSO, packet pacing, tag matching or device memory yet: all zero.
   ex.max_dm_size = 0;
   ex.phys_port_cnt_ex = DeviceLimits::kPortCount;
   return ex;

@@ -582,3 +582,128 @@ class CFlowTest(RawBase):
         self.flow(self.eth(), big_tag, expect=22)
         counter = DropSpecC(type=e.IBV_FLOW_SPEC_ACTION_COUNT, size=ctypes.sizeof(DropSpecC))
         self.flow(counter, expect=95)  # EOPNOTSUPP: no flow counters
+
+
+# ----- RSS: receive WQs, an indirection table, a QP hashing into it.
+from pyverbs.wq import WQ, WQAttr, WQInitAttr, RwqIndTable, RwqIndTableInitAttr, RxHashConf  # noqa: E402
+
+MS_KEY = bytes.fromhex('6d5a56da255b0ec24167253d43a38fb0d0ca2bcbae7b30b477cb2da38030f20c6a42b73bbeac01fa')
+
+
+def toeplitz(key, data):
+    """Microsoft's RSS hash, written out bit by bit (independent of the library's)."""
+    k = int.from_bytes(key, 'big')
+    klen = len(key) * 8
+    h = 0
+    for i in range(len(data) * 8):
+        if data[i // 8] >> (7 - i % 8) & 1:
+            h ^= (k >> (klen - 32 - i)) & 0xffffffff if klen - 32 - i >= 0 else (k << (i + 32 - klen)) & 0xffffffff
+    return h
+
+
+class RssTest(RawBase):
+    def setUp(self):
+        super().setUp()
+        self.sender = RawQp(self.ctx, self.pd, A)
+        self.cqs = [CQ(self.ctx, 128) for _ in range(4)]
+        self.wqs = [WQ(self.ctx, WQInitAttr(wq_pd=self.pd, wq_cq=cq, wq_type=e.IBV_WQT_RQ, max_wr=64, max_sge=1))
+                    for cq in self.cqs]
+        self.mr = MR(self.pd, 4 * 64 * 256, e.IBV_ACCESS_LOCAL_WRITE)
+        self.made = []  # QPs and tables, closed users first (the kernel refuses the other order: EBUSY)
+
+    def tearDown(self):
+        for obj in reversed(self.made):
+            obj.close()
+        super().tearDown()
+
+    def table(self, log_size=2, wqs=None):
+        t = RwqIndTable(self.ctx, RwqIndTableInitAttr(log_ind_tbl_size=log_size, wqs_list=wqs or self.wqs))
+        self.made.append(t)
+        return t
+
+    def rss_qp(self, table, key=MS_KEY, fields=None):
+        fields = fields if fields is not None else (e.IBV_RX_HASH_SRC_IPV4 | e.IBV_RX_HASH_DST_IPV4 |
+                                                    e.IBV_RX_HASH_SRC_PORT_UDP | e.IBV_RX_HASH_DST_PORT_UDP)
+        conf = RxHashConf(rx_hash_function=e.IBV_RX_HASH_FUNC_TOEPLITZ, rx_hash_key_len=len(key),
+                          rx_hash_key=list(key), rx_hash_fields_mask=fields)
+        os.environ['SOFTVERBS_RAW_IF'] = B
+        init = QPInitAttrEx(qp_type=e.IBV_QPT_RAW_PACKET, pd=self.pd, hash_conf=conf, ind_table=table,
+                            comp_mask=e.IBV_QP_INIT_ATTR_PD | e.IBV_QP_INIT_ATTR_IND_TABLE | e.IBV_QP_INIT_ATTR_RX_HASH)
+        qp = QP(self.ctx, init)
+        self.made.append(qp)
+        return qp
+
+    def ready(self, n=64):
+        for k, wq in enumerate(self.wqs):
+            wq.modify(WQAttr(attr_mask=e.IBV_WQ_ATTR_STATE, wq_state=e.IBV_WQS_RDY))
+            for i in range(n):
+                wq.post_recv(RecvWR(wr_id=k * 1000 + i, num_sge=1,
+                                    sg=[SGE(self.mr.buf + (k * 64 + i) * 256, 256, self.mr.lkey)]))
+
+    def frames_of(self, k, timeout=0.5):
+        out, end = [], time.monotonic() + timeout
+        while time.monotonic() < end:
+            n, wcs = self.cqs[k].poll(64)
+            for w in wcs[:n]:
+                self.assertEqual(w.status, e.IBV_WC_SUCCESS)
+                i = w.wr_id - k * 1000
+                out.append(self.mr.read(w.byte_len, (k * 64 + i) * 256))
+            if n == 0:
+                time.sleep(0.01)
+        return out
+
+    def test_toeplitz_picks_the_wq_for_each_flow(self):
+        table = self.table()
+        qp = self.rss_qp(table)
+        attr = FlowAttr(num_of_specs=1, port=1)
+        attr.specs.append(Ipv4ExtSpec(dst_ip=IP_B, dst_ip_mask='255.255.255.255'))
+        self.made.append(Flow(qp, attr))
+        self.ready()
+        want = [[] for _ in range(4)]
+        mac_b = mac_bytes(mac_of(B))
+        for sport in range(4000, 4032):
+            f = udp4_frame(mac_b, self.sender.mac, b'rss %d' % sport, sport=sport, dport=5000)
+            key_in = bytes(map(int, IP_A.split('.'))) + bytes(map(int, IP_B.split('.'))) + struct.pack('!HH', sport, 5000)
+            want[toeplitz(MS_KEY, key_in) & 3].append(f)
+            self.sender.send(f)
+        self.assertEqual(len(self.sender.poll(32)), 32)
+        got = [self.frames_of(k) for k in range(4)]
+        self.assertEqual(got, want)
+        self.assertGreater(sum(1 for w in want if w), 1)  # the flows really spread
+
+    def test_known_vector_through_the_hash(self):
+        # Microsoft's first IPv4 vector: 66.9.149.187 -> 161.142.100.80, IPv4 only: 0x323e8fc2.
+        self.assertEqual(toeplitz(MS_KEY, bytes([66, 9, 149, 187, 161, 142, 100, 80])), 0x323e8fc2)
+
+    def test_wq_in_reset_receives_nothing(self):
+        table = self.table(log_size=1, wqs=self.wqs[:1] * 2)
+        qp = self.rss_qp(table)
+        attr = FlowAttr(num_of_specs=1, port=1)
+        attr.specs.append(Ipv4ExtSpec(dst_ip=IP_B, dst_ip_mask='255.255.255.255'))
+        self.made.append(Flow(qp, attr))
+        self.wqs[0].post_recv(RecvWR(wr_id=0, num_sge=1, sg=[SGE(self.mr.buf, 256, self.mr.lkey)]))
+        self.sender.send(udp4_frame(mac_bytes(mac_of(B)), self.sender.mac, b'too early'))
+        self.assertEqual(self.frames_of(0, timeout=0.3), [])
+
+    def test_refusals(self):
+        with self.assertRaises(PyverbsRDMAError) as cm:
+            self.table(log_size=9, wqs=self.wqs * 128)  # 512 entries: above rss_caps
+        self.assertEqual(cm.exception.error_code, 22)
+        table = self.table()
+        for kw in ({'key': MS_KEY[:20]},
+                   {'fields': e.IBV_RX_HASH_SRC_PORT_TCP | e.IBV_RX_HASH_SRC_PORT_UDP}):
+            with self.assertRaises(PyverbsRDMAError) as cm:
+                self.rss_qp(table, **kw)
+            self.assertEqual(cm.exception.error_code, 22, kw)
+        with self.assertRaises(PyverbsRDMAError) as cm:
+            self.rss_qp(table, fields=(1 << 31) | e.IBV_RX_HASH_SRC_IPV4)  # IBV_RX_HASH_INNER
+        self.assertEqual(cm.exception.error_code, 95)
+        wq = self.wqs[0]
+        wq.modify(WQAttr(attr_mask=e.IBV_WQ_ATTR_STATE, wq_state=e.IBV_WQS_ERR))
+        with self.assertRaises(PyverbsRDMAError) as cm:  # ERR leaves only to RESET
+            wq.modify(WQAttr(attr_mask=e.IBV_WQ_ATTR_STATE, wq_state=e.IBV_WQS_RDY))
+        self.assertEqual(cm.exception.error_code, 22)
+        with self.assertRaises(PyverbsRDMAError) as cm:  # curr_wq_state must be the WQ's state
+            wq.modify(WQAttr(attr_mask=e.IBV_WQ_ATTR_STATE | e.IBV_WQ_ATTR_CURR_STATE, wq_state=e.IBV_WQS_RESET,
+                             curr_wq_state=e.IBV_WQS_RDY))
+        self.assertEqual(cm.exception.error_code, 22)

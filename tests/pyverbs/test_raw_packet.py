@@ -53,6 +53,12 @@ class InNamespaceTest(unittest.TestCase):
     def test_create_flags(self):
         self.check('raw_cases.CreateFlagsTest')
 
+    def test_flow_tag_drop_and_spec_sizes(self):
+        self.check('raw_cases.CFlowTest')
+
+    def test_rss(self):
+        self.check('raw_cases.RssTest')
+
 
 def child_without_net_raw(code):
     """Runs python `code` with CAP_NET_RAW dropped (root: from the bounding set; others have none)."""
@@ -120,6 +126,17 @@ class RawRefusalTest(unittest.TestCase):
                 with self.assertRaises(PyverbsRDMAError) as cm:
                     self.create_ex(qpt, flag)
                 self.assertEqual(cm.exception.error_code, 22)
+
+    def test_device_caps_are_honest(self):
+        x = self.ctx.query_device_ex()
+        self.assertEqual(x.rss_caps.supported_qpts, 1 << e.IBV_QPT_RAW_PACKET)
+        self.assertEqual(x.rss_caps.max_rwq_indirection_table_size, 256)
+        self.assertEqual(x.rss_caps.rx_hash_function, e.IBV_RX_HASH_FUNC_TOEPLITZ)
+        self.assertEqual(x.rss_caps.rx_hash_fields_mask, 0xff)  # addresses and ports, not INNER/SPI
+        self.assertEqual(x.tso_caps.max_tso, 0)  # no TSO yet
+        for cap in (e.IBV_RAW_PACKET_CAP_IP_CSUM, e.IBV_RAW_PACKET_CAP_SCATTER_FCS,
+                    e.IBV_RAW_PACKET_CAP_CVLAN_STRIPPING):
+            self.assertTrue(x.raw_packet_caps & cap)
 
     def test_flow_on_rc_qp_is_einval(self):
         from pyverbs.flow import Flow, FlowAttr
