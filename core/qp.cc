@@ -83,7 +83,6 @@ Status CheckSendOps(const QpInitAttributes& a) {
   if (ops & ~kKnown) return Invalid("send_ops_flags has unknown bits");
   if ((ops & kTso) && a.type != QpType::kRawPacket)
     return Invalid("IBV_QP_EX_WITH_TSO applies to IBV_QPT_RAW_PACKET QPs only");
-  if (ops & kTso) return NotSupported("IBV_QP_EX_WITH_TSO: TSO is not offered yet (tso_caps reports none)");
   if (ops & kAtomicWrite) return NotSupported("IBV_QP_EX_WITH_ATOMIC_WRITE: ATOMIC WRITE is not offered");
   uint64_t allowed = 0;
   switch (TransportTypeOf(a.type, a.dc.role)) {  // IBA table 38: the operations of each service type
@@ -92,7 +91,7 @@ Status CheckSendOps(const QpInitAttributes& a) {
     // ibv_bind_mw(3): binds on UC, RC (and XRC_SEND); SEND_WITH_INV is RC's (IBA 9.4).
     case QpType::kUc: allowed = kRdmaWrite | kRdmaWriteWithImm | kSend | kSendWithImm | kLocalInv | kBindMw; break;
     case QpType::kUd: allowed = kSend | kSendWithImm; break;
-    case QpType::kRawPacket: allowed = kSend; break;  // a frame per SEND
+    case QpType::kRawPacket: allowed = kSend | kTso; break;  // a frame per SEND, segments per TSO
     default: break;
   }
   // A DCI's requests go to many DCTs: windows are bound and invalidated on RC and UC QPs only.
@@ -134,8 +133,10 @@ Status CheckInit(QpInitAttributes& a) {
   if (a.recv_cq == nullptr && !rss) return Invalid("recv_cq is NULL");
   if ((a.has_max_tso_header || a.has_rwq_ind_table || a.has_rx_hash) && a.type != QpType::kRawPacket)
     return Invalid("max_tso_header, rwq_ind_tbl and rx_hash_conf apply to IBV_QPT_RAW_PACKET QPs only");
-  if (a.has_max_tso_header && a.max_tso_header != 0)
-    return NotSupported("max_tso_header: TSO is not offered yet (tso_caps.max_tso is 0)");
+  // The header of a TSO WR is copied whole into each segment; mlx5 bounds it too.
+  if (a.has_max_tso_header && a.max_tso_header > DeviceLimits::kMaxTsoHeader)
+    return Invalid("max_tso_header " + to_string(a.max_tso_header) + " exceeds the device's " +
+                   to_string(DeviceLimits::kMaxTsoHeader) + " bytes");
   SV_RETURN_IF_ERROR(CheckCap("max_send_wr", a.cap.max_send_wr, DeviceLimits::kMaxQpWr, "max_qp_wr"));
   SV_RETURN_IF_ERROR(CheckCap("max_send_sge", a.cap.max_send_sge, DeviceLimits::kMaxSge, "max_sge"));
   SV_RETURN_IF_ERROR(CheckCap("max_inline_data", a.cap.max_inline_data, DeviceLimits::kMaxInlineData,

@@ -7,6 +7,7 @@
 #include "core/wq.h"
 #include "fabric/raw/interface.h"
 #include "transport/raw/toeplitz.h"
+#include "transport/raw/tso.h"
 
 namespace softverbs::core {
 
@@ -43,6 +44,7 @@ RawQp::RawQp(Context& context, std::shared_ptr<transport::raw::RawPort> port, co
     hash_key_ = init.rx_hash_key;
     hash_fields_ = init.rx_hash_fields_mask;
   }
+  max_tso_header_ = init.has_max_tso_header ? init.max_tso_header : 0;
 }
 
 RawQp::~RawQp() {
@@ -73,8 +75,13 @@ Status RawQp::PostSend(const transport::SendWr& wr, QpState state) {
   }
   if (state < QpState::kRts || state == QpState::kSqe)
     return Invalid("the QP must be in RTS to post sends (IBA 10.8.2)");
-  if (wr.opcode != transport::WrOpcode::kSend)
-    return Invalid("a RAW_PACKET QP sends frames: IBV_WR_SEND only");
+  const bool tso = wr.opcode == transport::WrOpcode::kTso;
+  if (wr.opcode != transport::WrOpcode::kSend && !tso)
+    return Invalid("a RAW_PACKET QP sends frames: IBV_WR_SEND and IBV_WR_TSO only");
+  if (tso && (wr.tso_mss == 0 || wr.tso_header_size == 0 || wr.tso_header_size > max_tso_header_))
+    return Invalid("IBV_WR_TSO needs an mss and a header of 1..max_tso_header (" + std::to_string(max_tso_header_) +
+                   ") bytes; this one has mss " + std::to_string(wr.tso_mss) + ", hdr_sz " +
+                   std::to_string(wr.tso_header_size));
   const QpCaps& cap = qp_->init().cap;
   if (wr.num_sge > cap.max_send_sge)
     return Invalid("num_sge " + std::to_string(wr.num_sge) + " exceeds max_send_sge " + std::to_string(cap.max_send_sge));
@@ -82,10 +89,12 @@ Status RawQp::PostSend(const transport::SendWr& wr, QpState state) {
     return Invalid("inline data of " + std::to_string(wr.inline_length) + " bytes exceeds max_inline_data " +
                    std::to_string(cap.max_inline_data));
   std::lock_guard lock(send_mu_);
-  const uint32_t status = transport::raw::BuildFrames(context_.local(), send_, wr, &pending_);
+  const uint32_t status = tso ? BuildSegments(wr) : transport::raw::BuildFrames(context_.local(), send_, wr, &pending_);
   if (status != wc_status::kSuccess) {
     SV_LOG(kError, "ibv_post_send(qp 0x%x): the frame completes with status %u (%s)", receive_.qp_num, status,
-           status == wc_status::kLocLenErr ? "not an Ethernet frame the port takes" : "an SGE is not memory of the QP's PD");
+           status == wc_status::kLocLenErr    ? "not an Ethernet frame the port takes"
+           : status == wc_status::kLocQpOpErr ? "the TSO header is not Ethernet + IPv4/IPv6 + TCP"
+                                              : "an SGE is not memory of the QP's PD");
     Complete(wr, status);
     qp_->EnterError();
     return Status::Ok();
@@ -98,6 +107,17 @@ Status RawQp::PostSend(const transport::SendWr& wr, QpState state) {
     pending_.clear();
   }
   return Status::Ok();
+}
+
+uint32_t RawQp::BuildSegments(const transport::SendWr& wr) {
+  std::vector<uint8_t> payload;
+  if (uint32_t s = transport::raw::GatherBytes(context_.local(), send_, wr, &payload); s != wc_status::kSuccess) return s;
+  // Each segment must fit the port, and the payload the device's tso_caps.max_tso.
+  if (payload.size() > DeviceLimits::kMaxTso || wr.tso_header_size + wr.tso_mss > send_.max_frame)
+    return wc_status::kLocLenErr;
+  if (!transport::raw::SegmentTso({wr.tso_header, wr.tso_header_size}, payload, wr.tso_mss, &pending_))
+    return wc_status::kLocQpOpErr;  // not an Ethernet/IP/TCP header: a malformed WQE
+  return wc_status::kSuccess;
 }
 
 void RawQp::Flush() {

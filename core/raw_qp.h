@@ -51,6 +51,8 @@ class RawQp final : public transport::raw::RawSink {
  private:
   RawQp(Context& context, std::shared_ptr<transport::raw::RawPort> port, const QpInitAttributes& init);
   void Complete(const transport::SendWr& wr, uint32_t status);
+  // IBV_WR_TSO: the segments of `wr` into pending_ (under send_mu_); a wc status.
+  uint32_t BuildSegments(const transport::SendWr& wr);
   // Places one frame in the next WQE (under rx_mu_); false if none is posted.
   bool Deliver(std::span<const uint8_t> frame, const fabric::raw::FrameView& view,
                const transport::raw::FlowMark& mark);
@@ -79,6 +81,7 @@ class RawQp final : public transport::raw::RawSink {
   RwqIndTable* ind_table_ = nullptr;
   std::vector<uint8_t> hash_key_;
   uint64_t hash_fields_ = 0;
+  uint16_t max_tso_header_ = 0;  // ibv_qp_init_attr_ex.max_tso_header
 };
 
 }  // namespace softverbs::core

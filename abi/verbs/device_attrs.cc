@@ -79,7 +79,10 @@ ibv_device_attr_ex DeviceAttrEx() {
                                     IBV_RX_HASH_DST_IPV6 | IBV_RX_HASH_SRC_PORT_TCP | IBV_RX_HASH_DST_PORT_TCP |
                                     IBV_RX_HASH_SRC_PORT_UDP | IBV_RX_HASH_DST_PORT_UDP;
   ex.max_wq_type_rq = DeviceLimits::kMaxQp;
-  // No ODP, TSO, packet pacing, tag matching or device memory yet: all zero.
+  // TSO on raw packet QPs (transport/raw/tso.h).
+  ex.tso_caps.max_tso = DeviceLimits::kMaxTso;
+  ex.tso_caps.supported_qpts = 1u << IBV_QPT_RAW_PACKET;
+  // No ODP, packet pacing, tag matching or device memory yet: all zero.
   ex.max_dm_size = 0;
   ex.phys_port_cnt_ex = DeviceLimits::kPortCount;
   return ex;

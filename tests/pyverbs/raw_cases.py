@@ -707,3 +707,86 @@ class RssTest(RawBase):
             wq.modify(WQAttr(attr_mask=e.IBV_WQ_ATTR_STATE | e.IBV_WQ_ATTR_CURR_STATE, wq_state=e.IBV_WQS_RESET,
                              curr_wq_state=e.IBV_WQS_RDY))
         self.assertEqual(cm.exception.error_code, 22)
+
+
+# ----- TSO: one work request, MSS-sized TCP segments on the wire.
+from pyverbs.qp import QPEx  # noqa: E402
+
+
+def tcp4_header(dst_mac, src_mac, seq, flags=0x18):
+    ip = struct.pack('!BBHHHBBH4s4s', 0x45, 0, 0, 0x2000, 0x4000, 64, 6, 0, bytes([10, 66, 0, 1]),
+                     bytes([10, 66, 0, 2]))
+    tcp = struct.pack('!HHIIBBHHH', 40000, 80, seq, 0, 5 << 4, flags, 0xffff, 0, 0)
+    return dst_mac + src_mac + b'\x08\x00' + ip + tcp
+
+
+class TsoTest(RawBase):
+    def tso_qp(self, max_tso_header=128):
+        os.environ['SOFTVERBS_RAW_IF'] = A
+        cq = CQ(self.ctx, 64)
+        init = QPInitAttrEx(qp_type=e.IBV_QPT_RAW_PACKET, scq=cq, rcq=cq, pd=self.pd,
+                            cap=QPCap(max_send_wr=16, max_recv_wr=16, max_send_sge=2, max_recv_sge=1),
+                            comp_mask=e.IBV_QP_INIT_ATTR_PD | e.IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
+                            e.IBV_QP_INIT_ATTR_MAX_TSO_HEADER,
+                            send_ops_flags=e.IBV_QP_EX_WITH_SEND | e.IBV_QP_EX_WITH_TSO,
+                            max_tso_header=max_tso_header)
+        qp = QPEx(self.ctx, init)
+        a = QPAttr()
+        a.qp_state = e.IBV_QPS_INIT
+        a.port_num = 1
+        qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_PORT)
+        for state in (e.IBV_QPS_RTR, e.IBV_QPS_RTS):
+            a = QPAttr()
+            a.qp_state = state
+            qp.modify(a, e.IBV_QP_STATE)
+        return qp, cq
+
+    def test_segments_arrive_with_correct_headers(self):
+        b = RawQp(self.ctx, self.pd, B)
+        b.flow(EthSpec(dst_mac=mac_of(B), dst_mac_mask='ff:ff:ff:ff:ff:ff'))
+        b.post_recv(8)
+        qp, cq = self.tso_qp()
+        mr = MR(self.pd, 16384, e.IBV_ACCESS_LOCAL_WRITE)
+        hdr = tcp4_header(b.mac, mac_bytes(mac_of(A)), seq=1000, flags=0x19)  # PSH|FIN|ACK... FIN last only
+        payload = bytes((i * 7) & 0xff for i in range(3000))
+        mr.write(hdr, len(hdr), 0)
+        mr.write(payload, len(payload), 1024)
+        qp.wr_start()
+        qp.wr_id = 77
+        qp.wr_flags = e.IBV_SEND_SIGNALED
+        qp.wr_send_tso(mr.buf, len(hdr), 1200)
+        qp.wr_set_sge(SGE(mr.buf + 1024, len(payload), mr.lkey))
+        qp.wr_complete()
+        n, wcs = 0, []
+        for _ in range(500):
+            n, wcs = cq.poll(1)
+            if n:
+                break
+            time.sleep(0.01)
+        self.assertEqual((wcs[0].wr_id, wcs[0].status), (77, e.IBV_WC_SUCCESS))
+        segs = [b.received(w) for w in b.poll(3)]
+        self.assertEqual(len(segs), 3)
+        self.assertEqual(b''.join(s[54:] for s in segs), payload)
+        for i, s in enumerate(segs):
+            total, ident = struct.unpack('!HH', s[16:20])
+            seq, = struct.unpack('!I', s[38:42])
+            self.assertEqual(total, 40 + len(s) - 54)
+            self.assertEqual(ident, 0x2000 + i)
+            self.assertEqual(seq, 1000 + 1200 * i)
+            self.assertEqual(s[47] & 0x09 != 0, i == 2)  # FIN, PSH on the last segment only
+            self.assertEqual(csum(s[14:34]), 0xffff)  # IPv4 header checksum
+            pseudo = s[26:34] + struct.pack('!BBH', 0, 6, len(s) - 34)
+            self.assertEqual(csum(pseudo + s[34:]), 0xffff)  # TCP checksum
+
+    def test_refusals(self):
+        with self.assertRaises(PyverbsRDMAError) as cm:
+            self.tso_qp(max_tso_header=1024)  # above the device's 256
+        self.assertEqual(cm.exception.error_code, 22)
+        qp, cq = self.tso_qp(max_tso_header=64)
+        mr = MR(self.pd, 4096, e.IBV_ACCESS_LOCAL_WRITE)
+        qp.wr_start()
+        qp.wr_send_tso(mr.buf, 100, 1000)  # header above max_tso_header
+        qp.wr_set_sge(SGE(mr.buf, 1000, mr.lkey))
+        with self.assertRaises(PyverbsRDMAError) as cm:
+            qp.wr_complete()
+        self.assertEqual(cm.exception.error_code, 22)

@@ -59,6 +59,9 @@ class InNamespaceTest(unittest.TestCase):
     def test_rss(self):
         self.check('raw_cases.RssTest')
 
+    def test_tso(self):
+        self.check('raw_cases.TsoTest')
+
 
 def child_without_net_raw(code):
     """Runs python `code` with CAP_NET_RAW dropped (root: from the bounding set; others have none)."""
@@ -133,7 +136,8 @@ class RawRefusalTest(unittest.TestCase):
         self.assertEqual(x.rss_caps.max_rwq_indirection_table_size, 256)
         self.assertEqual(x.rss_caps.rx_hash_function, e.IBV_RX_HASH_FUNC_TOEPLITZ)
         self.assertEqual(x.rss_caps.rx_hash_fields_mask, 0xff)  # addresses and ports, not INNER/SPI
-        self.assertEqual(x.tso_caps.max_tso, 0)  # no TSO yet
+        self.assertEqual(x.tso_caps.max_tso, 256 * 1024)
+        self.assertEqual(x.tso_caps.supported_qpts, 1 << e.IBV_QPT_RAW_PACKET)
         for cap in (e.IBV_RAW_PACKET_CAP_IP_CSUM, e.IBV_RAW_PACKET_CAP_SCATTER_FCS,
                     e.IBV_RAW_PACKET_CAP_CVLAN_STRIPPING):
             self.assertTrue(x.raw_packet_caps & cap)
