@@ -17,6 +17,10 @@ struct DeviceLimits {
   static constexpr uint32_t kMaxSrq = fabric::HostRegistry::kSrqSlots;
   // Per-object limits.
   static constexpr uint32_t kMaxQpWr = 32768;
+  // TSO on raw packet QPs (ibv_query_device_ex tso_caps): the largest payload of one WR and the
+  // largest header it may carry.
+  static constexpr uint32_t kMaxTso = 256 * 1024;
+  static constexpr uint32_t kMaxTsoHeader = 256;
   static constexpr uint32_t kMaxSge = transport::kMaxSge;
   static constexpr uint32_t kMaxSgeRd = 32;
   static constexpr uint32_t kMaxInlineData = transport::kMaxInlineData;

@@ -11,6 +11,10 @@
 #include "core/device_limits.h"
 #include "core/qp_state_machine.h"
 #include "core/xrc_qp.h"
+#include "core/raw_qp.h"
+#include "core/wq.h"
+#include "fabric/raw/packet_socket.h"
+#include "transport/raw/toeplitz.h"
 #include "fabric/host/pin_line.h"
 #include "fabric/host/process_token.h"
 #include "transport/host/host_link.h"
@@ -28,12 +32,11 @@ Status CheckType(QpType type, DcRole dc) {
     case QpType::kRc:
     case QpType::kUc:
     case QpType::kUd:
+    case QpType::kRawPacket:  // whole Ethernet frames (core/raw_qp.h)
       return Status::Ok();
     case QpType::kXrcSend:
     case QpType::kXrcRecv:
       return Status::Ok();  // IBA annex A14 (core/xrc_qp.h)
-    case QpType::kRawPacket:
-      return NotSupported("IBV_QPT_RAW_PACKET is not offered: softverbs0 has no Ethernet datapath");
     case QpType::kDriver:
       if (dc != DcRole::kNone) return Status::Ok();  // a DC QP of mlx5dv_create_qp (core/dc.h)
       return NotSupported("IBV_QPT_DRIVER QPs are created through their provider (mlx5dv_create_qp)");
@@ -55,13 +58,17 @@ Status CheckCreateFlags(const QpInitAttributes& a) {
   if (a.create_flags & ~kKnown) return Invalid("create_flags has unknown bits");
   if ((a.create_flags & kBlockSelfMcastLb) && a.type != QpType::kUd)
     return Invalid("IBV_QP_CREATE_BLOCK_SELF_MCAST_LB applies to UD QPs (multicast is UD only)");
-  if (a.create_flags & (kScatterFcs | kCvlanStripping))
+  // ibv_create_qp_ex(3): FCS scattering and VLAN stripping are features of raw packet QPs.
+  if ((a.create_flags & (kScatterFcs | kCvlanStripping)) && a.type != QpType::kRawPacket)
     return Invalid("IBV_QP_CREATE_SCATTER_FCS / CVLAN_STRIPPING apply to IBV_QPT_RAW_PACKET QPs only");
   if (a.create_flags & kSourceQpn) {
     // "The attribute source_qpn is supported only on UD QP" (ibv_create_qp_ex(3)).
     if (a.type != QpType::kUd) return Invalid("IBV_QP_CREATE_SOURCE_QPN applies to UD QPs only");
     if (a.source_qpn == 0 || a.source_qpn > 0xffffff)
       return Invalid("source_qpn " + to_string(a.source_qpn) + " is not a 24-bit QP number");
+    // The kernel requires CAP_NET_RAW for a QP that sends as another QP number (mlx5).
+    if (!fabric::raw::HaveNetRaw())
+      return Status(EPERM, "IBV_QP_CREATE_SOURCE_QPN needs CAP_NET_RAW in the QP's network namespace");
   }
   // PCI_WRITE_END_PADDING is a performance hint: accepted, no semantic change.
   return Status::Ok();
@@ -75,7 +82,8 @@ Status CheckSendOps(const QpInitAttributes& a) {
                               kTso | kAtomicWrite;
   uint64_t ops = a.send_ops_flags;
   if (ops & ~kKnown) return Invalid("send_ops_flags has unknown bits");
-  if (ops & kTso) return Invalid("IBV_QP_EX_WITH_TSO applies to IBV_QPT_RAW_PACKET QPs only");
+  if ((ops & kTso) && a.type != QpType::kRawPacket)
+    return Invalid("IBV_QP_EX_WITH_TSO applies to IBV_QPT_RAW_PACKET QPs only");
   if (ops & kAtomicWrite) return NotSupported("IBV_QP_EX_WITH_ATOMIC_WRITE: ATOMIC WRITE is not offered");
   uint64_t allowed = 0;
   switch (TransportTypeOf(a.type, a.dc.role)) {  // IBA table 38: the operations of each service type
@@ -84,6 +92,7 @@ Status CheckSendOps(const QpInitAttributes& a) {
     // ibv_bind_mw(3): binds on UC, RC (and XRC_SEND); SEND_WITH_INV is RC's (IBA 9.4).
     case QpType::kUc: allowed = kRdmaWrite | kRdmaWriteWithImm | kSend | kSendWithImm | kLocalInv | kBindMw; break;
     case QpType::kUd: allowed = kSend | kSendWithImm; break;
+    case QpType::kRawPacket: allowed = kSend | kTso; break;  // a frame per SEND, segments per TSO
     default: break;
   }
   // A DCI's requests go to many DCTs: windows are bound and invalidated on RC and UC QPs only.
@@ -93,16 +102,44 @@ Status CheckSendOps(const QpInitAttributes& a) {
   return Status::Ok();
 }
 
+// An RSS QP (ibv_create_qp_ex(3): rwq_ind_tbl, rx_hash_conf): receives through the WQs of its
+// table, by the Toeplitz hash of the selected fields; it has no queues of its own.
+Status CheckRss(QpInitAttributes& a) {
+  using namespace transport::raw::rx_hash;
+  if (!a.has_rwq_ind_table || !a.has_rx_hash || a.ind_table == nullptr)
+    return Invalid("an RSS QP needs both IBV_QP_INIT_ATTR_IND_TABLE (a table) and IBV_QP_INIT_ATTR_RX_HASH");
+  if (a.srq != nullptr) return Invalid("an RSS QP receives through its table's WQs, not an SRQ");
+  if (a.rx_hash_function != 1) return Invalid("rx_hash_function must be IBV_RX_HASH_FUNC_TOEPLITZ");
+  // mlx5 takes a 40-byte Toeplitz key (MLX5_RX_HASH_KEY_SIZE... the TIR's key field).
+  if (a.rx_hash_key.size() != 40)
+    return Invalid("rx_hash_key_len " + to_string(a.rx_hash_key.size()) + " is not 40 (the Toeplitz key)");
+  constexpr uint64_t kFields = kSrcIpv4 | kDstIpv4 | kSrcIpv6 | kDstIpv6 | kSrcPortTcp | kDstPortTcp | kSrcPortUdp | kDstPortUdp;
+  if (a.rx_hash_fields_mask & (kInner | kIpsecSpi))
+    return NotSupported("IBV_RX_HASH_INNER and IBV_RX_HASH_IPSEC_SPI are not offered (no tunnel offloads)");
+  if (a.rx_hash_fields_mask & ~kFields) return Invalid("rx_hash_fields_mask has unknown bits");
+  if ((a.rx_hash_fields_mask & (kSrcPortTcp | kDstPortTcp)) && (a.rx_hash_fields_mask & (kSrcPortUdp | kDstPortUdp)))
+    return Invalid("rx_hash_fields_mask selects TCP and UDP ports together (mlx5 hashes one L4 type per TIR)");
+  if (a.has_send_ops_flags && a.send_ops_flags != 0) return Invalid("an RSS QP has no send queue");
+  a.cap = QpCaps{};
+  return Status::Ok();
+}
+
 Status CheckInit(QpInitAttributes& a) {
   SV_RETURN_IF_ERROR(CheckType(a.type, a.dc.role));
   if (a.type == QpType::kXrcRecv || a.type == QpType::kXrcSend) SV_RETURN_IF_ERROR(CheckXrcInit(a));
   if (a.type == QpType::kXrcRecv) return a.has_send_ops_flags ? CheckSendOps(a) : Status::Ok();
   if (a.pd == nullptr) return Invalid("pd is NULL (IBV_QP_INIT_ATTR_PD is required)");
   if (a.has_xrcd) return Invalid("an XRC domain applies to IBV_QPT_XRC_RECV QPs only");
-  if (a.send_cq == nullptr) return Invalid("send_cq is NULL");
-  if (a.recv_cq == nullptr) return Invalid("recv_cq is NULL");
-  if (a.has_max_tso_header || a.has_rwq_ind_table || a.has_rx_hash)
+  const bool rss = a.type == QpType::kRawPacket && (a.has_rwq_ind_table || a.has_rx_hash);
+  if (rss) SV_RETURN_IF_ERROR(CheckRss(a));
+  if (a.send_cq == nullptr && !rss) return Invalid("send_cq is NULL");
+  if (a.recv_cq == nullptr && !rss) return Invalid("recv_cq is NULL");
+  if ((a.has_max_tso_header || a.has_rwq_ind_table || a.has_rx_hash) && a.type != QpType::kRawPacket)
     return Invalid("max_tso_header, rwq_ind_tbl and rx_hash_conf apply to IBV_QPT_RAW_PACKET QPs only");
+  // The header of a TSO WR is copied whole into each segment; mlx5 bounds it too.
+  if (a.has_max_tso_header && a.max_tso_header > DeviceLimits::kMaxTsoHeader)
+    return Invalid("max_tso_header " + to_string(a.max_tso_header) + " exceeds the device's " +
+                   to_string(DeviceLimits::kMaxTsoHeader) + " bytes");
   SV_RETURN_IF_ERROR(CheckCap("max_send_wr", a.cap.max_send_wr, DeviceLimits::kMaxQpWr, "max_qp_wr"));
   SV_RETURN_IF_ERROR(CheckCap("max_send_sge", a.cap.max_send_sge, DeviceLimits::kMaxSge, "max_sge"));
   SV_RETURN_IF_ERROR(CheckCap("max_inline_data", a.cap.max_inline_data, DeviceLimits::kMaxInlineData,
@@ -131,6 +168,20 @@ Status CheckInit(QpInitAttributes& a) {
 
 Result<std::unique_ptr<Qp>> Qp::Create(Context& context, QpInitAttributes& attr) {
   SV_RETURN_IF_ERROR(CheckInit(attr));
+  std::unique_ptr<Cq> own_cq;
+  if (attr.send_cq == nullptr || attr.recv_cq == nullptr) {  // an RSS QP (CheckRss)
+    auto cq = Cq::Create(context, 1, nullptr, 0);
+    if (!cq.ok()) return cq.status();
+    own_cq = std::move(cq.value());
+    if (attr.send_cq == nullptr) attr.send_cq = own_cq.get();
+    if (attr.recv_cq == nullptr) attr.recv_cq = own_cq.get();
+  }
+  std::unique_ptr<RawQp> raw;
+  if (attr.type == QpType::kRawPacket) {
+    auto opened = RawQp::Open(context, attr);  // EPERM without CAP_NET_RAW
+    if (!opened.ok()) return opened.status();
+    raw = std::move(opened.value());
+  }
   fabric::LocalProcess& local = context.local();
   std::unique_ptr<RecvQueue> rq;
   if (attr.srq == nullptr && attr.type != QpType::kXrcRecv) {  // XRC_RECV: no receive queue
@@ -151,7 +202,13 @@ Result<std::unique_ptr<Qp>> Qp::Create(Context& context, QpInitAttributes& attr)
   if (attr.recv_cq != nullptr) attr.recv_cq->users().Acquire();
   if (attr.srq != nullptr) attr.srq->users().Acquire();
   if (attr.xrcd != nullptr) attr.xrcd->users().Acquire();
-  return std::unique_ptr<Qp>(new Qp(context, attr, *slot, std::move(rq), *endpoint));
+  std::unique_ptr<Qp> qp(new Qp(context, attr, *slot, std::move(rq), *endpoint));
+  if (raw) {
+    raw->Attach(qp.get(), qp->qp_num());
+    qp->raw_ = std::move(raw);
+  }
+  qp->own_cq_ = std::move(own_cq);
+  return qp;
 }
 
 Qp::Qp(Context& context, const QpInitAttributes& init, uint32_t slot, std::unique_ptr<RecvQueue> rq,
@@ -206,6 +263,7 @@ Qp::Qp(Context& context, const QpInitAttributes& init, uint32_t slot, std::uniqu
 }
 
 Qp::~Qp() {
+  raw_.reset();  // its flows are gone (CheckDestroy): no frame reaches it after this
   context_.Unregister(this);
   if (init_.send_cq != nullptr) init_.send_cq->DetachQp(this);
   if (init_.recv_cq != nullptr && init_.recv_cq != init_.send_cq) init_.recv_cq->DetachQp(this);
@@ -281,6 +339,9 @@ Status Qp::CheckDestroy() const {
   // ibv_destroy_qp(3): "fails if the QP is attached to a multicast group".
   if (int n = mcast_groups_.count(); n > 0)
     return Busy("the QP is still attached to " + std::to_string(n) + " multicast group(s)");
+  // The kernel's uverbs counts a flow as a user of its QP: destroy fails while one remains.
+  if (raw_ && raw_->flows().count() > 0)
+    return Busy("the QP still has " + std::to_string(raw_->flows().count()) + " flow rule(s) (ibv_destroy_flow first)");
   return Status::Ok();
 }
 

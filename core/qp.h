@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "base/status.h"
 #include "core/cq.h"
@@ -25,6 +26,8 @@ using transport::QpEndpoint;
 using transport::RecvQueue;
 
 class Context;
+class RawQp;
+class RwqIndTable;
 
 // enum ibv_qp_create_flags
 namespace create_flag {
@@ -66,11 +69,17 @@ struct QpInitAttributes {
   bool has_create_flags = false;
   uint32_t create_flags = 0;
   bool has_max_tso_header = false;
+  uint16_t max_tso_header = 0;
   bool has_rwq_ind_table = false;
   bool has_rx_hash = false;
   bool has_send_ops_flags = false;
   uint64_t send_ops_flags = 0;
   uint32_t source_qpn = 0;
+  // IBV_QP_INIT_ATTR_IND_TABLE / RX_HASH: an RSS RAW_PACKET QP (core/raw_qp.h).
+  RwqIndTable* ind_table = nullptr;
+  uint8_t rx_hash_function = 0;
+  std::vector<uint8_t> rx_hash_key;
+  uint64_t rx_hash_fields_mask = 0;
   // mlx5dv_create_qp(3) only (core/dc.h): the DC role and mlx5dv_qp_init_attr.create_flags.
   DcInit dc;
   bool has_mlx5_create_flags = false;
@@ -108,6 +117,8 @@ class Qp : private transport::RequesterHost {
 
   // The data path (qp_data.cc). ibv_post_send of one WR: a refusal leaves it unposted.
   Status PostSend(const transport::SendWr& wr);
+  // The end of one ibv_post_send list: a raw QP sends the frames it built in one batch.
+  void FlushPosted();
   // ibv_post_recv of one WR (QPs without an SRQ).
   Status PostRecv(uint64_t wr_id, const transport::RecvSge* sge, uint32_t num_sge);
 
@@ -121,7 +132,15 @@ class Qp : private transport::RequesterHost {
   Status DetachMcast(const Gid& mgid);
   Status CheckDestroy() const;
 
+  // IBV_QPT_RAW_PACKET: the Ethernet side (core/raw_qp.h); null for other types.
+  RawQp* raw() const { return raw_.get(); }
+
  private:
+  friend class RawQp;
+  // The state as last published, without applying pending errors (the raw receive thread).
+  QpState state_now() const { return static_cast<QpState>(state_.load(std::memory_order_acquire)); }
+  // A receive completion of this QP's own (raw frames).
+  void PushReceive(const transport::Completion& c);
   Qp(Context& context, const QpInitAttributes& init, uint32_t slot, std::unique_ptr<RecvQueue> rq,
      fabric::SharedRef endpoint);
   void EnterReset();
@@ -156,6 +175,8 @@ class Qp : private transport::RequesterHost {
   std::unique_ptr<transport::Link> wire_link_;
   std::unique_ptr<transport::Requester> sq_;
   UseCount mcast_groups_;
+  std::unique_ptr<RawQp> raw_;
+  std::unique_ptr<Cq> own_cq_;  // an RSS QP created without CQs completes nothing: a CQ of its own
   void* user_handle_ = nullptr;
   std::shared_ptr<XrcdHold> xrcd_hold_;  // XRC_RECV: its domain lives as long as it does
   std::atomic<uint32_t> xrc_seen_errors_{0};  // XRC_RECV: the endpoint's xrc_errors last reported

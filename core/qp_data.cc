@@ -3,6 +3,7 @@
 
 #include "core/context.h"
 #include "core/qp.h"
+#include "core/raw_qp.h"
 
 namespace softverbs::core {
 
@@ -141,7 +142,16 @@ Status Qp::PostSend(const transport::SendWr& wr) {
   SV_RETURN_IF_ERROR(CheckDcWorkRequest(init_.dc.role, wr.dc.set));
   if (init_.type == QpType::kXrcRecv)
     return Invalid("an XRC_RECV QP has no send queue (IBA A14: it is the target half of XRC)");
+  if (raw_) return raw_->PostSend(wr, state_now());
   return sq_->Post(wr, state_.load(std::memory_order_acquire));
+}
+
+void Qp::FlushPosted() {
+  if (raw_) raw_->Flush();
+}
+
+void Qp::PushReceive(const Completion& c) {
+  if (!init_.recv_cq->Push(c)) init_.recv_cq->ReportOverrun();
 }
 
 Status Qp::PostRecv(uint64_t wr_id, const transport::RecvSge* sge, uint32_t num_sge) {
@@ -164,7 +174,9 @@ Status Qp::PostRecv(uint64_t wr_id, const transport::RecvSge* sge, uint32_t num_
     init_.recv_cq->Push(c);
     return Status::Ok();
   }
-  return rq_->Post(wr_id, sge, num_sge);
+  SV_RETURN_IF_ERROR(rq_->Post(wr_id, sge, num_sge));
+  if (raw_) raw_->DrainBacklog();
+  return Status::Ok();
 }
 
 }  // namespace softverbs::core

@@ -37,18 +37,8 @@ int QueryRtValues(ibv_context*, ibv_values_ex* values) {
   return 0;
 }
 int ModifyCq(ibv_cq* cq, ibv_modify_cq_attr*) { return ReturnErrno("ibv_modify_cq", Name(cq), Unsupported("CQ moderation")); }
-ibv_flow* CreateFlow(ibv_qp* qp, ibv_flow_attr*) { return ReturnNull<ibv_flow>("ibv_create_flow", Name(qp), Unsupported("flow steering")); }
-int DestroyFlow(ibv_flow*) { return ReturnErrno("ibv_destroy_flow", "", Unsupported("flow steering")); }
+
 void PlaceholderSlot() {}  // "ABI_placeholder" slots of verbs_context: never called by libibverbs
-ibv_wq* CreateWq(ibv_context*, ibv_wq_init_attr*) { return ReturnNull<ibv_wq>("ibv_create_wq", "", Unsupported("work queues (WQ)")); }
-int ModifyWq(ibv_wq*, ibv_wq_attr*) { return ReturnErrno("ibv_modify_wq", "", Unsupported("work queues (WQ)")); }
-int DestroyWq(ibv_wq*) { return ReturnErrno("ibv_destroy_wq", "", Unsupported("work queues (WQ)")); }
-ibv_rwq_ind_table* CreateRwqIndTable(ibv_context*, ibv_rwq_ind_table_init_attr*) {
-  return ReturnNull<ibv_rwq_ind_table>("ibv_create_rwq_ind_table", "", Unsupported("RSS indirection tables"));
-}
-int DestroyRwqIndTable(ibv_rwq_ind_table*) {
-  return ReturnErrno("ibv_destroy_rwq_ind_table", "", Unsupported("RSS indirection tables"));
-}
 int PostSrqOps(ibv_srq* srq, ibv_ops_wr* op, ibv_ops_wr** bad_op) {
   *bad_op = op;
   return ReturnErrno("ibv_post_srq_ops", Name(srq), Unsupported("tag matching"));

@@ -15,12 +15,12 @@ namespace softverbs::abi {
 
 std::string Name(const ibv_cq* cq) { return ObjectName("cq", cq->handle); }
 
-// The completion flags an ibv_cq_ex can deliver: the standard ones and both timestamps. CVLAN,
-// flow tag and tag matching info are refused at creation (EOPNOTSUPP): no raw packet QPs, no
-// flow steering, no tag matching.
+// The completion flags an ibv_cq_ex can deliver: the standard ones, both timestamps, and the
+// CVLAN and flow tag of raw packet QPs' receives. Tag matching info is refused at creation
+// (EOPNOTSUPP): no tag matching.
 constexpr uint64_t kDeliverableWcFlags =
     static_cast<uint64_t>(IBV_WC_STANDARD_FLAGS) | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
-    IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+    IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK | IBV_WC_EX_WITH_CVLAN | IBV_WC_EX_WITH_FLOW_TAG;
 
 namespace {
 
@@ -62,10 +62,11 @@ uint8_t ReadSl(ibv_cq_ex* cq) { return Cur(cq)->current.sl; }
 uint8_t ReadDlidPathBits(ibv_cq_ex* cq) { return Cur(cq)->current.dlid_path_bits; }
 uint64_t ReadCompletionTs(ibv_cq_ex* cq) { return Cur(cq)->current.timestamp_ns; }
 uint64_t ReadCompletionWallclockNs(ibv_cq_ex* cq) { return Cur(cq)->current.wallclock_ns; }
-// Getters of flags that creation refuses: reachable only by a program that calls a getter it did
-// not ask for (undefined in ibv_create_cq_ex(3)); they return 0 rather than crash.
-uint16_t ReadZero16(ibv_cq_ex*) { return 0; }
-uint32_t ReadZero32(ibv_cq_ex*) { return 0; }
+// Raw packet receives: the stripped VLAN TCI and the steering rule's tag (0 without one).
+uint16_t ReadCvlan(ibv_cq_ex* cq) { return Cur(cq)->current.cvlan; }
+uint32_t ReadFlowTag(ibv_cq_ex* cq) { return Cur(cq)->current.flow_tag; }
+// The getter of a flag that creation refuses: reachable only by a program that calls a getter it
+// did not ask for (undefined in ibv_create_cq_ex(3)); it returns zeros rather than crash.
 void ReadTmInfo(ibv_cq_ex*, ibv_wc_tm_info* info) { memset(info, 0, sizeof(*info)); }
 
 }  // namespace
@@ -86,8 +87,8 @@ void InitCqEx(SvCq* cq) {
   x.read_sl = ReadSl;
   x.read_dlid_path_bits = ReadDlidPathBits;
   x.read_completion_ts = ReadCompletionTs;
-  x.read_cvlan = ReadZero16;
-  x.read_flow_tag = ReadZero32;
+  x.read_cvlan = ReadCvlan;
+  x.read_flow_tag = ReadFlowTag;
   x.read_tm_info = ReadTmInfo;
   x.read_completion_wallclock_ns = ReadCompletionWallclockNs;
 }
@@ -131,7 +132,7 @@ ibv_cq_ex* CreateCqEx(ibv_context* context, ibv_cq_init_attr_ex* attr) {
     return ReturnNull<ibv_cq_ex>(verb, context->device->name, Invalid("flags has unknown bits"));
   if (attr->wc_flags & ~kDeliverableWcFlags)
     return ReturnNull<ibv_cq_ex>(verb, context->device->name, NotSupported(
-        "wc_flags asks for fields softverbs0 cannot deliver (CVLAN, flow tag, TM info): " +
+        "wc_flags asks for fields softverbs0 cannot deliver (TM info): " +
         std::to_string(attr->wc_flags & ~kDeliverableWcFlags)));
   const bool single_threaded =
       (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (attr->flags & IBV_CREATE_CQ_ATTR_SINGLE_THREADED);

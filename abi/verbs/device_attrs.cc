@@ -5,6 +5,7 @@
 #include "base/clock.h"
 #include "core/device.h"
 #include "core/device_limits.h"
+#include "core/wq.h"
 #include "fabric/host/host_registry.h"
 
 namespace softverbs::abi {
@@ -31,7 +32,9 @@ ibv_device_attr DeviceAttr() {
   // invalidation -- the user-visible half of the memory management extensions.
   a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_CURR_QP_STATE_MOD | IBV_DEVICE_SRQ_RESIZE |
                        IBV_DEVICE_N_NOTIFY_CQ | IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_MEM_WINDOW |
-                       IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_MEM_MGT_EXTENSIONS | IBV_DEVICE_XRC;
+                       IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_MEM_MGT_EXTENSIONS | IBV_DEVICE_XRC |
+                       // Raw packet QPs (core/raw_qp.h): checksum offload, flow steering.
+                       IBV_DEVICE_RAW_IP_CSUM | IBV_DEVICE_MANAGED_FLOW_STEERING;
   a.max_sge = DeviceLimits::kMaxSge;
   a.max_sge_rd = DeviceLimits::kMaxSgeRd;
   a.max_cq = DeviceLimits::kMaxCq;
@@ -64,7 +67,22 @@ ibv_device_attr_ex DeviceAttrEx() {
   // hca_core_clock in kHz (ibv_query_device_ex(3)).
   ex.completion_timestamp_mask = ~0ull;
   ex.hca_core_clock = kDeviceClockKhz;
-  // No ODP, TSO, RSS, packet pacing, tag matching or device memory yet: all zero.
+  // Raw packet QPs: checksums both ways, VLAN stripping, FCS scattering (core/raw_qp.h).
+  ex.raw_packet_caps = IBV_RAW_PACKET_CAP_CVLAN_STRIPPING | IBV_RAW_PACKET_CAP_SCATTER_FCS |
+                       IBV_RAW_PACKET_CAP_IP_CSUM;
+  // RSS on raw packet QPs (core/wq.h): Toeplitz over IPv4/IPv6 addresses and TCP/UDP ports.
+  ex.rss_caps.supported_qpts = 1u << IBV_QPT_RAW_PACKET;
+  ex.rss_caps.max_rwq_indirection_tables = 1024;
+  ex.rss_caps.max_rwq_indirection_table_size = 1u << core::kMaxLogIndTableSize;
+  ex.rss_caps.rx_hash_function = IBV_RX_HASH_FUNC_TOEPLITZ;
+  ex.rss_caps.rx_hash_fields_mask = IBV_RX_HASH_SRC_IPV4 | IBV_RX_HASH_DST_IPV4 | IBV_RX_HASH_SRC_IPV6 |
+                                    IBV_RX_HASH_DST_IPV6 | IBV_RX_HASH_SRC_PORT_TCP | IBV_RX_HASH_DST_PORT_TCP |
+                                    IBV_RX_HASH_SRC_PORT_UDP | IBV_RX_HASH_DST_PORT_UDP;
+  ex.max_wq_type_rq = DeviceLimits::kMaxQp;
+  // TSO on raw packet QPs (transport/raw/tso.h).
+  ex.tso_caps.max_tso = DeviceLimits::kMaxTso;
+  ex.tso_caps.supported_qpts = 1u << IBV_QPT_RAW_PACKET;
+  // No ODP, packet pacing, tag matching or device memory yet: all zero.
   ex.max_dm_size = 0;
   ex.phys_port_cnt_ex = DeviceLimits::kPortCount;
   return ex;

@@ -100,6 +100,7 @@ struct SvQp {
   struct BatchedWr {
     transport::SendWr wr;
     std::vector<uint8_t> inline_data;
+    std::vector<uint8_t> tso_header;  // ibv_wr_send_tso: copied when built
   };
   std::vector<BatchedWr> batch;
   Status batch_status;

@@ -7,6 +7,10 @@
 #include "base/status.h"
 #include "transport/work_request.h"
 
+namespace softverbs::core {
+class RwqIndTable;
+}
+
 namespace softverbs::abi {
 
 int QueryDeviceEx(ibv_context*, const ibv_query_device_ex_input*, ibv_device_attr_ex*, size_t);
@@ -26,6 +30,16 @@ ibv_qp* OpenQp(ibv_context*, ibv_qp_open_attr*);
 ibv_mw* AllocMw(ibv_pd*, ibv_mw_type);
 int BindMw(ibv_qp*, ibv_mw*, ibv_mw_bind*);
 int DeallocMw(ibv_mw*);
+// Flow steering (flow.cc).
+ibv_flow* CreateFlow(ibv_qp*, ibv_flow_attr*);
+int DestroyFlow(ibv_flow*);
+// Receive work queues and RSS indirection tables (wq.cc).
+ibv_wq* CreateWq(ibv_context*, ibv_wq_init_attr*);
+int ModifyWq(ibv_wq*, ibv_wq_attr*);
+int DestroyWq(ibv_wq*);
+ibv_rwq_ind_table* CreateRwqIndTable(ibv_context*, ibv_rwq_ind_table_init_attr*);
+int DestroyRwqIndTable(ibv_rwq_ind_table*);
+core::RwqIndTable* CoreOf(ibv_rwq_ind_table* table);
 
 // The bind request of window `mw` taking R_Key `rkey` (abi/verbs/mw.cc).
 Status ToBindRequest(ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info& info, transport::BindRequest* out);

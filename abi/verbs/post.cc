@@ -58,6 +58,16 @@ Status ToTransport(const ibv_send_wr& in, transport::SendWr* out) {
       break;
     case IBV_WR_BIND_MW:
       return ToBindRequest(in.bind_mw.mw, in.bind_mw.rkey, in.bind_mw.bind_info, &out->bind);
+    case IBV_WR_TSO: {
+      // The header is read now (ibv_post_send(3): like inline data); the payload is the SGEs.
+      static thread_local uint8_t header[65535];
+      if (in.tso.hdr_sz > 0 && in.tso.hdr == nullptr) return Invalid("IBV_WR_TSO with hdr_sz and no hdr");
+      if (in.tso.hdr_sz > 0) memcpy(header, in.tso.hdr, in.tso.hdr_sz);
+      out->tso_header = header;
+      out->tso_header_size = in.tso.hdr_sz;
+      out->tso_mss = in.tso.mss;
+      break;
+    }
     default:
       break;
   }
@@ -91,10 +101,12 @@ int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     }
     if (s.ok()) s = q->core->PostSend(w);
     if (!s.ok()) {
+      q->core->FlushPosted();
       *bad_wr = wr;
       return ReturnErrno("ibv_post_send", Name(qp), s);
     }
   }
+  q->core->FlushPosted();  // raw QPs: the list's frames leave in one batch
   return 0;
 }
 

@@ -60,11 +60,25 @@ ibv_qp* CreateQp(const char* verb, ibv_context* context, ibv_qp_init_attr_ex* at
   init.has_create_flags = (attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) != 0;
   init.create_flags = init.has_create_flags ? attr->create_flags : 0;
   init.has_max_tso_header = (attr->comp_mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER) != 0;
+  init.max_tso_header = init.has_max_tso_header ? attr->max_tso_header : 0;
   init.has_rwq_ind_table = (attr->comp_mask & IBV_QP_INIT_ATTR_IND_TABLE) != 0;
   init.has_rx_hash = (attr->comp_mask & IBV_QP_INIT_ATTR_RX_HASH) != 0;
   init.has_send_ops_flags = (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0;
   init.send_ops_flags = init.has_send_ops_flags ? attr->send_ops_flags : 0;
   init.source_qpn = attr->source_qpn;
+  if (init.has_rwq_ind_table) {
+    if (attr->rwq_ind_tbl != nullptr && attr->rwq_ind_tbl->context != context)
+      return ReturnNull<ibv_qp>(verb, object, Invalid("rwq_ind_tbl belongs to another context"));
+    init.ind_table = CoreOf(attr->rwq_ind_tbl);
+  }
+  if (init.has_rx_hash) {
+    const ibv_rx_hash_conf& h = attr->rx_hash_conf;
+    init.rx_hash_function = h.rx_hash_function;
+    if (h.rx_hash_key_len != 0 && h.rx_hash_key == nullptr)
+      return ReturnNull<ibv_qp>(verb, object, Invalid("rx_hash_key is NULL"));
+    init.rx_hash_key.assign(h.rx_hash_key, h.rx_hash_key + h.rx_hash_key_len);
+    init.rx_hash_fields_mask = h.rx_hash_fields_mask;
+  }
 
   auto core = core::Qp::Create(*ToSv(context)->core, init);
   if (!core.ok()) return ReturnNull<ibv_qp>(verb, object, core.status());

@@ -1,0 +1,64 @@
+#include "transport/raw/tso.h"
+
+#include "fabric/raw/frame.h"
+
+namespace softverbs::transport::raw {
+namespace {
+
+void PutBe16(uint8_t* p, uint32_t v) {
+  p[0] = static_cast<uint8_t>(v >> 8);
+  p[1] = static_cast<uint8_t>(v);
+}
+
+uint32_t Be32(const uint8_t* p) { return uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 | p[3]; }
+
+void PutBe32(uint8_t* p, uint32_t v) {
+  PutBe16(p, v >> 16);
+  PutBe16(p + 2, v & 0xffff);
+}
+
+constexpr uint8_t kFin = 0x01, kPsh = 0x08, kCwr = 0x80;
+
+}  // namespace
+
+bool SegmentTso(std::span<const uint8_t> header, std::span<const uint8_t> payload, uint16_t mss,
+                std::vector<std::vector<uint8_t>>* frames) {
+  fabric::raw::FrameView v;
+  if (mss == 0 || !fabric::raw::ParseFrame(header, &v) || v.ip_version == 0 || v.fragment ||
+      v.ip_proto != fabric::raw::kIpProtoTcp || v.l4_offset == 0 || v.l4_offset + 20 > header.size())
+    return false;
+  const size_t tcp_len = (header[v.l4_offset + 12] >> 4) * 4u;
+  if (tcp_len < 20 || v.l4_offset + tcp_len != header.size()) return false;
+  const size_t l3 = v.l3_offset, l4 = v.l4_offset;
+  const uint32_t seq0 = Be32(header.data() + l4 + 4);
+  const uint16_t id0 = v.ip_version == 4 ? static_cast<uint16_t>(header[l3 + 4] << 8 | header[l3 + 5]) : 0;
+  const uint8_t flags0 = header[l4 + 13];
+  size_t offset = 0;
+  uint32_t index = 0;
+  do {
+    const size_t n = std::min<size_t>(mss, payload.size() - offset);
+    const bool last = offset + n == payload.size();
+    std::vector<uint8_t> f(header.begin(), header.end());
+    f.insert(f.end(), payload.begin() + static_cast<ptrdiff_t>(offset), payload.begin() + static_cast<ptrdiff_t>(offset + n));
+    uint8_t* ip = f.data() + l3;
+    if (v.ip_version == 4) {
+      PutBe16(ip + 2, static_cast<uint32_t>(l4 - l3 + tcp_len + n));
+      PutBe16(ip + 4, static_cast<uint16_t>(id0 + index));
+    } else {
+      PutBe16(ip + 4, static_cast<uint32_t>(tcp_len + n));
+    }
+    uint8_t* tcp = f.data() + l4;
+    PutBe32(tcp + 4, seq0 + static_cast<uint32_t>(offset));
+    uint8_t flags = flags0;
+    if (!last) flags &= static_cast<uint8_t>(~(kFin | kPsh));
+    if (index != 0) flags &= static_cast<uint8_t>(~kCwr);
+    tcp[13] = flags;
+    fabric::raw::FillChecksums(f);
+    frames->push_back(std::move(f));
+    offset += n;
+    ++index;
+  } while (offset < payload.size());
+  return true;
+}
+
+}  // namespace softverbs::transport::raw
