@@ -118,22 +118,28 @@ Result<size_t> BuildAtomicAck(uint32_t dest_qp, uint32_t psn, uint32_t msn, uint
   return packet::Build(h, {}, flow, out);
 }
 
+Result<size_t> BuildReadResponsePacket(uint32_t dest_qp, uint32_t psn, uint32_t msn, bool first, bool last,
+                                       std::span<const uint8_t> piece, const packet::IpUdpInfo& flow,
+                                       std::span<uint8_t> out) {
+  namespace op = packet::op;
+  const uint8_t code = first && last ? op::kRdmaReadResponseOnly
+                       : first       ? op::kRdmaReadResponseFirst
+                       : last        ? op::kRdmaReadResponseLast
+                                     : op::kRdmaReadResponseMiddle;
+  packet::PacketHeaders h = Headers(op::kRc | code, dest_qp, psn);
+  h.aeth = {syndrome::kAck, msn & packet::kQpnMask};
+  const packet::ConstBuffer buffer{piece.data(), piece.size()};
+  return packet::Build(h, {&buffer, piece.empty() ? 0u : 1u}, flow, out);
+}
+
 Status BuildReadResponse(uint32_t dest_qp, uint32_t psn, uint32_t msn, std::span<const uint8_t> data, uint32_t mtu,
                          const packet::IpUdpInfo& flow, std::span<uint8_t> buffer,
                          const std::function<Status(std::span<const uint8_t>)>& emit) {
-  namespace op = packet::op;
   const uint64_t count = data.empty() ? 1 : (data.size() + mtu - 1) / mtu;
   for (uint64_t i = 0; i < count; ++i) {
-    const bool first = i == 0, last = i + 1 == count;
-    const uint8_t code = first && last ? op::kRdmaReadResponseOnly
-                         : first       ? op::kRdmaReadResponseFirst
-                         : last        ? op::kRdmaReadResponseLast
-                                       : op::kRdmaReadResponseMiddle;
-    packet::PacketHeaders h = Headers(op::kRc | code, dest_qp, static_cast<uint32_t>(psn + i));
-    h.aeth = {syndrome::kAck, msn & packet::kQpnMask};
     const size_t offset = i * mtu;
-    const packet::ConstBuffer piece{data.data() + offset, std::min<size_t>(mtu, data.size() - offset)};
-    auto n = packet::Build(h, {&piece, data.empty() ? 0u : 1u}, flow, buffer);
+    auto n = BuildReadResponsePacket(dest_qp, static_cast<uint32_t>(psn + i), msn, i == 0, i + 1 == count,
+                                     data.subspan(offset, std::min<size_t>(mtu, data.size() - offset)), flow, buffer);
     if (!n.ok()) return n.status();
     SV_RETURN_IF_ERROR(emit({buffer.data(), *n}));
   }
