@@ -73,10 +73,13 @@ perftest() {  # perftest <seed> <program> [args]: server and client exit 0, the 
   src=$?
   check "$prog $* with $faults on both sides (server rc=$src, client rc=$crc)" \
     bash -c "[ $src -eq 0 ] && [ $crc -eq 0 ] && grep -qE '^ +[0-9]+ +[0-9]+ ' '$logs/client'"
-  if [ "$src" -ne 0 ] || [ "$crc" -ne 0 ]; then show "$logs/server" server; show "$logs/client" client; fi
+  if [ "$src" -ne 0 ] || [ "$crc" -ne 0 ]; then
+    grep -hE 'Fail|rror' "$logs/server" | sed 's/^/  server: /' | head -4
+    grep -hE 'Fail|rror' "$logs/client" | sed 's/^/  client: /' | head -4
+  fi
 }
 perftest 11 ib_write_bw -n 100 -s 16384
-perftest 13 ib_read_bw -n 100 -s 16384
+perftest 13 ib_read_bw -n 50 -s 16384
 perftest 15 ib_send_bw -n 100 -s 16384
 
 # peers <mode> <role a> <role b> <bound> [args]: wire_peer.py in each namespace; both must pass.
@@ -97,7 +100,7 @@ peers() {
   check "$mode: $rb (rc=$rcb) :: $(tail -1 "$dir/b.log")" test "$rcb" -eq 0
 }
 faults_a="$faults,seed=21" faults_b="$faults,seed=22"
-peers stream server client 60 --count 150 --timeout 12 --deadline 50
+peers stream server client 70 --count 100 --timeout 14 --deadline 60
 faults_a="" faults_b=""
 
 # --- 2. a peer SIGKILLed ----------------------------------------------------------------------

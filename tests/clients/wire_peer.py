@@ -254,7 +254,7 @@ def stream_client(p, a):
     peer = wait_for(a.dir, 'server', deadline)
     p.connect_rc(qp, peer['qpn'], peer['gid'], timeout=a.timeout, retry_cnt=a.retry_cnt)
     wait_for(a.dir, 'server-ready', deadline)
-    posted, done, nwrite, window = 0, 0, 0, 32
+    posted, done, nwrite, window = 0, 0, 0, 8
     while done < len(plan):
         while posted < len(plan) and posted - done < window:
             kind, size, seed = plan[posted]

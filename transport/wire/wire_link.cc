@@ -165,8 +165,7 @@ void WireLink::OnResponse(const packet::ParsedPacket& p) {
         if (syn == syndrome::kPsnSequence) {
           stale = o.ticket == nak_ticket_ && PsnDiff(psn, nak_psn_) <= 0;
           reply.progress = o.ticket == nak_ticket_ || PsnDiff(psn, o.first_psn) > 0;
-          nak_ticket_ = o.ticket;
-          nak_psn_ = psn;
+          if (!stale) nak_ticket_ = o.ticket, nak_psn_ = psn;
         }
         if (!stale) {
           events.push_back({o.ticket, reply});

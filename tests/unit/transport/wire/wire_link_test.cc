@@ -94,6 +94,9 @@ TEST_F(WireLinkTest, ALateCopyOfASequenceNakIsIgnored) {
   Carry(1, WrOpcode::kSend, 100, 4 * 1024);  // go-back-N
   Nak(101);                                  // the NAK's duplicate
   EXPECT_EQ(sink_.replies.size(), 1u);
+  Nak(100);  // an older one, late: still nothing, and 101 stays the mark
+  Nak(101);
+  EXPECT_EQ(sink_.replies.size(), 1u);
   Nak(103);  // further: a new gap, progress
   ASSERT_EQ(sink_.replies.size(), 2u);
   EXPECT_TRUE(sink_.replies[1].second.progress);
