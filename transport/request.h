@@ -31,6 +31,9 @@ struct Reply {
   ReplyCode code = ReplyCode::kNoAnswer;
   uint8_t rnr_timer = 0;  // kRnr: the responder's min_rnr_timer code (IBA table 45)
   uint64_t original = 0;  // atomics with kAck: the remote value before the operation (AtomicAckETH)
+  // kSequenceError: the responder took packets of the message since its last attempt (forward
+  // progress: the retry count starts again, as rxe's reset_retry_counters on every response).
+  bool progress = false;
 
   static Reply Of(ReplyCode code) { return Reply{code}; }
   static Reply Rnr(uint8_t timer) { return Reply{ReplyCode::kRnr, timer}; }

@@ -182,6 +182,23 @@ Reply Responder::CompleteReceive(const TargetQp& t, const TakenWqe& wqe, const R
   return Reply::Of(ReplyCode::kAck);
 }
 
+Reply Responder::CheckRange(const TargetQp& t, uint32_t rkey, uint64_t addr, uint64_t length, bool write) {
+  if (!write && t.endpoint().max_dest_rd_atomic == 0) {
+    FailTarget(t);
+    return Reply::Of(ReplyCode::kInvalidRequest);
+  }
+  if (length == 0) return Reply::Of(ReplyCode::kAck);  // IBA 9.4.3.1 / 9.4.4: no R_Key checked
+  PinnedPieces pieces;
+  if (ReplyCode code = CheckRemote(t, rkey, addr, length, write ? kRemoteWrite : kRemoteRead, &pieces);
+      code != ReplyCode::kAck) {
+    FailTarget(t);
+    return Reply::Of(code);
+  }
+  return Reply::Of(ReplyCode::kAck);
+}
+
+void Responder::EnterError(const TargetQp& t) { FailTarget(t); }
+
 ReplyCode Responder::CheckRemote(const TargetQp& t, uint32_t rkey, uint64_t addr, uint64_t length, uint32_t access,
                                  PinnedPieces* pieces) {
   const QpEndpoint& e = t.endpoint();

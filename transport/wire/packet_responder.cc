@@ -10,6 +10,7 @@ namespace {
 
 namespace packet = fabric::packet;
 constexpr uint32_t kUc = 3;
+constexpr uint32_t kRtr = 2, kSqe = 5;  // enum ibv_qp_state: a QP receives from RTR to SQE
 constexpr uint32_t kSendInProgress = 1, kWriteInProgress = 2;
 
 // The request the packet's headers make; its payload is `piece`.
@@ -62,6 +63,13 @@ void SendPacket(const TargetQp& t, WireReceive& w, const packet::OpcodeInfo& inf
 void WritePacket(const TargetQp& t, WireReceive& w, const packet::ParsedPacket& p, const Request& r) {
   const packet::OpcodeInfo& info = *p.info;
   if (info.starts_message()) {
+    // The whole message is checked at its first packet (rxe check_rkey): one that would end
+    // outside the MR is dropped before a byte lands (UC: silently, IBA 9.8.3).
+    if (p.hdr.reth.length > (1ull << 31) ||
+        Responder::CheckRange(t, p.hdr.reth.rkey, p.hdr.reth.va, p.hdr.reth.length, true).code != ReplyCode::kAck) {
+      w.message = 0;
+      return;
+    }
     w.va = p.hdr.reth.va;
     w.rkey = p.hdr.reth.rkey;
     w.dma_length = p.hdr.reth.length;
@@ -96,6 +104,12 @@ void PacketResponder::ReceiveUc(const TargetQp& t, const packet::ParsedPacket& p
   const packet::OpcodeInfo& info = *p.info;
   const QpEndpoint& e = t.endpoint();
   WireReceive& w = t.endpoint().wire;
+  // IBA 9.6.1.1 / rxe check_type_state: a UC packet for a QP of another transport (or one not
+  // receiving, 10.3.1) is discarded before it touches the QP's receive state. An RC QP's
+  // expected PSN shares that state: a stray UC packet used to move it, and the RC requester's
+  // next message was then taken for a duplicate and never delivered.
+  const uint32_t state = e.state.load(std::memory_order_acquire);
+  if (e.type != kUc || state < kRtr || state > kSqe) return;
   fabric::RobustLock lock(w.lock);
   const uint32_t psn = p.hdr.bth.psn;
   w.counters.packets.fetch_add(1, std::memory_order_relaxed);

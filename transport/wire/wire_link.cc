@@ -200,9 +200,18 @@ void WireLink::OnResponse(const packet::ParsedPacket& p) {
       } else if (AcknowledgeBefore(psn, &events) && !outstanding_.empty() &&
                  PsnDiff(outstanding_.front().first_psn, psn) <= 0) {
         // An RNR NAK or a NAK names the message holding its PSN (IBA 9.7.5.2).
-        const Reply reply = (syn >> 5) == 1 ? Reply::Rnr(syn & 0x1f) : Reply::Of(NakCode(syn));
-        events.push_back({outstanding_.front().ticket, reply});
-        outstanding_.clear();  // the requester carries everything again, or fails
+        const Outstanding& o = outstanding_.front();
+        Reply reply = (syn >> 5) == 1 ? Reply::Rnr(syn & 0x1f) : Reply::Of(NakCode(syn));
+        bool stale = false;
+        if (syn == syndrome::kPsnSequence) {
+          stale = o.ticket == nak_ticket_ && PsnDiff(psn, nak_psn_) <= 0;
+          reply.progress = o.ticket == nak_ticket_ || PsnDiff(psn, o.first_psn) > 0;
+          if (!stale) nak_ticket_ = o.ticket, nak_psn_ = psn;
+        }
+        if (!stale) {
+          events.push_back({o.ticket, reply});
+          outstanding_.clear();  // the requester carries everything again, or fails
+        }
       }
     } else if (AcknowledgeBefore(psn, &events) && !outstanding_.empty()) {
       Outstanding& o = outstanding_.front();
@@ -213,14 +222,22 @@ void WireLink::OnResponse(const packet::ParsedPacket& p) {
         events.push_back({o.ticket, reply});
         outstanding_.pop_front();
       } else if (o.opcode == WrOpcode::kRdmaRead && psn == o.next_response) {
-        // READ response packets in order; one out of order waits for the retry (IBA 9.7.6.1.4).
+        // READ response packets in order (IBA 9.7.6.1.4); a gap is handled below.
         data.push_back({o.ticket, {static_cast<uint64_t>(PsnDiff(psn, o.first_psn)) * o.mtu, p.payload}});
         o.next_response = (psn + 1) & packet::kPsnMask;
+        read_retry_ticket_ = 0;
         const uint8_t kind = op;
         if (kind == packet::op::kRdmaReadResponseLast || kind == packet::op::kRdmaReadResponseOnly) {
           events.push_back({o.ticket, Reply::Of(ReplyCode::kAck)});
           outstanding_.pop_front();
         }
+      } else if (o.opcode == WrOpcode::kRdmaRead && PsnDiff(psn, o.next_response) > 0 &&
+                 PsnDiff(psn, o.last_psn) <= 0 && o.ticket != read_retry_ticket_) {
+        // A response packet of the READ is missing (lost or overtaken): the READ is requested
+        // again at once, not after the ACK timeout (rxe check_psn: COMPST_ERROR_RETRY).
+        events.push_back({o.ticket, Reply::Of(ReplyCode::kSequenceError)});
+        read_retry_ticket_ = o.ticket;
+        outstanding_.clear();
       }
     }
   }

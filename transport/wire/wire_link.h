@@ -74,6 +74,14 @@ class WireLink final : public Link {
   uint32_t qpn_ = 0;  // registered with the fabric on the first RC message
   std::mutex mu_;
   std::deque<Outstanding> outstanding_;
+  // The last PSN sequence NAK taken, and the message it named: the responder NAKs a gap once
+  // (until a packet in sequence arrives), so one not beyond it is a duplicate or a late copy.
+  uint64_t nak_ticket_ = 0;
+  uint32_t nak_psn_ = 0;
+  // The READ asked for again because a response overtook the one expected: until one of its
+  // responses arrives in order, later gaps are stragglers of the earlier attempts (rxe's
+  // started_retry), left to the ACK timeout.
+  uint64_t read_retry_ticket_ = 0;
   std::atomic<bool> explained_{false};
   uint16_t src_port_ = 0;  // this QP's UDP source port from src_port_gid_ (WireFabric::SourcePortFor)
   Gid16 src_port_gid_{};

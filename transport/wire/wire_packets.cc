@@ -139,30 +139,18 @@ Result<size_t> BuildAtomicAck(uint32_t dest_qp, uint32_t psn, uint32_t msn, uint
   return packet::Build(h, {}, flow, out);
 }
 
-Status BuildReadResponsePackets(uint32_t dest_qp, uint32_t psn, uint32_t msn, std::span<const uint8_t> data,
-                                uint32_t mtu, const packet::IpUdpInfo& flow, uint64_t first, std::span<uint8_t> arena,
-                                std::span<size_t> lengths) {
+Result<size_t> BuildReadResponsePacket(uint32_t dest_qp, uint32_t psn, uint32_t msn, bool first, bool last,
+                                       std::span<const uint8_t> piece, const packet::IpUdpInfo& flow,
+                                       std::span<uint8_t> out) {
   namespace op = packet::op;
-  const uint64_t count = data.empty() ? 1 : (data.size() + mtu - 1) / mtu;
-  const size_t slot = lengths.size() == 1 ? arena.size() : kPacketSlot;
-  if (first + lengths.size() > count || arena.size() < lengths.size() * slot)
-    return Invalid("BuildReadResponsePackets: packets beyond the response or the arena");
-  for (size_t k = 0; k < lengths.size(); ++k) {
-    const uint64_t i = first + k;
-    const bool is_first = i == 0, last = i + 1 == count;
-    const uint8_t code = is_first && last ? op::kRdmaReadResponseOnly
-                         : is_first       ? op::kRdmaReadResponseFirst
-                         : last           ? op::kRdmaReadResponseLast
-                                          : op::kRdmaReadResponseMiddle;
-    packet::PacketHeaders h = Headers(op::kRc | code, dest_qp, static_cast<uint32_t>(psn + i));
-    h.aeth = {syndrome::kAck, msn & packet::kQpnMask};
-    const size_t offset = i * mtu;
-    const packet::ConstBuffer piece{data.data() + offset, std::min<size_t>(mtu, data.size() - offset)};
-    auto n = packet::Build(h, {&piece, data.empty() ? 0u : 1u}, flow, arena.subspan(k * slot, slot));
-    if (!n.ok()) return n.status();
-    lengths[k] = *n;
-  }
-  return Status::Ok();
+  const uint8_t code = first && last ? op::kRdmaReadResponseOnly
+                       : first       ? op::kRdmaReadResponseFirst
+                       : last        ? op::kRdmaReadResponseLast
+                                     : op::kRdmaReadResponseMiddle;
+  packet::PacketHeaders h = Headers(op::kRc | code, dest_qp, psn);
+  h.aeth = {syndrome::kAck, msn & packet::kQpnMask};
+  const packet::ConstBuffer buffer{piece.data(), piece.size()};
+  return packet::Build(h, {&buffer, piece.empty() ? 0u : 1u}, flow, out);
 }
 
 Status BuildReadResponse(uint32_t dest_qp, uint32_t psn, uint32_t msn, std::span<const uint8_t> data, uint32_t mtu,
@@ -170,9 +158,11 @@ Status BuildReadResponse(uint32_t dest_qp, uint32_t psn, uint32_t msn, std::span
                          const std::function<Status(std::span<const uint8_t>)>& emit) {
   const uint64_t count = data.empty() ? 1 : (data.size() + mtu - 1) / mtu;
   for (uint64_t i = 0; i < count; ++i) {
-    size_t length = 0;
-    SV_RETURN_IF_ERROR(BuildReadResponsePackets(dest_qp, psn, msn, data, mtu, flow, i, buffer, {&length, 1}));
-    SV_RETURN_IF_ERROR(emit({buffer.data(), length}));
+    const size_t offset = i * mtu;
+    auto n = BuildReadResponsePacket(dest_qp, static_cast<uint32_t>(psn + i), msn, i == 0, i + 1 == count,
+                                     data.subspan(offset, std::min<size_t>(mtu, data.size() - offset)), flow, buffer);
+    if (!n.ok()) return n.status();
+    SV_RETURN_IF_ERROR(emit({buffer.data(), *n}));
   }
   return Status::Ok();
 }

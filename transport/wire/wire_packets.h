@@ -59,13 +59,13 @@ Result<size_t> BuildAck(uint32_t dest_qp, uint32_t psn, uint8_t syndrome, uint32
                         const fabric::packet::IpUdpInfo& flow, std::span<uint8_t> out);
 Result<size_t> BuildAtomicAck(uint32_t dest_qp, uint32_t psn, uint32_t msn, uint64_t original,
                               const fabric::packet::IpUdpInfo& flow, std::span<uint8_t> out);
-// The READ response packets [first, first + lengths.size()) into `arena`, as BuildMessagePackets.
-Status BuildReadResponsePackets(uint32_t dest_qp, uint32_t psn, uint32_t msn, std::span<const uint8_t> data,
-                                uint32_t mtu, const fabric::packet::IpUdpInfo& flow, uint64_t first,
-                                std::span<uint8_t> arena, std::span<size_t> lengths);
 Status BuildReadResponse(uint32_t dest_qp, uint32_t psn, uint32_t msn, std::span<const uint8_t> data, uint32_t mtu,
                          const fabric::packet::IpUdpInfo& flow, std::span<uint8_t> buffer,
                          const std::function<Status(std::span<const uint8_t>)>& emit);
+// One READ response packet: `first` and `last` of its message choose the opcode (both: ONLY).
+Result<size_t> BuildReadResponsePacket(uint32_t dest_qp, uint32_t psn, uint32_t msn, bool first, bool last,
+                                       std::span<const uint8_t> piece, const fabric::packet::IpUdpInfo& flow,
+                                       std::span<uint8_t> out);
 
 // AETH syndromes (IBA 9.7.5.1 table 44).
 namespace syndrome {
