@@ -13,12 +13,12 @@
 #include "core/xrc_qp.h"
 #include "core/raw_qp.h"
 #include "core/wq.h"
-#include "fabric/raw/packet_socket.h"
-#include "transport/raw/toeplitz.h"
 #include "fabric/host/pin_line.h"
 #include "fabric/host/process_token.h"
+#include "fabric/raw/packet_socket.h"
 #include "transport/host/host_link.h"
 #include "transport/mcast_table.h"
+#include "transport/raw/toeplitz.h"
 #include "transport/wire/wire_link.h"
 #include "transport/window_key.h"
 
@@ -110,7 +110,7 @@ Status CheckRss(QpInitAttributes& a) {
     return Invalid("an RSS QP needs both IBV_QP_INIT_ATTR_IND_TABLE (a table) and IBV_QP_INIT_ATTR_RX_HASH");
   if (a.srq != nullptr) return Invalid("an RSS QP receives through its table's WQs, not an SRQ");
   if (a.rx_hash_function != 1) return Invalid("rx_hash_function must be IBV_RX_HASH_FUNC_TOEPLITZ");
-  // mlx5 takes a 40-byte Toeplitz key (MLX5_RX_HASH_KEY_SIZE... the TIR's key field).
+  // mlx5 takes exactly a 40-byte Toeplitz key (the TIR's rx_hash_toeplitz_key field).
   if (a.rx_hash_key.size() != 40)
     return Invalid("rx_hash_key_len " + to_string(a.rx_hash_key.size()) + " is not 40 (the Toeplitz key)");
   constexpr uint64_t kFields = kSrcIpv4 | kDstIpv4 | kSrcIpv6 | kDstIpv6 | kSrcPortTcp | kDstPortTcp | kSrcPortUdp | kDstPortUdp;

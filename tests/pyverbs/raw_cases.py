@@ -490,12 +490,12 @@ class CFlowTest(RawBase):
         self.create_flow = _vctx_op(ctx, 80, vp, [vp, vp])
         self.destroy_flow = _vctx_op(ctx, 96, ctypes.c_int, [vp])
         create_cq_ex = _vctx_op(ctx, 120, vp, [vp, vp])
-        self.pd = self.c.alloc_pd()
+        self.cpd = self.c.alloc_pd()
         attr = CqInitAttrExC(cqe=64, wc_flags=e.IBV_WC_STANDARD_FLAGS | e.IBV_WC_EX_WITH_FLOW_TAG)
         self.cqx = create_cq_ex(ctx, ctypes.byref(attr))
         self.assertTrue(self.cqx)
         self.c._track(raw.lib.ibv_destroy_cq, self.cqx)
-        self.qp = self.c.create_qp(self.pd, self.cqx, e.IBV_QPT_RAW_PACKET)
+        self.qp = self.c.create_qp(self.cpd, self.cqx, e.IBV_QPT_RAW_PACKET)
         raw.lib.ibv_modify_qp.argtypes = [vp, vp, ctypes.c_int]
         for state, mask in ((e.IBV_QPS_INIT, e.IBV_QP_STATE | e.IBV_QP_PORT), (e.IBV_QPS_RTR, e.IBV_QP_STATE)):
             a = QpAttrHead()
@@ -503,7 +503,7 @@ class CFlowTest(RawBase):
             a.port_num = 1
             self.assertEqual(raw.lib.ibv_modify_qp(self.qp, ctypes.byref(a), mask), 0)
         self.buf = (ctypes.c_uint8 * 4096)()
-        self.mr = self.c.reg_mr(self.pd, self.buf, e.IBV_ACCESS_LOCAL_WRITE)
+        self.mr = self.c.reg_mr(self.cpd, self.buf, e.IBV_ACCESS_LOCAL_WRITE)
         lkey = ctypes.c_uint32.from_address(self.mr + 36).value  # struct ibv_mr: context, pd, addr, length, handle, lkey
         ops = ctypes.cast(ctx, ctypes.POINTER(raw.IbvContext)).contents.ops
         post_recv = ctypes.CFUNCTYPE(ctypes.c_int, vp, vp, vp)(ops[26])
@@ -512,11 +512,8 @@ class CFlowTest(RawBase):
             wr = RecvWrC(wr_id=i, sg_list=ctypes.pointer(sge), num_sge=1)
             bad = vp()
             self.assertEqual(post_recv(self.qp, ctypes.byref(wr), ctypes.byref(bad)), 0)
-        self.sender = RawQp(self.ctx, self.pd_sender(), A)
+        self.sender = RawQp(self.ctx, self.pd, A)  # through pyverbs
         self.mac_b = mac_bytes(mac_of(B))
-
-    def pd_sender(self):
-        return self.pd_py if hasattr(self, 'pd_py') else PD(self.ctx)
 
     def tearDown(self):
         self.c.close()

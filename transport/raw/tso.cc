@@ -23,9 +23,16 @@ constexpr uint8_t kFin = 0x01, kPsh = 0x08, kCwr = 0x80;
 
 bool SegmentTso(std::span<const uint8_t> header, std::span<const uint8_t> payload, uint16_t mss,
                 std::vector<std::vector<uint8_t>>* frames) {
+  // The header's IP length fields may hold anything (a NIC rewrites them): make them cover the
+  // header itself so it parses, then read it.
   fabric::raw::FrameView v;
-  if (mss == 0 || !fabric::raw::ParseFrame(header, &v) || v.ip_version == 0 || v.fragment ||
-      v.ip_proto != fabric::raw::kIpProtoTcp || v.l4_offset == 0 || v.l4_offset + 20 > header.size())
+  if (mss == 0 || !fabric::raw::ParseFrame(header, &v) || v.ip_version == 0) return false;
+  std::vector<uint8_t> fixed(header.begin(), header.end());
+  if (v.ip_version == 4) PutBe16(fixed.data() + v.l3_offset + 2, static_cast<uint32_t>(fixed.size() - v.l3_offset));
+  if (v.ip_version == 6) PutBe16(fixed.data() + v.l3_offset + 4, static_cast<uint32_t>(fixed.size() - v.l3_offset - 40));
+  header = fixed;
+  if (!fabric::raw::ParseFrame(header, &v) || v.fragment || v.ip_proto != fabric::raw::kIpProtoTcp ||
+      v.l4_offset == 0 || v.l4_offset + 20 > header.size())
     return false;
   const size_t tcp_len = (header[v.l4_offset + 12] >> 4) * 4u;
   if (tcp_len < 20 || v.l4_offset + tcp_len != header.size()) return false;

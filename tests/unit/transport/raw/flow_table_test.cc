@@ -111,5 +111,36 @@ TEST(FlowTableTest, EthMasksAndTagsAndLayerPresence) {
   EXPECT_TRUE(Steer(t2, Frame(7, 1)).empty());  // a VLAN mask needs a tagged frame
 }
 
+TEST(FlowTableTest, VxlanVniAndInnerSpecs) {
+  // An outer UDP/4789 frame carrying VXLAN VNI 0x102 and an inner UDP frame to port 9.
+  auto inner = Frame(5, 9);
+  auto outer = Frame(2, 4789);
+  outer[17] = static_cast<uint8_t>(28 + 8 + inner.size());  // IPv4 total length
+  outer[39] = static_cast<uint8_t>(8 + 8 + inner.size());   // UDP length
+  const uint8_t vxlan[8] = {0x08, 0, 0, 0, 0x00, 0x01, 0x02, 0};
+  outer.insert(outer.end(), vxlan, vxlan + 8);
+  outer.insert(outer.end(), inner.begin(), inner.end());
+  FlowTable t;
+  Sink a, b;
+  FlowRule vni;
+  vni.vxlan_vni = {true, 0x102, 0xffffff};
+  vni.inner.udp = {true, {0, 9}, {0, 0xffff}};
+  t.Add(vni, &a);
+  FlowRule other = vni;
+  other.priority = 1;
+  other.inner.udp.val.dst_port = 10;  // the inner port differs
+  t.Add(other, &b);
+  EXPECT_EQ(Steer(t, outer), (std::vector<RawSink*>{&a}));
+  FlowTable alone;
+  alone.Add(other, &b);
+  EXPECT_TRUE(Steer(alone, outer).empty());  // the inner UDP spec really looks at the inner frame
+  FlowTable t2;
+  FlowRule wrong_vni;
+  wrong_vni.vxlan_vni = {true, 0x103, 0xffffff};
+  t2.Add(wrong_vni, &a);
+  EXPECT_TRUE(Steer(t2, outer).empty());
+  EXPECT_TRUE(Steer(t2, inner).empty());  // no tunnel at all
+}
+
 }  // namespace
 }  // namespace softverbs::transport::raw

@@ -35,7 +35,7 @@ TEST(TsoTest, Ipv4SegmentsCarryTheHeadersANicWrites) {
     ASSERT_EQ(f.size(), h.size() + sizes[i]);
     EXPECT_EQ(Be16(f.data() + 16), 20 + 32 + sizes[i]) << i;          // IPv4 total length
     EXPECT_EQ(Be16(f.data() + 18), 0x1000 + i) << i;                  // identification counts up
-    EXPECT_EQ(Be32(f.data() + 38), 0xfffffc00u + 1000 * i) << i;      // sequence (wraps past 2^32)
+    EXPECT_EQ(Be32(f.data() + 38), static_cast<uint32_t>(0xfffffc00u + 1000 * i)) << i;  // wraps past 2^32
     const uint8_t flags = f[47];
     EXPECT_EQ((flags & 0x80) != 0, i == 0) << i;                      // CWR on the first only
     EXPECT_EQ((flags & 0x09) != 0, i == 2) << i;                      // FIN, PSH on the last only
