@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -200,8 +201,16 @@ class Relay {
     SendAll(out);
   }
 
-  // Sends from the original source address (IP_PKTINFO; IP_TRANSPARENT allows a foreign one).
+  // Sends from the original source address and port (the ICRC covers both). A source port other
+  // than the relay's own (a requester's per-QP port, 0xc000..) gets a socket of its own bound to
+  // that foreign address (IP_TRANSPARENT); nothing is ever sent to such a port, so the socket
+  // takes no traffic from the listener. The listener's own port goes out of the listener with
+  // IP_PKTINFO (IP_TRANSPARENT allows the foreign source address).
   bool SendAs(const Datagram& dg) {
+    if (dg.source.port() != o_.listen.port()) {
+      const int fd = SenderFor(dg.source);
+      return fd >= 0 && sendto(fd, dg.bytes.data(), dg.bytes.size(), 0, dg.peer.sa(), dg.peer.len()) >= 0;
+    }
     alignas(cmsghdr) char control[CMSG_SPACE(sizeof(in_pktinfo))] = {};
     iovec iov{const_cast<uint8_t*>(dg.bytes.data()), dg.bytes.size()};
     msghdr msg{};
@@ -219,6 +228,22 @@ class Relay {
     info.ipi_spec_dst = reinterpret_cast<const sockaddr_in*>(dg.source.sa())->sin_addr;
     memcpy(CMSG_DATA(c), &info, sizeof info);
     return sendmsg(sock_.get(), &msg, 0) >= 0;
+  }
+
+  int SenderFor(const UdpAddress& source) {
+    const std::string key = source.ToString();
+    if (auto it = senders_.find(key); it != senders_.end()) return it->second.get();
+    UniqueFd fd(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    const int one = 1;
+    if (!fd.valid() || setsockopt(fd.get(), SOL_IP, IP_TRANSPARENT, &one, sizeof one) != 0 ||
+        setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        ConfigureRoceSocket(fd.get(), source).code() != 0 || bind(fd.get(), source.sa(), source.len()) != 0) {
+      fprintf(stderr, "softverbs-relay: cannot send as %s: %s\n", key.c_str(), strerror(errno));
+      return -1;
+    }
+    const int raw = fd.get();
+    senders_.emplace(key, std::move(fd));
+    return raw;
   }
 
   void SendAll(const std::vector<Datagram>& out) {
@@ -246,6 +271,7 @@ class Relay {
   Options o_;
   FaultInjector faults_;
   UniqueFd sock_, timer_;
+  std::map<std::string, UniqueFd> senders_;  // --transparent: by foreign source address:port
   UdpAddress last_client_;
 };
 
