@@ -3,6 +3,7 @@
 // rule's checks are core/flow.cc.
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <cstring>
 #include <new>
 
@@ -138,10 +139,16 @@ Status ToRule(const ibv_flow_attr& attr, FlowRule* rule) {
   rule->priority = attr.priority;
   const auto* at = reinterpret_cast<const uint8_t*>(&attr + 1);
   for (uint8_t i = 0; i < attr.num_of_specs; ++i) {
-    const auto* spec = reinterpret_cast<const ibv_flow_spec*>(at);
-    if (spec->hdr.size == 0) return Invalid("flow spec " + std::to_string(i) + " has size 0");
-    SV_RETURN_IF_ERROR(Convert(spec, rule));
-    at += spec->hdr.size;
+    // The specs follow the 20-byte attr back to back, so they are only 4-byte aligned: each is
+    // read through an aligned copy (ibv_flow_spec has 8-byte members).
+    decltype(ibv_flow_spec::hdr) hdr;
+    memcpy(&hdr, at, sizeof hdr);
+    if (hdr.size == 0) return Invalid("flow spec " + std::to_string(i) + " has size 0");
+    ibv_flow_spec spec;
+    memset(&spec, 0, sizeof spec);
+    memcpy(&spec, at, std::min<size_t>(hdr.size, sizeof spec));
+    SV_RETURN_IF_ERROR(Convert(&spec, rule));
+    at += hdr.size;
   }
   return Status::Ok();
 }

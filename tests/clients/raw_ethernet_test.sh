@@ -69,7 +69,7 @@ raw() {
 # frames; the display filter picks the test's own).
 ip netns exec "$ns_a" timeout 30 tshark -n -i "$veth_a" -c 300 -w "$logs/raw.pcap" >"$logs/tshark" 2>&1 &
 capture=$!
-for _ in $(seq 1 50); do grep -q 'Capture started' "$logs/tshark" 2>/dev/null && break; sleep 0.1; done
+for _ in $(seq 1 300); do grep -q 'Capture started\|Capturing on' "$logs/tshark" 2>/dev/null && break; sleep 0.1; done
 raw "raw_ethernet_bw, one QP" raw_ethernet_bw -n 2000 -s 512
 wait "$capture"
 filter="eth.src == $mac_b && eth.dst == $mac_a && ip.src == 10.78.0.2 && ip.dst == 10.78.0.1"
