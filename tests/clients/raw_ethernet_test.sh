@@ -67,7 +67,7 @@ raw() {
 
 # The capture runs on the server's veth while the first bandwidth test sends (its first 300
 # frames; the display filter picks the test's own).
-ip netns exec "$ns_a" timeout 30 tshark -n -i "$veth_a" -c 300 -w "$logs/raw.pcap" >"$logs/tshark" 2>&1 &
+ip netns exec "$ns_a" env -u LD_PRELOAD timeout 30 tshark -n -i "$veth_a" -c 300 -w "$logs/raw.pcap" >"$logs/tshark" 2>&1 &
 capture=$!
 for _ in $(seq 1 300); do grep -q 'Capture started\|Capturing on' "$logs/tshark" 2>/dev/null && break; sleep 0.1; done
 raw "raw_ethernet_bw, one QP" raw_ethernet_bw -n 2000 -s 512
