@@ -36,7 +36,7 @@ trap cleanup EXIT
 pass=0 fail=0
 check() {  # check <description> <condition...>
   local what=$1; shift
-  if "$@"; then pass=$((pass + 1)); echo "ok   $what"; else fail=$((fail + 1)); echo "FAIL $what"; fi
+  if "$@"; then pass=$((pass + 1)); echo "ok   $what"; else fail=$((fail + 1)); echo "FAIL $what"; return 1; fi
 }
 
 ip netns add "$ns_a" && ip netns add "$ns_b" || { echo "FAIL cannot create network namespaces"; echo "0 passed, 1 failed"; exit 1; }
@@ -72,8 +72,11 @@ pingpong() {
   crc=$?
   wait "$server"
   src=$?
-  check "$what (server rc=$src, client rc=$crc)" \
-    bash -c "[ $src -eq 0 ] && [ $crc -eq 0 ] && grep -q 'iters in' '$logs/client' && grep -q 'iters in' '$logs/server'"
+  if ! check "$what (server rc=$src, client rc=$crc)" \
+    bash -c "[ $src -eq 0 ] && [ $crc -eq 0 ] && grep -q 'iters in' '$logs/client' && grep -q 'iters in' '$logs/server'"; then
+    tail -n 15 "$logs/server" | sed 's/^/  server: /'
+    tail -n 15 "$logs/client" | sed 's/^/  client: /'
+  fi
 }
 pingpong "ibv_ud_pingpong across namespaces over IPv4 GIDs" ibv_ud_pingpong "$gid_a" "$gid_b" 10.77.0.1 -n 500
 # (the pingpongs exchange QP numbers and GIDs over TCP on IPv4; the datagrams use the GIDs given)

@@ -24,6 +24,15 @@
 
 namespace softverbs::transport {
 namespace {
+// Set while this thread handles a receive batch (Drain): a QP destroyed from there (never by the
+// library itself, but a callback could) must not wait for its own batch.
+thread_local bool t_draining = false;
+struct ScopedFlag {
+  explicit ScopedFlag(bool& flag) : flag_(flag), old_(flag) { flag_ = true; }
+  ~ScopedFlag() { flag_ = old_; }
+  bool& flag_;
+  const bool old_;
+};
 
 namespace packet = fabric::packet;
 using fabric::wire::UdpAddress;
@@ -254,8 +263,22 @@ void WireFabric::Register(uint32_t qpn, WireLink* link) {
 }
 
 void WireFabric::Unregister(uint32_t qpn, WireLink* link) {
-  std::lock_guard lock(links_mu_);
-  if (auto it = links_.find(qpn); it != links_.end() && it->second == link) links_.erase(it);
+  {
+    std::lock_guard lock(links_mu_);
+    if (auto it = links_.find(qpn); it != links_.end() && it->second == link) links_.erase(it);
+  }
+  // A receive batch in progress may hold this QP's ACK (HoldAck) after its receive completion is
+  // already visible: an application that saw its last completion and destroyed its QPs and
+  // exited took the ACK with it, and its peer's send ended in RETRY_EXC_ERR. rxe's destroy, too,
+  // waits for the QP's responder task, so its last ACK goes out. Wait for the batch to end.
+  // (Ports are never removed; a batch takes mu_ under rx_mu, so mu_ is not held while waiting.)
+  if (t_draining) return;
+  std::vector<Port*> ports;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& port : ports_) ports.push_back(port.get());
+  }
+  for (Port* port : ports) std::lock_guard rx(port->rx_mu);
 }
 
 void WireFabric::Record(const Gid16& src, const Gid16& dst, uint16_t src_port, std::span<const uint8_t> packet) {
@@ -298,6 +321,7 @@ void WireFabric::Run() {
 }
 
 size_t WireFabric::Drain(Port& port, bool wait) {
+  const ScopedFlag draining(t_draining);
   constexpr size_t kBatch = 16;
   constexpr uint32_t kBytes = 9216;  // a jumbo frame's datagram
   std::unique_lock rx(port.rx_mu, std::defer_lock);
