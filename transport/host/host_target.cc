@@ -96,6 +96,16 @@ Status HostTarget::Move(bool write, const iovec* local, size_t nl, const PinnedP
   // (transport/host/mapped_copy.h), process_vm_writev/readv otherwise. The one place where bytes
   // of another process move.
   // Either way in bounded chunks, stopping when the access is revoked (mapped_copy.h).
+  Status s = MoveBounded(write, local, nl, remote);
+  // Cut short because the QP itself was destroyed meanwhile (not a key withdrawn): a destroyed
+  // QP answers nothing, as packets to a QP that no longer exists are discarded (IBA 9.6.1.1);
+  // the requester's retries end in RETRY_EXC_ERR, as with a NIC -- not a remote access error.
+  if (s.code() == ECANCELED && std::atomic_ref<uint32_t>(endpoint_->qp_num).load(std::memory_order_acquire) != qpn_)
+    return Status(ESRCH, "the target QP was destroyed while it was accessed: it answers nothing (IBA 9.6.1.1)");
+  return s;
+}
+
+Status HostTarget::MoveBounded(bool write, const iovec* local, size_t nl, const PinnedPieces& remote) const {
   auto revoked = [this, &remote] { return Revoked(remote); };
   fabric::BackingMaps& maps = fabric::BackingMaps::ForThisProcess();
   if (MappedPieces mapped; mapped.Map(local_->registry(), maps, peer_.get(), remote)) {

@@ -56,6 +56,8 @@ class HostTarget final : public TargetQp {
   HostTarget(fabric::LocalProcess& local, uint32_t slot, uint32_t qpn, std::shared_ptr<fabric::Peer> peer,
              QpEndpoint* e, std::atomic<uint64_t>* word)
       : local_(&local), process_slot_(slot), qpn_(qpn), peer_(std::move(peer)), endpoint_(e), users_word_(word) {}
+  // Move's copy, in bounded chunks that stop when the access is revoked (ECANCELED).
+  Status MoveBounded(bool write, const iovec* local, size_t nl, const PinnedPieces& remote) const;
   void Release() {
     if (users_word_ != nullptr) fabric::Unpin(users_word_, local_->pinner_id());
     users_word_ = nullptr;
