@@ -2,10 +2,12 @@
 
 #include <algorithm>
 
+#include "transport/codes.h"
+
 namespace softverbs::transport {
 namespace {
 
-constexpr uint32_t kRc = 2;
+using qp_type::kRc;
 
 // IBA 9.7.5.2.8 table 45: the RNR timer codes, in microseconds (code 0 is the longest).
 constexpr uint32_t kRnrDelayUs[32] = {655360, 10,    20,    30,    40,    60,    80,    120,

@@ -122,12 +122,12 @@ namespace {
 
 // This process's indirect keys by key: a UMR names its mkey by key, and the send queue that
 // executes it finds the mkey here (or learns it was destroyed).
-struct Directory {
+struct MkeyDirectory {
   std::mutex mu;
   std::unordered_map<uint32_t, std::weak_ptr<IndirectKey>> keys;
 };
-Directory& Keys() {
-  static Directory* d = new Directory;  // never destroyed: mkeys may outlive static destructors
+MkeyDirectory& Keys() {
+  static MkeyDirectory* d = new MkeyDirectory;  // never destroyed: mkeys may outlive static destructors
   return *d;
 }
 

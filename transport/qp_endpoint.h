@@ -44,6 +44,9 @@ struct WireResponderCounters {
   std::atomic<uint64_t> dropped{0};          // UC: messages lost to a PSN gap (IBA 9.8.3)
 };
 
+// WireReceive::message: the message in progress (0: between messages).
+inline constexpr uint32_t kSendInProgress = 1, kWriteInProgress = 2;
+
 struct WireReceive {
   fabric::RobustMutex lock;
   WireResponderCounters counters;

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "base/log.h"
+#include "transport/codes.h"
 #include "transport/indirect_key.h"
 #include "transport/key_table.h"
 #include "transport/mcast_table.h"
@@ -17,9 +18,9 @@ using Clock = std::chrono::steady_clock;
 using Verdict = Completer::Verdict;
 
 // enum ibv_qp_type / ibv_qp_state values.
-constexpr uint32_t kRc = 2, kUc = 3, kUd = 4;
-constexpr uint32_t kRts = 3, kErr = 6;
-constexpr uint32_t kLocalWrite = 1u << 0;
+using qp_type::kRc, qp_type::kUc, qp_type::kUd;
+using qp_state::kRts, qp_state::kErr;
+using access_bit::kLocalWrite;
 
 bool IsAtomic(WrOpcode op) { return op == WrOpcode::kAtomicCmpSwp || op == WrOpcode::kAtomicFetchAdd; }
 // READ and atomics write the local buffers; the rest read them.

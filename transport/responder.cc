@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "base/log.h"
+#include "transport/codes.h"
 #include "transport/cq_ring.h"
 #include "transport/dc_access.h"
 #include "transport/grh.h"
@@ -14,9 +15,9 @@ namespace softverbs::transport {
 namespace {
 
 // enum ibv_qp_state / ibv_qp_type / ibv_access_flags values the responder checks.
-constexpr uint32_t kRtr = 2, kRts = 3, kSqd = 4, kSqe = 5;
-constexpr uint32_t kRc = 2, kUd = 4;
-constexpr uint32_t kLocalWrite = 1u << 0, kRemoteWrite = 1u << 1, kRemoteRead = 1u << 2, kRemoteAtomic = 1u << 3;
+using qp_state::kRtr, qp_state::kRts, qp_state::kSqd, qp_state::kSqe;
+using qp_type::kRc, qp_type::kUd;
+using access_bit::kLocalWrite, access_bit::kRemoteWrite, access_bit::kRemoteRead, access_bit::kRemoteAtomic;
 
 // IBA 10.3.1: a QP receives in RTR, RTS, SQD and SQE.
 bool CanReceive(uint32_t state) { return state == kRtr || state == kRts || state == kSqd || state == kSqe; }
@@ -36,7 +37,8 @@ void FailTarget(const TargetQp& t) {
   if (t.endpoint().async_fd >= 0) t.Signal(t.endpoint().async_fd, t.endpoint().async_tag);
 }
 
-// A copy that failed because the target process died is a target that does not answer; one cut
+// A copy that failed because the target process died or its QP was destroyed meanwhile is a
+// target that does not answer (ESRCH); one cut
 // short because its key was withdrawn meanwhile is a remote access error, as a NIC gives for a
 // key invalidated mid-transfer; any other failure is the target's (remote operational error).
 ReplyCode CopyFailed(const Status& s) {

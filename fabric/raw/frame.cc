@@ -2,17 +2,11 @@
 
 #include <cstring>
 
+#include "base/big_endian.h"
 #include "fabric/packet/crc32.h"
 
 namespace softverbs::fabric::raw {
 namespace {
-
-uint16_t Be16(const uint8_t* p) { return static_cast<uint16_t>(p[0] << 8 | p[1]); }
-
-void PutBe16(uint8_t* p, uint16_t v) {
-  p[0] = static_cast<uint8_t>(v >> 8);
-  p[1] = static_cast<uint8_t>(v);
-}
 
 void ParseL4(std::span<const uint8_t> f, FrameView* v) {
   if (v->fragment) return;

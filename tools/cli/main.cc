@@ -175,7 +175,7 @@ void WireStatus(fabric::HostRegistry& r) {
   if (!any) printf("wire (RoCEv2): no process of this host is on the wire\n");
 }
 
-int Status() {
+int StatusCommand() {
   auto reg = fabric::HostRegistry::Get();
   if (!reg.ok()) {
     fprintf(stderr, "softverbs status: %s\n", reg.status().rule().c_str());
@@ -225,7 +225,7 @@ int main(int argc, char** argv) {
   if (cmd == "run") return Run(argc - 2, argv + 2);
   if (cmd == "devices") return Devices();
   if (cmd == "sysfs-view") return SysfsView(argc - 2, argv + 2);
-  if (cmd == "status") return Status();
+  if (cmd == "status") return StatusCommand();
   if (cmd == "version" || cmd == "--version") return printf("softverbs %s\n", SOFTVERBS_VERSION) < 0;
   if (cmd == "help" || cmd == "--help" || cmd == "-h") return Usage(stdout);
   fprintf(stderr, "softverbs: unknown command '%s'\n", cmd.c_str());

@@ -1,5 +1,6 @@
 #include "transport/host/host_link.h"
 
+#include "transport/codes.h"
 #include "transport/grh.h"
 #include "transport/host/xrc_target.h"
 #include "transport/mcast_table.h"
@@ -8,7 +9,7 @@
 namespace softverbs::transport {
 namespace {
 
-constexpr uint32_t kRc = 2, kUd = 4;
+using qp_type::kRc, qp_type::kUd;
 
 }  // namespace
 

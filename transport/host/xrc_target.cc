@@ -2,18 +2,19 @@
 
 #include "base/event_fd.h"
 #include "base/log.h"
+#include "transport/codes.h"
 #include "transport/responder.h"
 
 namespace softverbs::transport {
 namespace {
 
-constexpr uint32_t kRc = 2, kXrcRecv = 10;
+using qp_type::kRc, qp_type::kXrcRecv;
 
 // Moves the XRC_RECV QP to ERR (IBA 9.9.3: a responder error; its state is shared by all its
 // handles: core/xrc_qp.h), and tells its creator and every context holding an ibv_open_qp handle
 // of it, each of which reports IBV_EVENT_QP_ACCESS_ERR.
 void FailQp(fabric::LocalProcess& local, const HostTarget& qp) {
-  constexpr uint32_t kReset = 0, kErr = 6;
+  using qp_state::kReset, qp_state::kErr;
   QpEndpoint& e = qp.endpoint();
   {
     fabric::RobustLock lock(e.xrc_lock);

@@ -2,13 +2,14 @@
 
 #include <cstring>
 
+#include "transport/codes.h"
 #include "transport/indirect_key.h"
 #include "transport/work_request.h"
 
 namespace softverbs::transport::raw {
 namespace {
 
-constexpr uint32_t kLocalWrite = 1u << 0;
+using access_bit::kLocalWrite;
 
 // Writes `pieces` (in order) into the WQE's SGEs; a wc status.
 uint32_t Scatter(fabric::LocalProcess& local, const RawReceiveConfig& config, const TakenWqe& wqe,

@@ -1,21 +1,10 @@
 #include "transport/raw/tso.h"
 
+#include "base/big_endian.h"
 #include "fabric/raw/frame.h"
 
 namespace softverbs::transport::raw {
 namespace {
-
-void PutBe16(uint8_t* p, uint32_t v) {
-  p[0] = static_cast<uint8_t>(v >> 8);
-  p[1] = static_cast<uint8_t>(v);
-}
-
-uint32_t Be32(const uint8_t* p) { return uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 | p[3]; }
-
-void PutBe32(uint8_t* p, uint32_t v) {
-  PutBe16(p, v >> 16);
-  PutBe16(p + 2, v & 0xffff);
-}
 
 constexpr uint8_t kFin = 0x01, kPsh = 0x08, kCwr = 0x80;
 
@@ -28,8 +17,8 @@ bool SegmentTso(std::span<const uint8_t> header, std::span<const uint8_t> payloa
   fabric::raw::FrameView v;
   if (mss == 0 || !fabric::raw::ParseFrame(header, &v) || v.ip_version == 0) return false;
   std::vector<uint8_t> fixed(header.begin(), header.end());
-  if (v.ip_version == 4) PutBe16(fixed.data() + v.l3_offset + 2, static_cast<uint32_t>(fixed.size() - v.l3_offset));
-  if (v.ip_version == 6) PutBe16(fixed.data() + v.l3_offset + 4, static_cast<uint32_t>(fixed.size() - v.l3_offset - 40));
+  if (v.ip_version == 4) PutBe16(fixed.data() + v.l3_offset + 2, static_cast<uint16_t>(fixed.size() - v.l3_offset));
+  if (v.ip_version == 6) PutBe16(fixed.data() + v.l3_offset + 4, static_cast<uint16_t>(fixed.size() - v.l3_offset - 40));
   header = fixed;
   if (!fabric::raw::ParseFrame(header, &v) || v.fragment || v.ip_proto != fabric::raw::kIpProtoTcp ||
       v.l4_offset == 0 || v.l4_offset + 20 > header.size())
@@ -49,10 +38,10 @@ bool SegmentTso(std::span<const uint8_t> header, std::span<const uint8_t> payloa
     f.insert(f.end(), payload.begin() + static_cast<ptrdiff_t>(offset), payload.begin() + static_cast<ptrdiff_t>(offset + n));
     uint8_t* ip = f.data() + l3;
     if (v.ip_version == 4) {
-      PutBe16(ip + 2, static_cast<uint32_t>(l4 - l3 + tcp_len + n));
+      PutBe16(ip + 2, static_cast<uint16_t>(l4 - l3 + tcp_len + n));
       PutBe16(ip + 4, static_cast<uint16_t>(id0 + index));
     } else {
-      PutBe16(ip + 4, static_cast<uint32_t>(tcp_len + n));
+      PutBe16(ip + 4, static_cast<uint16_t>(tcp_len + n));
     }
     uint8_t* tcp = f.data() + l4;
     PutBe32(tcp + 4, seq0 + static_cast<uint32_t>(offset));

@@ -3,15 +3,15 @@
 #include <endian.h>
 
 #include "base/log.h"
+#include "transport/codes.h"
 #include "transport/responder.h"
 
 namespace softverbs::transport {
 namespace {
 
 namespace packet = fabric::packet;
-constexpr uint32_t kUc = 3;
-constexpr uint32_t kRtr = 2, kSqe = 5;  // enum ibv_qp_state: a QP receives from RTR to SQE
-constexpr uint32_t kSendInProgress = 1, kWriteInProgress = 2;
+using qp_type::kUc;
+using qp_state::kRtr, qp_state::kSqe;  // a QP receives from RTR to SQE
 
 // The request the packet's headers make; its payload is `piece`.
 Request RequestOf(const packet::ParsedPacket& p, const QpEndpoint& e, iovec* piece) {

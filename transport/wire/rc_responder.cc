@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "base/log.h"
+#include "transport/codes.h"
 #include "transport/responder.h"
 #include "transport/wire/wire_packets.h"
 
@@ -12,9 +13,8 @@ namespace softverbs::transport {
 namespace {
 
 namespace packet = fabric::packet;
-constexpr uint32_t kRc = 2;
-constexpr uint32_t kRtr = 2, kSqe = 5;
-constexpr uint32_t kSendInProgress = 1, kWriteInProgress = 2;
+using qp_type::kRc;
+using qp_state::kRtr, qp_state::kSqe;
 constexpr uint32_t kReadResource = 1, kAtomicResource = 2;
 // IBA 9.4.4 / rxe (resp check_rkey): a message carries at most 2^31 bytes.
 constexpr uint64_t kMaxMessage = 1ull << 31;

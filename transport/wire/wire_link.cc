@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/log.h"
+#include "transport/codes.h"
 #include "transport/grh.h"
 #include "transport/wire/wire_packets.h"
 
@@ -14,7 +15,7 @@ namespace softverbs::transport {
 namespace {
 
 namespace packet = fabric::packet;
-constexpr uint32_t kRc = 2, kUd = 4;
+using qp_type::kRc, qp_type::kUd;
 
 Gid16 ToGid(const uint8_t* g) {
   Gid16 out;

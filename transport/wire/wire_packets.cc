@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <vector>
 
+#include "transport/codes.h"
+
 namespace softverbs::transport {
 namespace {
 
 namespace packet = fabric::packet;
-constexpr uint32_t kRc = 2, kUd = 4;
+using qp_type::kRc, qp_type::kUd;
 
 // The opcode of packet `index` of `count` of message `r` (IBA 9.2 table 38).
 uint8_t MessageOpcode(const Request& r, uint64_t index, uint64_t count) {

@@ -6,10 +6,12 @@
 
 #include <vector>
 
+#include "transport/codes.h"
+
 namespace softverbs::transport {
 namespace {
 
-constexpr uint32_t kRc = 2, kUc = 3;
+using transport::qp_type::kRc, transport::qp_type::kUc;
 
 struct FakeQp : RequesterHost {
   void Complete(const Completion& c) override { completions.push_back(c); }

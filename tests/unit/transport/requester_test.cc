@@ -14,6 +14,7 @@
 
 #include "core/mr.h"
 #include "tests/unit/core/test_context.h"
+#include "transport/codes.h"
 
 namespace softverbs::core {
 namespace {
@@ -24,8 +25,8 @@ using transport::Request;
 using transport::SendWr;
 using transport::WrOpcode;
 
-constexpr uint32_t kRc = 2, kUd = 4;
-constexpr uint32_t kRts = 3;
+using transport::qp_type::kRc, transport::qp_type::kUd;
+using transport::qp_state::kRts;
 
 struct FakeLink : transport::Link {
   Reply Carry(const Request& r) override {

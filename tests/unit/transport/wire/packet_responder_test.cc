@@ -11,6 +11,7 @@
 #include "core/mr.h"
 #include "tests/unit/core/test_context.h"
 #include "tests/unit/transport/fake_target.h"
+#include "transport/codes.h"
 #include "transport/wire/wire_packets.h"
 
 namespace softverbs::core {
@@ -20,7 +21,8 @@ namespace packet = fabric::packet;
 using transport::Request;
 using transport::WrOpcode;
 
-constexpr uint32_t kUc = 3, kRts = 3;
+using transport::qp_type::kUc;
+using transport::qp_state::kRts;
 
 class PacketResponderTest : public CoreTest {
  protected:

@@ -10,6 +10,7 @@
 #include "core/mr.h"
 #include "tests/unit/core/test_context.h"
 #include "tests/unit/transport/fake_target.h"
+#include "transport/codes.h"
 #include "transport/wire/wire_packets.h"
 
 namespace softverbs::core {
@@ -19,7 +20,8 @@ namespace packet = fabric::packet;
 using transport::Request;
 using transport::WrOpcode;
 
-constexpr uint32_t kRc = 2, kRts = 3;
+using transport::qp_type::kRc;
+using transport::qp_state::kRts;
 
 class RcResponderPathTest : public CoreTest {
  protected:

@@ -12,6 +12,7 @@
 #include "core/mr.h"
 #include "tests/unit/core/test_context.h"
 #include "tests/unit/transport/fake_target.h"
+#include "transport/codes.h"
 #include "transport/wire/wire_packets.h"
 
 namespace softverbs::core {
@@ -20,7 +21,8 @@ namespace {
 namespace packet = fabric::packet;
 namespace op = packet::op;
 
-constexpr uint32_t kRc = 2, kRts = 3;
+using transport::qp_type::kRc;
+using transport::qp_state::kRts;
 constexpr uint32_t kMtu = 256;
 
 class RcResponderTest : public CoreTest {
