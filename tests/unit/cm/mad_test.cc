@@ -131,14 +131,15 @@ TEST_F(MadCaptureTest, TheRepAnswersTheReq) {
 }
 
 TEST_F(MadCaptureTest, RtuDreqDrepCarryTheCommIds) {
-  const Rtu& rtu = std::get<Rtu>(Decode(2).body);
+  const Mad rtu_mad = Decode(2), dreq_mad = Decode(3), drep_mad = Decode(4);
+  const Rtu& rtu = std::get<Rtu>(rtu_mad.body);
   EXPECT_EQ(rtu.local_comm_id, kActiveCommId);
   EXPECT_EQ(rtu.remote_comm_id, kPassiveCommId);
-  const Dreq& dreq = std::get<Dreq>(Decode(3).body);
+  const Dreq& dreq = std::get<Dreq>(dreq_mad.body);
   EXPECT_EQ(dreq.local_comm_id, kActiveCommId);
   EXPECT_EQ(dreq.remote_comm_id, kPassiveCommId);
   EXPECT_EQ(dreq.remote_qpn, kPassiveQpn);
-  const Drep& drep = std::get<Drep>(Decode(4).body);
+  const Drep& drep = std::get<Drep>(drep_mad.body);
   EXPECT_EQ(drep.local_comm_id, kPassiveCommId);
   EXPECT_EQ(drep.remote_comm_id, kActiveCommId);
 }
