@@ -114,6 +114,7 @@ void Fields(Io& io, Req& r) {  // Table 106
   io(75, 5, 3, r.extended_transport_type, "extended transport type");
   Fields(io, r.primary, 76);
   Fields(io, r.alternate, 120);
+  io(163, 5, 1, r.sap_supported, "SAP supported");
   io.Bytes(164, r.private_data);
 }
 
@@ -193,7 +194,9 @@ void Fields(Io& io, SidrRep& r) {  // Table 120
   io(24, 0, 32, r.request_id, "request ID");
   io(28, 0, 8, r.status, "status");
   io(29, 0, 8, r.additional_info_length, "additional info length");
+  io(30, 0, 16, r.ece_vendor_id_h, "ECE vendor ID");
   io(32, 0, 24, r.qpn, "QPN");
+  io(35, 0, 8, r.ece_vendor_id_l, "ECE vendor ID");
   io(36, 0, 64, r.service_id, "service ID");
   io(44, 0, 32, r.qkey, "Q_Key");
   io.Bytes(48, r.additional_info);

@@ -103,6 +103,7 @@ struct Req {  // Table 106
   uint8_t extended_transport_type = 0;  // 3 bits
   PathInfo primary;
   PathInfo alternate;  // zero when absent
+  uint8_t sap_supported = 0;  // 1 bit after the alternate local ACK timeout (CM_REQ_SAP_SUPPORTED)
   std::array<uint8_t, 92> private_data{};
 };
 
@@ -173,7 +174,9 @@ struct SidrRep {  // Table 120
   uint32_t request_id = 0;
   uint8_t status = 0;  // enum ib_cm_sidr_status
   uint8_t additional_info_length = 0;
+  uint16_t ece_vendor_id_h = 0;  // 16 bits at 30 (reserved in the IBA; the kernel's CM_SIDR_REP_VENDOR_ID_H)
   uint32_t qpn = 0;  // 24 bits
+  uint8_t ece_vendor_id_l = 0;  // at 35 (CM_SIDR_REP_VENDOR_ID_L)
   uint64_t service_id = 0;
   uint32_t qkey = 0;
   std::array<uint8_t, 72> additional_info{};

@@ -194,7 +194,7 @@ TEST(MadTest, EveryMessageTypeRoundTripsThroughTheCodec) {
   const Body bodies[] = {Mra{1, 2, 1, 24, {}},
                          Rej{3, 4, 0, 0, 8, {}, {}},
                          SidrReq{5, 0xffff, ServiceId(PortSpace::kUdp, 4000), {}},
-                         SidrRep{6, 0, 0, 0x123456, ServiceId(PortSpace::kUdp, 4000), 0x11111111, {}, {}}};
+                         SidrRep{6, 0, 0, 0x0102, 0x123456, 0x03, ServiceId(PortSpace::kUdp, 4000), 0x11111111, {}, {}}};
   for (const Body& b : bodies) {
     Mad mad;
     mad.hdr.tid = 0x1234;
@@ -223,6 +223,13 @@ TEST(MadTest, EveryMessageTypeRoundTripsThroughTheCodec) {
   EXPECT_EQ((*b)[32], 0x40);
   EXPECT_EQ((*b)[33], 72 << 1);
   EXPECT_EQ((*b)[35], 28);
+  // SIDR_REP: the QPN's 24 bits with the kernel's ECE vendor bytes around it (ibta_vol1_c12.h).
+  Mad sidr;
+  sidr.body = SidrRep{6, 0, 0, 0x0102, 0x123456, 0x03, 0, 0, {}, {}};
+  b = EncodeMad(sidr);
+  ASSERT_TRUE(b.ok());
+  const std::vector<uint8_t> at30(b->begin() + 30, b->begin() + 36);
+  EXPECT_EQ(at30, (std::vector<uint8_t>{0x01, 0x02, 0x12, 0x34, 0x56, 0x03}));
 }
 
 TEST(MadTest, AFieldWiderThanItsBitsIsRefused) {
