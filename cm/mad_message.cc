@@ -95,6 +95,24 @@ Result<Req> ReqOf(const Message& m, const MadContext& ctx) {
   return r;
 }
 
+Result<Rep> RepOf(const Message& m, const MadContext& ctx) {
+  Rep r;
+  r.local_comm_id = ctx.local_comm_id;
+  r.remote_comm_id = ctx.remote_comm_id;
+  r.local_qkey = m.qkey;
+  r.local_qpn = m.qpn;
+  r.starting_psn = m.psn;
+  r.responder_resources = m.responder_resources;
+  r.initiator_depth = m.initiator_depth;
+  r.target_ack_delay = kTargetAckDelay;
+  r.flow_control = m.flow_control;
+  r.rnr_retry_count = std::min<uint8_t>(m.rnr_retry_count, 7);
+  r.srq = m.srq;
+  r.local_ca_guid = ctx.local_ca_guid;
+  SV_RETURN_IF_ERROR(PutPrivate(m, 0, &r.private_data));
+  return r;
+}
+
 Result<Body> BodyOf(const Message& m, const MadContext& ctx) {
   switch (m.type) {
     case MessageType::kReq: {
@@ -103,21 +121,9 @@ Result<Body> BodyOf(const Message& m, const MadContext& ctx) {
       return Body(std::move(r.value()));
     }
     case MessageType::kRep: {
-      Rep r;
-      r.local_comm_id = ctx.local_comm_id;
-      r.remote_comm_id = ctx.remote_comm_id;
-      r.local_qkey = m.qkey;
-      r.local_qpn = m.qpn;
-      r.starting_psn = m.psn;
-      r.responder_resources = m.responder_resources;
-      r.initiator_depth = m.initiator_depth;
-      r.target_ack_delay = kTargetAckDelay;
-      r.flow_control = m.flow_control;
-      r.rnr_retry_count = std::min<uint8_t>(m.rnr_retry_count, 7);
-      r.srq = m.srq;
-      r.local_ca_guid = ctx.local_ca_guid;
-      SV_RETURN_IF_ERROR(PutPrivate(m, 0, &r.private_data));
-      return Body(r);
+      auto r = RepOf(m, ctx);
+      if (!r.ok()) return r.status();
+      return Body(r.value());
     }
     case MessageType::kRtu: {
       Rtu r{ctx.local_comm_id, ctx.remote_comm_id, {}};
@@ -199,86 +205,104 @@ std::array<uint8_t, kCmaHdrBytes> HeadOf(const std::array<uint8_t, N>& pd) {
 
 }  // namespace
 
+namespace {
+
+// One function per MAD: the Message it stands for, and the identifiers it names (`c`, from the
+// receiver's side: its own comm ID is the MAD's remote one).
+Status Take(const Req& r, Message* m, MadContext* c) {
+  m->type = MessageType::kReq;
+  m->responder_resources = r.responder_resources;
+  m->initiator_depth = r.initiator_depth;
+  m->flow_control = r.flow_control;
+  m->retry_count = r.retry_count;
+  m->rnr_retry_count = r.rnr_retry_count;
+  m->srq = r.srq;
+  m->qpn = r.local_qpn;
+  m->psn = r.starting_psn;
+  m->qkey = r.local_qkey;
+  m->gid = r.primary.local_gid;
+  SV_RETURN_IF_ERROR(TakeCmaHdr(HeadOf(r.private_data), r.service_id, m));
+  GetPrivate(r.private_data, kCmaHdrBytes, m);
+  c->remote_comm_id = r.local_comm_id;
+  c->service_id = r.service_id;
+  c->local_ca_guid = r.local_ca_guid;  // the sender's
+  c->remote_gid = r.primary.remote_gid;
+  c->path_mtu = r.path_mtu;
+  return Status::Ok();
+}
+
+Status Take(const Rep& r, Message* m, MadContext* c) {
+  m->type = MessageType::kRep;
+  m->responder_resources = r.responder_resources;
+  m->initiator_depth = r.initiator_depth;
+  m->flow_control = r.flow_control;
+  m->rnr_retry_count = r.rnr_retry_count;
+  m->srq = r.srq;
+  m->qpn = r.local_qpn;
+  m->psn = r.starting_psn;
+  m->qkey = r.local_qkey;
+  GetPrivate(r.private_data, 0, m);
+  c->local_comm_id = r.remote_comm_id;
+  c->remote_comm_id = r.local_comm_id;
+  c->local_ca_guid = r.local_ca_guid;  // the sender's
+  return Status::Ok();
+}
+
+// RTU, DREQ, DREP: comm IDs and private data only (DREQ also the receiver's QPN).
+template <typename T>
+Status TakeComm(const T& r, MessageType type, Message* m, MadContext* c) {
+  m->type = type;
+  GetPrivate(r.private_data, 0, m);
+  c->local_comm_id = r.remote_comm_id;
+  c->remote_comm_id = r.local_comm_id;
+  return Status::Ok();
+}
+Status Take(const Rtu& r, Message* m, MadContext* c) { return TakeComm(r, MessageType::kRtu, m, c); }
+Status Take(const Drep& r, Message* m, MadContext* c) { return TakeComm(r, MessageType::kDrep, m, c); }
+Status Take(const Dreq& r, Message* m, MadContext* c) {
+  c->remote_qpn = r.remote_qpn;
+  return TakeComm(r, MessageType::kDreq, m, c);
+}
+Status Take(const Rej& r, Message* m, MadContext* c) {
+  m->status = r.reason;
+  return TakeComm(r, MessageType::kRej, m, c);
+}
+
+Status Take(const SidrReq& r, Message* m, MadContext* c) {
+  m->type = MessageType::kSidrReq;
+  SV_RETURN_IF_ERROR(TakeCmaHdr(HeadOf(r.private_data), r.service_id, m));
+  GetPrivate(r.private_data, kCmaHdrBytes, m);
+  c->remote_comm_id = r.request_id;
+  c->service_id = r.service_id;
+  return Status::Ok();
+}
+
+Status Take(const SidrRep& r, Message* m, MadContext* c) {
+  m->type = MessageType::kSidrRep;
+  m->status = r.status;
+  m->qpn = r.qpn;
+  m->qkey = r.qkey;
+  GetPrivate(r.private_data, 0, m);
+  c->local_comm_id = r.request_id;
+  c->service_id = r.service_id;
+  return Status::Ok();
+}
+
+Status Take(const Mra&, Message*, MadContext*) {
+  return NotSupported("an MRA has no same-host message: it only extends the sender's REQ/REP timer (IBA 12.6.6)");
+}
+
+}  // namespace
+
 Result<Message> MessageOfMad(const Mad& mad, MadContext* ctx) {
-  Message m;
-  MadContext c;
-  c.tid = mad.hdr.tid;
   // Message has no equivalent of: comm IDs, TID, service ID, CA GUID, the path (LIDs, P_Key,
   // MTU, flow label, traffic class, hop limit, SL, timeouts), the EECNs, max CM retries, ECE,
   // MRA, REJ's ARI and rejected-message field, SIDR_REP's additional info. `ctx` keeps the
   // identifiers; the rest is the conduit's (docs/cm.md, "Across hosts").
-  if (const auto* r = std::get_if<Req>(&mad.body)) {
-    m.type = MessageType::kReq;
-    m.responder_resources = r->responder_resources;
-    m.initiator_depth = r->initiator_depth;
-    m.flow_control = r->flow_control;
-    m.retry_count = r->retry_count;
-    m.rnr_retry_count = r->rnr_retry_count;
-    m.srq = r->srq;
-    m.qpn = r->local_qpn;
-    m.psn = r->starting_psn;
-    m.qkey = r->local_qkey;
-    m.gid = r->primary.local_gid;
-    SV_RETURN_IF_ERROR(TakeCmaHdr(HeadOf(r->private_data), r->service_id, &m));
-    GetPrivate(r->private_data, kCmaHdrBytes, &m);
-    c.remote_comm_id = r->local_comm_id;
-    c.service_id = r->service_id;
-    c.local_ca_guid = r->local_ca_guid;
-    c.remote_gid = r->primary.remote_gid;
-    c.path_mtu = r->path_mtu;
-  } else if (const auto* r = std::get_if<Rep>(&mad.body)) {
-    m.type = MessageType::kRep;
-    m.responder_resources = r->responder_resources;
-    m.initiator_depth = r->initiator_depth;
-    m.flow_control = r->flow_control;
-    m.rnr_retry_count = r->rnr_retry_count;
-    m.srq = r->srq;
-    m.qpn = r->local_qpn;
-    m.psn = r->starting_psn;
-    m.qkey = r->local_qkey;
-    GetPrivate(r->private_data, 0, &m);
-    c.local_comm_id = r->remote_comm_id;
-    c.remote_comm_id = r->local_comm_id;
-    c.local_ca_guid = r->local_ca_guid;
-  } else if (const auto* r = std::get_if<Rtu>(&mad.body)) {
-    m.type = MessageType::kRtu;
-    GetPrivate(r->private_data, 0, &m);
-    c.local_comm_id = r->remote_comm_id;
-    c.remote_comm_id = r->local_comm_id;
-  } else if (const auto* r = std::get_if<Rej>(&mad.body)) {
-    m.type = MessageType::kRej;
-    m.status = r->reason;
-    GetPrivate(r->private_data, 0, &m);
-    c.local_comm_id = r->remote_comm_id;
-    c.remote_comm_id = r->local_comm_id;
-  } else if (const auto* r = std::get_if<Dreq>(&mad.body)) {
-    m.type = MessageType::kDreq;
-    GetPrivate(r->private_data, 0, &m);
-    c.local_comm_id = r->remote_comm_id;
-    c.remote_comm_id = r->local_comm_id;
-    c.remote_qpn = r->remote_qpn;
-  } else if (const auto* r = std::get_if<Drep>(&mad.body)) {
-    m.type = MessageType::kDrep;
-    GetPrivate(r->private_data, 0, &m);
-    c.local_comm_id = r->remote_comm_id;
-    c.remote_comm_id = r->local_comm_id;
-  } else if (const auto* r = std::get_if<SidrReq>(&mad.body)) {
-    m.type = MessageType::kSidrReq;
-    SV_RETURN_IF_ERROR(TakeCmaHdr(HeadOf(r->private_data), r->service_id, &m));
-    GetPrivate(r->private_data, kCmaHdrBytes, &m);
-    c.remote_comm_id = r->request_id;
-    c.service_id = r->service_id;
-  } else if (const auto* r = std::get_if<SidrRep>(&mad.body)) {
-    m.type = MessageType::kSidrRep;
-    m.status = r->status;
-    m.qpn = r->qpn;
-    m.qkey = r->qkey;
-    GetPrivate(r->private_data, 0, &m);
-    c.local_comm_id = r->request_id;
-    c.service_id = r->service_id;
-  } else {
-    return NotSupported("an MRA has no same-host message: it only extends the sender's REQ/REP timer (IBA 12.6.6)");
-  }
+  Message m;
+  MadContext c;
+  c.tid = mad.hdr.tid;
+  SV_RETURN_IF_ERROR(std::visit([&](const auto& body) { return Take(body, &m, &c); }, mad.body));
   if (ctx != nullptr) *ctx = c;
   return m;
 }
