@@ -406,6 +406,54 @@ void WireFabric::DeliverResponse(const packet::ParsedPacket& p, std::span<const 
   counters_.misdelivered.fetch_add(1, std::memory_order_relaxed);  // a loss: RC retries
 }
 
+void WireFabric::SetQp1Handler(Qp1Handler* handler) {
+  std::lock_guard lock(qp1_mu_);
+  qp1_handler_ = handler;
+}
+
+void WireFabric::DeliverQp1(const packet::ParsedPacket& p, const UdpAddress& from, const Gid16& source,
+                            const Gid16& local) {
+  if (Status ok = CheckQp1Packet(p); !ok.ok()) {
+    counters_.qp1_refused.fetch_add(1, std::memory_order_relaxed);  // rxe drops it silently
+    SV_LOG(kTrace, "softverbs0: dropped a datagram from %s: %s", from.ToString().c_str(), ok.rule().c_str());
+    return;
+  }
+  std::lock_guard lock(qp1_mu_);
+  if (qp1_handler_ == nullptr) {
+    counters_.qp1_unhandled.fetch_add(1, std::memory_order_relaxed);  // IBA 9.6.1.1: discarded
+    SV_LOG(kTrace, "softverbs0: dropped a MAD from %s: no CM agent in this process", from.ToString().c_str());
+    return;
+  }
+  Qp1Datagram d;
+  d.sgid = source;
+  d.dgid = local;
+  d.from = from;
+  d.src_qp = p.hdr.deth.src_qp;
+  d.pkey = p.hdr.bth.pkey;
+  d.mad = p.payload;
+  counters_.qp1_received.fetch_add(1, std::memory_order_relaxed);
+  qp1_handler_->OnMad(d);
+}
+
+Status WireFabric::SendMad(const Gid16& sgid, const Gid16& dgid, std::span<const uint8_t> mad) {
+  Port* port = Find(sgid);
+  if (port == nullptr)
+    return Status(ENETUNREACH, "no RoCEv2 port on " + GidString(sgid) + " to send a MAD from");
+  uint16_t src_port;
+  {
+    std::lock_guard lock(port->mu);
+    src_port = port->udp->UsableSourcePort(kQp1SourcePort);
+  }
+  uint8_t buffer[kMadBytes + 64];
+  auto built = BuildMadPacket(mad, qp1_psn_.fetch_add(1, std::memory_order_relaxed),
+                              FlowOf(sgid, dgid, src_port, RocePort()), buffer);
+  if (!built.ok()) return built.status();
+  const iovec one{buffer, *built};
+  SV_RETURN_IF_ERROR(Send(sgid, dgid, {&one, 1}, src_port));
+  counters_.qp1_sent.fetch_add(1, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
 void WireFabric::ServeChannel() {
   std::vector<uint8_t> buffer(fabric::ProcessChannel::kMaxMessage);
   for (;;) {
@@ -446,6 +494,8 @@ std::string WireFabric::Report() {
   line(&out, "  device sent=%llu received=%llu icrc_errors=%llu malformed=%llu unknown_qp=%llu unsupported=%llu "
        "forwarded=%llu misdelivered=%llu acks_coalesced=%llu\n", n(c.sent), n(c.received), n(c.icrc_errors),
        n(c.malformed), n(c.unknown_qp), n(c.unsupported), n(c.forwarded), n(c.misdelivered), n(c.acks_coalesced));
+  line(&out, "  qp1 received=%llu refused=%llu unhandled=%llu sent=%llu\n", n(c.qp1_received), n(c.qp1_refused),
+       n(c.qp1_unhandled), n(c.qp1_sent));
   std::lock_guard lock(links_mu_);
   for (const auto& [qpn, link] : links_) {
     const WireRequesterCounters& r = link->counters();
@@ -489,6 +539,9 @@ void WireFabric::Deliver(std::span<const uint8_t> datagram, const UdpAddress& fr
     SV_LOG(kTrace, "softverbs0: dropped a datagram from %s: %s", from.ToString().c_str(), parsed.status().rule().c_str());
     return;
   }
+  // QP1 is the GSI QP of the port, not a QP of the host registry (rxe_recv.c hdr_check: "qpn == 1"
+  // selects port->qp_gsi_index).
+  if (parsed->hdr.bth.dest_qp == kQp1) return DeliverQp1(*parsed, from, source, to.gid);
   auto target = HostTarget::Find(local_, parsed->hdr.bth.dest_qp);
   if (!target.ok()) {
     counters_.unknown_qp.fetch_add(1, std::memory_order_relaxed);  // IBA 9.6.1.1: discarded

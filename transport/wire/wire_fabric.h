@@ -30,6 +30,7 @@
 #include "fabric/packet/packet.h"
 #include "fabric/packet/pcap.h"
 #include "fabric/wire/udp_port.h"
+#include "transport/wire/qp1.h"
 
 namespace softverbs::transport {
 
@@ -46,6 +47,10 @@ struct WireCounters {
                                          // forwarded to it (the kernel picked this member)
   std::atomic<uint64_t> misdelivered{0}; // a response no live requester of this host waits for
   std::atomic<uint64_t> acks_coalesced{0};  // ACKs not sent: a later ACK of the same batch covered them
+  std::atomic<uint64_t> qp1_received{0};   // MADs handed to the QP1 handler
+  std::atomic<uint64_t> qp1_refused{0};    // to QP1 with a non-UD opcode, wrong P_Key/Q_Key, or too long
+  std::atomic<uint64_t> qp1_unhandled{0};  // to QP1 with no handler registered (like an unknown QP)
+  std::atomic<uint64_t> qp1_sent{0};       // MADs sent from QP1
 };
 
 class WireLink;
@@ -73,6 +78,14 @@ class WireFabric {
   // The link of this process's RC QP `qpn` gets the responses addressed to it.
   void Register(uint32_t qpn, WireLink* link);
   void Unregister(uint32_t qpn, WireLink* link);
+
+  // QP1 (transport/wire/qp1.h): datagrams to DestQP 1 go to `handler` (the CM agent) instead
+  // of the host registry; nullptr withdraws it, waiting for a delivery in progress. One per
+  // process; without one, QP1 datagrams are counted and dropped as for an unknown QP.
+  void SetQp1Handler(Qp1Handler* handler);
+  // Sends one 256-byte MAD from QP1 of `sgid` to QP1 of `dgid` (its port 4791), from UDP source
+  // port 0xD872 as rxe's QP1 does (or the port's own if that one cannot be bound).
+  Status SendMad(const Gid16& sgid, const Gid16& dgid, std::span<const uint8_t> mad);
 
   // Busy polling (docs/wire.md): handles what is pending on this process's ports without
   // blocking, in the caller's thread; ibv_poll_cq calls it on an empty CQ, so an application
@@ -128,6 +141,9 @@ class WireFabric {
   // A response for RC requester `qpn`: to its link here, or forwarded to its process.
   void DeliverResponse(const fabric::packet::ParsedPacket& p, std::span<const uint8_t> datagram,
                        uint32_t owner_slot);
+  // A datagram to QP1 (already parsed, ICRC checked): to the handler, or counted and dropped.
+  void DeliverQp1(const fabric::packet::ParsedPacket& p, const fabric::wire::UdpAddress& from, const Gid16& source,
+                  const Gid16& local);
   // What arrived on this process's channel: forwarded responses, and questions.
   void ServeChannel();
 
@@ -140,6 +156,9 @@ class WireFabric {
   std::unordered_map<uint32_t, WireLink*> links_;  // RC requesters by QP number
   // Other processes of the host forward here, and `softverbs status` asks here (docs/wire.md).
   std::unique_ptr<fabric::ProcessChannel> channel_;
+  std::mutex qp1_mu_;  // held while the handler runs, so withdrawing it waits for that
+  Qp1Handler* qp1_handler_ = nullptr;
+  std::atomic<uint32_t> qp1_psn_{0};  // QP1's send PSN (not checked on UD; rxe increments it)
   std::unique_ptr<fabric::packet::PcapWriter> pcap_;  // SOFTVERBS_PCAP=<file> ("%p": the pid)
   UniqueFd epoll_;
   std::thread thread_;
