@@ -69,7 +69,9 @@ inline bool KeyCovers(const KeyView& k, uint64_t addr, uint64_t length) {
 // registration is reachable and an unmapped page fails the access as a NIC's unresolvable page
 // fault does (rxe_odp.c: the copy fails with -EFAULT, the responder NAKs with a remote access
 // error and a local access completes IBV_WC_LOC_PROT_ERR). Reads the owner's /proc maps: ODP
-// trades a system call per access for never pinning. Non-ODP keys: always true.
+// trades a system call per access for never pinning. Non-ODP keys: always true. Known limit: a
+// page the application unmaps between this check and the copy (while its own operation on it
+// is in flight) is not caught when the memory is this process's (memcpy, not process_vm_*).
 bool OnDemandPresent(fabric::HostRegistry& registry, const KeyView& k, uint64_t host_addr, uint64_t length,
                      bool writes);
 

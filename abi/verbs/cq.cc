@@ -141,8 +141,11 @@ ibv_cq_ex* CreateCqEx(ibv_context* context, ibv_cq_init_attr_ex* attr) {
     return ReturnNull<ibv_cq_ex>(verb, context->device->name, NotSupported(
         "wc_flags asks for fields softverbs0 cannot deliver (TM info): " +
         std::to_string(attr->wc_flags & ~kDeliverableWcFlags)));
+  // A CQ on a parent domain with a thread domain is polled by that thread only (ibv_alloc_td(3):
+  // objects under a TD "disable internal locking"; mlx5 drops the CQ lock the same way).
   const bool single_threaded =
-      (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (attr->flags & IBV_CREATE_CQ_ATTR_SINGLE_THREADED);
+      ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (attr->flags & IBV_CREATE_CQ_ATTR_SINGLE_THREADED)) ||
+      (on_parent && ToSv(attr->parent_domain)->parent->td != nullptr);
   SvPd* parent = nullptr;
   const size_t ring = sizeof(transport::CqRing) + sizeof(transport::CqEntry) * (static_cast<size_t>(attr->cqe) + 1);
   if (Status s = UseParentDomain(verb, on_parent ? attr->parent_domain : nullptr, ring,

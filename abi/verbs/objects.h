@@ -53,9 +53,9 @@ struct SvDm {
   bool imported = false;
 };
 
-// ibv_alloc_td(3): a thread domain. softverbs keeps every lock of the objects created under one
-// (allowed: "by default all verbs objects are safe for multi-threaded access, whether or not a
-// thread domain is specified"); docs/support-matrix.md says what it changes.
+// ibv_alloc_td(3): a thread domain. A CQ created on a parent domain with one drops its poll lock
+// (ibv_start_poll .. ibv_end_poll), as IBV_CREATE_CQ_ATTR_SINGLE_THREADED; every other object
+// keeps its locks (docs/support-matrix.md).
 struct SvTd {
   ibv_td td;
   core::UseCount users;  // the parent domains holding it (ibv_dealloc_td: EBUSY)

@@ -172,6 +172,14 @@ class ThreadDomainTest(base.SoftverbsTestCase):
         self.assertTrue(qp)
         self.assertEqual(raw.lib.ibv_dealloc_pd(pdom), errno.EBUSY)  # the QP holds it
         self.assertEqual(raw.lib.ibv_destroy_qp(qp), 0)
+        # A CQ on it (single-threaded under the TD) holds it too.
+        create_cq_ex = xrc._op(self.raw.ctx, VCTX_CREATE_CQ_EX, ctypes.c_void_p, ctypes.c_void_p,
+                               ctypes.POINTER(CqInitAttrExC))
+        cqx = create_cq_ex(self.raw.ctx, ctypes.byref(CqInitAttrExC(
+            cqe=8, wc_flags=e.IBV_WC_STANDARD_FLAGS, comp_mask=e.IBV_CQ_INIT_ATTR_MASK_PD, parent_domain=pdom)))
+        self.assertTrue(cqx)
+        self.assertEqual(raw.lib.ibv_dealloc_pd(pdom), errno.EBUSY)
+        self.assertEqual(raw.lib.ibv_destroy_cq(cqx), 0)
         self.assertEqual(self.dealloc_td(td), errno.EBUSY)  # the parent domain holds it
         self.assertEqual(raw.lib.ibv_dealloc_pd(pd), errno.EBUSY)
         # An MR registered on the parent domain is its PD's (mlx5: the kernel knows only the PD).
