@@ -1,10 +1,9 @@
 #include "transport/key_table.h"
 
 #include <sched.h>
+#include <unistd.h>
 
 #include <string>
-
-#include <unistd.h>
 
 #include "base/log.h"
 #include "base/memory_map.h"
