@@ -233,7 +233,8 @@ void Cq::ScatterLanding(const CqEntry& entry, Completion* c) {
     // (transport/responder.cc), so one here would be a slot reused since -- a lost MR.
     placed = transport::KeyPin::Peek(local_->registry(), p.lkey, &k) && k.owner_process_slot() == local_->slot() &&
              !k.indirect() && !k.window() && (k.access & access::kLocalWrite) && transport::RangeWithin(k.addr, k.length, p.addr, p.length) &&
-             p.length <= static_cast<uint64_t>(end - from);
+             p.length <= static_cast<uint64_t>(end - from) &&
+             transport::OnDemandPresent(local_->registry(), k, p.addr, p.length, true);
     if (placed) {
       memcpy(reinterpret_cast<void*>(p.addr), from, p.length);
       from += p.length;

@@ -17,7 +17,8 @@ inline constexpr uint32_t kReset = 0, kInit = 1, kRtr = 2, kRts = 3, kSqd = 4, k
 
 namespace access_bit {  // enum ibv_access_flags
 inline constexpr uint32_t kLocalWrite = 1u << 0, kRemoteWrite = 1u << 1, kRemoteRead = 1u << 2,
-                          kRemoteAtomic = 1u << 3, kMwBind = 1u << 4, kZeroBased = 1u << 5;
+                          kRemoteAtomic = 1u << 3, kMwBind = 1u << 4, kZeroBased = 1u << 5,
+                          kOnDemand = 1u << 6;
 }  // namespace access_bit
 
 }  // namespace softverbs::transport

@@ -77,7 +77,8 @@ bool ResolveIndirect(fabric::HostRegistry& registry, const KeyView& k, const voi
     // access writes, and holds the piece.
     const KeyView& u = pin->view();
     if (u.indirect() || u.window() || u.owner_process_slot() != rule.owner_slot || u.pd != rule.pd ||
-        (rule.writes && !(u.access & 1u /* IBV_ACCESS_LOCAL_WRITE */)) || !KeyCovers(u, piece_addr, piece_length)) {
+        (rule.writes && !(u.access & 1u /* IBV_ACCESS_LOCAL_WRITE */)) || !KeyCovers(u, piece_addr, piece_length) ||
+        !OnDemandPresent(registry, u, u.addr + (piece_addr - u.iova), piece_length, rule.writes)) {
       ok = false;
       return;
     }

@@ -315,8 +315,10 @@ ReplyCode Responder::Scatter(const TargetQp& t, const TakenWqe& w, uint64_t skip
       continue;
     }
     if (!KeyAdmits(k, rule) || !KeyCovers(k, s.addr, s.length)) return ReplyCode::kRemoteOp;
+    const uint64_t host = k.addr + (s.addr + start - k.iova);
+    if (!OnDemandPresent(t.registry(), k, host, take, true)) return ReplyCode::kRemoteOp;
     out->lkey[out->pieces.size()] = s.lkey;
-    out->pieces.Add({reinterpret_cast<void*>(k.addr + (s.addr + start - k.iova)), take});
+    out->pieces.Add({reinterpret_cast<void*>(host), take});
   }
   return room < need ? ReplyCode::kInvalidRequest : ReplyCode::kAck;
 }

@@ -1,5 +1,7 @@
 // Completion queues (ibv_create_cq, ibv_create_cq_ex and its polling interface), completion
 // channels and CQ events.
+#include <unistd.h>
+
 #include <cstring>
 #include <new>
 
@@ -7,6 +9,7 @@
 #include "abi/verbs/convert.h"
 #include "abi/verbs/objects.h"
 #include "abi/verbs/ops.h"
+#include "transport/cq_ring.h"
 
 using namespace softverbs;
 using namespace softverbs::abi;
@@ -125,8 +128,12 @@ ibv_cq_ex* CreateCqEx(ibv_context* context, ibv_cq_init_attr_ex* attr) {
   const char* verb = "ibv_create_cq_ex";
   if (attr->comp_mask & ~static_cast<uint32_t>(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD))
     return ReturnNull<ibv_cq_ex>(verb, context->device->name, Invalid("comp_mask has unknown bits"));
-  if (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD)
-    return ReturnNull<ibv_cq_ex>(verb, context->device->name, Unsupported("IBV_CQ_INIT_ATTR_MASK_PD (parent domains)"));
+  // IBV_CQ_INIT_ATTR_MASK_PD: "parent_domain" must be a parent domain of this context (mlx5_create_cq).
+  const bool on_parent = attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD;
+  if (on_parent && (attr->parent_domain == nullptr || attr->parent_domain->context != context ||
+                    !ToSv(attr->parent_domain)->parent))
+    return ReturnNull<ibv_cq_ex>(verb, context->device->name,
+                                 Invalid("IBV_CQ_INIT_ATTR_MASK_PD: parent_domain is not a parent domain of this context"));
   if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
       (attr->flags & ~static_cast<uint32_t>(IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN)))
     return ReturnNull<ibv_cq_ex>(verb, context->device->name, Invalid("flags has unknown bits"));
@@ -134,10 +141,24 @@ ibv_cq_ex* CreateCqEx(ibv_context* context, ibv_cq_init_attr_ex* attr) {
     return ReturnNull<ibv_cq_ex>(verb, context->device->name, NotSupported(
         "wc_flags asks for fields softverbs0 cannot deliver (TM info): " +
         std::to_string(attr->wc_flags & ~kDeliverableWcFlags)));
+  // A CQ on a parent domain with a thread domain is polled by that thread only (ibv_alloc_td(3):
+  // objects under a TD "disable internal locking"; mlx5 drops the CQ lock the same way).
   const bool single_threaded =
-      (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (attr->flags & IBV_CREATE_CQ_ATTR_SINGLE_THREADED);
-  return CreateCq(verb, context, static_cast<int>(attr->cqe), attr->cq_context, attr->channel,
-                  static_cast<int>(attr->comp_vector), attr->wc_flags, single_threaded);
+      ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (attr->flags & IBV_CREATE_CQ_ATTR_SINGLE_THREADED)) ||
+      (on_parent && ToSv(attr->parent_domain)->parent->td != nullptr);
+  SvPd* parent = nullptr;
+  const size_t ring = sizeof(transport::CqRing) + sizeof(transport::CqEntry) * (static_cast<size_t>(attr->cqe) + 1);
+  if (Status s = UseParentDomain(verb, on_parent ? attr->parent_domain : nullptr, ring,
+                                 static_cast<size_t>(sysconf(_SC_PAGESIZE)), MLX5DV_RES_TYPE_CQ, &parent);
+      !s.ok())
+    return ReturnNull<ibv_cq_ex>(verb, context->device->name, s);
+  ibv_cq_ex* cq = CreateCq(verb, context, static_cast<int>(attr->cqe), attr->cq_context, attr->channel,
+                           static_cast<int>(attr->comp_vector), attr->wc_flags, single_threaded);
+  if (cq == nullptr)
+    ReleaseParentDomain(parent);
+  else
+    ToSv(cq)->parent_domain = parent;
+  return cq;
 }
 
 int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
@@ -208,6 +229,7 @@ SV_EXPORT int ibv_destroy_cq(ibv_cq* cq) {
   ToSv(cq->context)->core->DropAsyncEventsFor(cq);
   pthread_cond_destroy(&cq->cond);
   pthread_mutex_destroy(&cq->mutex);
+  ReleaseParentDomain(c->parent_domain);
   delete c;
   return 0;
 }

@@ -82,8 +82,18 @@ ibv_device_attr_ex DeviceAttrEx() {
   // TSO on raw packet QPs (transport/raw/tso.h).
   ex.tso_caps.max_tso = DeviceLimits::kMaxTso;
   ex.tso_caps.supported_qpts = 1u << IBV_QPT_RAW_PACKET;
-  // No ODP, packet pacing, tag matching or device memory yet: all zero.
-  ex.max_dm_size = 0;
+  // ODP (core/mr.h): nothing is ever pinned, every access finds its pages through the one key
+  // rule, for every opcode each transport has; implicit ODP covers the whole address space.
+  constexpr uint32_t kMessages = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV;
+  ex.odp_caps.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
+  ex.odp_caps.per_transport_caps.rc_odp_caps = kMessages | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ |
+                                               IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
+  ex.odp_caps.per_transport_caps.uc_odp_caps = kMessages | IBV_ODP_SUPPORT_WRITE;  // UC: no READ, atomics, SRQ
+  ex.odp_caps.per_transport_caps.ud_odp_caps = kMessages | IBV_ODP_SUPPORT_SRQ_RECV;
+  ex.xrc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC |
+                    IBV_ODP_SUPPORT_SRQ_RECV;
+  // Device memory (core/dm.h): the largest one allocation. No packet pacing or tag matching yet.
+  ex.max_dm_size = DeviceLimits::kMaxDmSize;
   ex.phys_port_cnt_ex = DeviceLimits::kPortCount;
   return ex;
 }

@@ -30,6 +30,16 @@ ibv_qp* OpenQp(ibv_context*, ibv_qp_open_attr*);
 ibv_mw* AllocMw(ibv_pd*, ibv_mw_type);
 int BindMw(ibv_qp*, ibv_mw*, ibv_mw_bind*);
 int DeallocMw(ibv_mw*);
+int AdviseMr(ibv_pd*, ibv_advise_mr_advice, uint32_t, ibv_sge*, uint32_t);  // pd_mr.cc
+// Thread and parent domains (domains.cc); ibv_dealloc_pd of a parent domain comes here too.
+ibv_td* AllocTd(ibv_context*, ibv_td_init_attr*);
+int DeallocTd(ibv_td*);
+ibv_pd* AllocParentDomain(ibv_context*, ibv_parent_domain_init_attr*);
+int DeallocParentDomain(ibv_pd*);
+// Device memory (dm.cc).
+ibv_dm* AllocDm(ibv_context*, ibv_alloc_dm_attr*);
+int FreeDm(ibv_dm*);
+ibv_mr* RegDmMr(ibv_pd*, ibv_dm*, uint64_t, size_t, unsigned int);
 // Flow steering (flow.cc).
 ibv_flow* CreateFlow(ibv_qp*, ibv_flow_attr*);
 int DestroyFlow(ibv_flow*);

@@ -1,5 +1,7 @@
 // Queue pairs: ibv_create_qp, the create_qp_ex context op, ibv_modify_qp, ibv_query_qp,
 // ibv_destroy_qp (seeds ibv_create_qp(3), ibv_create_qp_ex(3), ibv_modify_qp(3)).
+#include <unistd.h>
+
 #include <cstring>
 #include <new>
 
@@ -9,6 +11,8 @@
 #include "abi/verbs/objects.h"
 #include "abi/verbs/ops.h"
 #include "base/log.h"
+#include "transport/qp_endpoint.h"
+#include "transport/recv_queue.h"
 
 using namespace softverbs;
 using namespace softverbs::abi;
@@ -45,7 +49,7 @@ ibv_qp* CreateQp(const char* verb, ibv_context* context, ibv_qp_init_attr_ex* at
     if (owner != context)
       return ReturnNull<ibv_qp>(verb, object, Invalid("pd, send_cq, recv_cq and srq must belong to this context"));
   }
-  init.pd = pd ? ToSv(pd)->core.get() : nullptr;
+  init.pd = pd ? ToSv(pd)->core : nullptr;
   init.send_cq = attr->send_cq ? ToSv(attr->send_cq)->core.get() : nullptr;
   init.recv_cq = attr->recv_cq ? ToSv(attr->recv_cq)->core.get() : nullptr;
   init.srq = attr->srq ? ToSv(attr->srq)->core.get() : nullptr;
@@ -80,10 +84,22 @@ ibv_qp* CreateQp(const char* verb, ibv_context* context, ibv_qp_init_attr_ex* at
     init.rx_hash_fields_mask = h.rx_hash_fields_mask;
   }
 
+  // On a parent domain: its allocator is asked for the QP's rings (domains.cc).
+  SvPd* parent = nullptr;
+  size_t ring = sizeof(transport::QpEndpoint);
+  if (init.srq == nullptr)
+    ring += sizeof(transport::RecvRing) + transport::RecvWqeSize(init.cap.max_recv_sge) * (init.cap.max_recv_wr + 1);
+  if (Status s = UseParentDomain(verb, pd, ring, static_cast<size_t>(sysconf(_SC_PAGESIZE)), MLX5DV_RES_TYPE_QP,
+                                 &parent);
+      !s.ok())
+    return ReturnNull<ibv_qp>(verb, object, s);
   auto core = core::Qp::Create(*ToSv(context)->core, init);
-  if (!core.ok()) return ReturnNull<ibv_qp>(verb, object, core.status());
-  auto* qp = new (std::nothrow) SvQp{};
-  if (qp == nullptr) return ReturnNull<ibv_qp>(verb, object, NoMemory("out of memory"));
+  auto* qp = core.ok() ? new (std::nothrow) SvQp{} : nullptr;
+  if (qp == nullptr) {
+    ReleaseParentDomain(parent);
+    return ReturnNull<ibv_qp>(verb, object, core.ok() ? NoMemory("out of memory") : core.status());
+  }
+  qp->parent_domain = parent;
   qp->core = std::move(core.value());
   qp->core->set_user_handle(&qp->qpx.qp_base);
   ibv_qp& q = qp->qpx.qp_base;
@@ -231,6 +247,7 @@ SV_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
   ToSv(qp->context)->core->DropAsyncEventsFor(qp);
   pthread_cond_destroy(&qp->cond);
   pthread_mutex_destroy(&qp->mutex);
+  ReleaseParentDomain(q->parent_domain);
   delete q;
   return 0;
 }

@@ -1,4 +1,6 @@
 // Shared receive queues, address handles and XRC domains.
+#include <unistd.h>
+
 #include <cstring>
 #include <new>
 
@@ -7,6 +9,7 @@
 #include "abi/verbs/objects.h"
 #include "abi/verbs/ops.h"
 #include "base/log.h"
+#include "transport/recv_queue.h"
 
 using namespace softverbs;
 using namespace softverbs::abi;
@@ -18,11 +21,21 @@ std::string Name(const ibv_srq* srq) { return ObjectName("srq", srq->handle); }
 ibv_srq* CreateSrq(const char* verb, ibv_pd* pd, void* srq_context, ibv_srq_attr* attr,
                   ibv_xrcd* xrcd = nullptr, ibv_cq* cq = nullptr) {
   core::SrqAttributes a{attr->max_wr, attr->max_sge, attr->srq_limit};
+  // On a parent domain: its allocator is asked for the receive ring (domains.cc).
+  SvPd* parent = nullptr;
+  const size_t ring = sizeof(transport::RecvRing) + transport::RecvWqeSize(attr->max_sge) * (attr->max_wr + 1);
+  if (Status s = UseParentDomain(verb, pd, ring, static_cast<size_t>(sysconf(_SC_PAGESIZE)), MLX5DV_RES_TYPE_SRQ,
+                                 &parent);
+      !s.ok())
+    return ReturnNull<ibv_srq>(verb, Name(pd), s);
   auto core = xrcd != nullptr ? core::Srq::CreateXrc(*ToSv(pd)->core, a, *ToSv(xrcd)->core, *ToSv(cq)->core)
                               : core::Srq::Create(*ToSv(pd)->core, a);
-  if (!core.ok()) return ReturnNull<ibv_srq>(verb, Name(pd), core.status());
-  auto* srq = new (std::nothrow) SvSrq{};
-  if (srq == nullptr) return ReturnNull<ibv_srq>(verb, Name(pd), NoMemory("out of memory"));
+  auto* srq = core.ok() ? new (std::nothrow) SvSrq{} : nullptr;
+  if (srq == nullptr) {
+    ReleaseParentDomain(parent);
+    return ReturnNull<ibv_srq>(verb, Name(pd), core.ok() ? NoMemory("out of memory") : core.status());
+  }
+  srq->parent_domain = parent;
   srq->core = std::move(core.value());
   srq->core->set_user_handle(&srq->srq);
   srq->srq.context = pd->context;
@@ -135,6 +148,7 @@ SV_EXPORT int ibv_destroy_srq(ibv_srq* srq) {
   ToSv(srq->context)->core->DropAsyncEventsFor(srq);
   pthread_cond_destroy(&srq->cond);
   pthread_mutex_destroy(&srq->mutex);
+  ReleaseParentDomain(s->parent_domain);
   delete s;
   return 0;
 }

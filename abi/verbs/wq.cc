@@ -51,7 +51,7 @@ ibv_wq* CreateWq(ibv_context* context, ibv_wq_init_attr* attr) {
   if ((attr->pd && attr->pd->context != context) || (attr->cq && attr->cq->context != context))
     return ReturnNull<ibv_wq>(verb, context->device->name, Invalid("pd and cq must belong to this context"));
   const uint32_t flags = (attr->comp_mask & IBV_WQ_INIT_ATTR_FLAGS) ? attr->create_flags : 0;
-  auto core = core::Wq::Create(*ToSv(context)->core, attr->pd ? ToSv(attr->pd)->core.get() : nullptr,
+  auto core = core::Wq::Create(*ToSv(context)->core, attr->pd ? ToSv(attr->pd)->core : nullptr,
                                attr->cq ? ToSv(attr->cq)->core.get() : nullptr, attr->wq_type, attr->max_wr,
                                attr->max_sge, flags);
   if (!core.ok()) return ReturnNull<ibv_wq>(verb, context->device->name, core.status());

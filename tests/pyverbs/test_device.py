@@ -73,7 +73,9 @@ class DeviceTest(unittest.TestCase):
         self.assertEqual(a.max_mw, a.max_mr)
         self.assertTrue(a.device_cap_flags & e.IBV_DEVICE_XRC)  # same host (test_xrc.py)
         self.assertTrue(a.device_cap_flags & e.IBV_DEVICE_SRQ_RESIZE)  # IBV_SRQ_MAX_WR works
-        self.assertEqual(x.odp_caps.general_caps, 0)  # IBV_ACCESS_ON_DEMAND refused
+        # ODP and implicit ODP (test_odp.py); device memory up to max_dm_size (test_dm.py).
+        self.assertEqual(x.odp_caps.general_caps, e.IBV_ODP_SUPPORT | e.IBV_ODP_SUPPORT_IMPLICIT)
+        self.assertEqual(x.max_dm_size, 256 * 1024)
         self.assertEqual(x.completion_timestamp_mask, 2**64 - 1)  # 64-bit device clock
         self.assertEqual(x.hca_core_clock, 1000000)  # kHz: one tick per nanosecond
         self.assertEqual(x.packet_pacing_caps.qp_rate_limit_max, 0)  # rate_limit refused

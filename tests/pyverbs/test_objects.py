@@ -83,7 +83,7 @@ class MrTest(base.SoftverbsTestCase):
         cases = [(RW, errno.EINVAL, 'REMOTE_WRITE without LOCAL_WRITE'),
                  (RA, errno.EINVAL, 'REMOTE_ATOMIC without LOCAL_WRITE'),
                  (RW | RR, errno.EINVAL, 'REMOTE_WRITE|READ without LOCAL_WRITE'),
-                 (LW | e.IBV_ACCESS_ON_DEMAND, errno.EOPNOTSUPP, 'ON_DEMAND: no ODP')]
+                 (RW | e.IBV_ACCESS_ON_DEMAND, errno.EINVAL, 'ON_DEMAND, REMOTE_WRITE without LOCAL_WRITE')]
         for access, code, why in cases:
             with self.subTest(why):
                 self.assertRDMAError(code, MR, self.pd, 4096, access)
