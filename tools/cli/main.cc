@@ -29,8 +29,10 @@ namespace {
 
 bool Exists(const std::string& path) { return access(path.c_str(), R_OK) == 0; }
 
-// Where the drop-in libraries are: $SOFTVERBS_LIBDIR, else next to this binary in the build tree
-// (bin/../lib) or in an install (bin/../<libdir>/softverbs).
+// Where the drop-in libraries are: $SOFTVERBS_LIBDIR, else next to this binary in an install
+// (bin/../<libdir>/softverbs: the Debian package's /usr/lib/softverbs, packaging/package.cmake)
+// or in the build tree (bin/../lib). The private directory comes first: next to an installed
+// /usr/bin, ../lib may hold the system's own libibverbs.so.1.
 std::string LibDir() {
   if (const char* env = getenv("SOFTVERBS_LIBDIR"); env && *env) return env;
   char self[PATH_MAX];
@@ -39,7 +41,7 @@ std::string LibDir() {
   self[n] = '\0';
   std::string bindir(self);
   bindir.resize(bindir.rfind('/'));
-  for (const std::string& candidate : {bindir + "/../lib", bindir + "/../" SOFTVERBS_INSTALL_LIBDIR}) {
+  for (const std::string& candidate : {bindir + "/../" SOFTVERBS_INSTALL_LIBDIR, bindir + "/../lib"}) {
     if (Exists(candidate + "/libibverbs.so.1")) {
       char real[PATH_MAX];
       return realpath(candidate.c_str(), real) ? std::string(real) : candidate;
