@@ -150,7 +150,7 @@ int Devices() {
   return 0;
 }
 
-int Status(int argc, char** argv) {
+int StatusCommand(int argc, char** argv) {
   const bool json = argc > 0 && strcmp(argv[0], "--json") == 0;
   if (argc > (json ? 1 : 0)) {
     fprintf(stderr, "softverbs status: unknown argument '%s' (usage: softverbs status [--json])\n", argv[json ? 1 : 0]);
@@ -177,7 +177,7 @@ int main(int argc, char** argv) {
   if (cmd == "run") return Run(argc - 2, argv + 2);
   if (cmd == "devices") return Devices();
   if (cmd == "sysfs-view") return SysfsView(argc - 2, argv + 2);
-  if (cmd == "status") return Status(argc - 2, argv + 2);
+  if (cmd == "status") return StatusCommand(argc - 2, argv + 2);
   if (cmd == "version" || cmd == "--version") return printf("softverbs %s\n", SOFTVERBS_VERSION) < 0;
   if (cmd == "help" || cmd == "--help" || cmd == "-h") return Usage(stdout);
   fprintf(stderr, "softverbs: unknown command '%s'\n", cmd.c_str());
