@@ -4,7 +4,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <iterator>
 #include <memory>
 #include <sstream>
 #include <unordered_map>
@@ -20,24 +19,16 @@
 namespace softverbs::cli {
 namespace {
 
-// enum ibv_qp_type / ibv_qp_state (verbs.h), which the endpoint records (transport/qp_endpoint.h).
+// The endpoint records enum ibv_qp_type / ibv_qp_state values (transport/qp_endpoint.h); their
+// names are core's (core/types.h), as refusals print them.
 std::string TypeName(uint32_t type, bool dct) {
   if (dct) return "DCT";  // mlx5dv_create_qp(3): a DC target; a DCI shows as the RC it sends as
-  switch (static_cast<core::QpType>(type)) {
-    case core::QpType::kRc: return "RC";
-    case core::QpType::kUc: return "UC";
-    case core::QpType::kUd: return "UD";
-    case core::QpType::kRawPacket: return "RAW_PACKET";
-    case core::QpType::kXrcSend: return "XRC_SEND";
-    case core::QpType::kXrcRecv: return "XRC_RECV";
-    case core::QpType::kDriver: return "DRIVER";
-  }
-  return "type " + std::to_string(type);
+  return core::QpTypeName(static_cast<core::QpType>(type));
 }
 
 std::string StateName(uint32_t state) {
-  static const char* const kNames[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
-  return state < std::size(kNames) ? kNames[state] : "state " + std::to_string(state);
+  return state <= static_cast<uint32_t>(core::QpState::kErr) ? core::QpStateName(static_cast<core::QpState>(state))
+                                                               : "state " + std::to_string(state);
 }
 
 // "name=value name=value ..." (a Report line after its leading words).
