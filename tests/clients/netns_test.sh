@@ -173,12 +173,31 @@ ip netns exec "$ns_b" timeout 30 ib_write_bw -d softverbs0 -x "$gid_b" -p "$port
 client=$!
 sleep 2
 ip netns exec "$ns_b" "$build/bin/softverbs" status >"$logs/status-b" 2>&1
+ip netns exec "$ns_b" "$build/bin/softverbs" status --json >"$logs/status-b.json" 2>&1
 ip netns exec "$ns_a" "$build/bin/softverbs" status >"$logs/status-a" 2>&1
+ip netns exec "$ns_a" "$build/bin/softverbs" status --json >"$logs/status-a.json" 2>&1
 wait "$server" "$client"
 check "softverbs status shows the writer's device and per-QP requester counters" \
   bash -c "grep -qE 'device sent=[1-9]' '$logs/status-b' && grep -qE 'qp 0x[0-9a-f]+ requester packets=[1-9]' '$logs/status-b'"
 check "softverbs status shows the target QP's responder counters (packets, ACKs)" \
   bash -c "grep -qE 'qp 0x[0-9a-f]+ responder packets=[1-9][0-9]* .*acks=[1-9]' '$logs/status-a'"
+# The same as JSON (docs/device.md, "softverbs status"): the writer's RC QP in RTS with its
+# requester counters, the target's with its responder counters, each process's device counters.
+status_json() {  # status_json <file> <side> <counter> <states>: an RC QP in one of <states> (a,b) counted <counter> > 0 on <side>
+  /usr/bin/python3 -c '
+import json, sys
+doc = json.load(open(sys.argv[1]))
+side, counter, states = sys.argv[2], sys.argv[3], sys.argv[4].split(",")
+procs = [p for p in doc["processes"] if p["wire"] and p["wire"]["counters"]["sent"] > 0]
+qps = [q for q in doc["qps"] if q["type"] == "RC" and q["state"] in states and q["counters"].get(side, {}).get(counter, 0) > 0]
+sys.exit(0 if procs and qps and any(q["pid"] == p["pid"] for q in qps for p in procs) else 1)' "$@"
+}
+check "status --json: the writer's RC QP (RTS) with requester packets, its process's device counters" \
+  status_json "$logs/status-b.json" requester packets RTS || { cat "$logs/status-b" "$logs/status-b.json"; }
+# (perftest leaves a WRITE target in RTR, Ready To Receive, all a responder needs: status shows it so.)
+check "status --json: the target's RC QP (RTR or RTS) with responder ACKs" \
+  status_json "$logs/status-a.json" responder acks RTR,RTS ||
+  { cat "$logs/status-a" "$logs/status-a.json"; }
 
 # perftest <program> [args]: server and client exit 0 and the client prints its result row.
 # REVERSE=1: the server in namespace b, the client in a.

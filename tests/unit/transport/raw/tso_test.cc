@@ -11,12 +11,13 @@ namespace {
 
 // Ethernet + IPv4 (id 0x1000) + TCP (seq 0xfffffc00, flags CWR|PSH|FIN|ACK, 12 bytes of options).
 std::vector<uint8_t> Header4() {
-  std::vector<uint8_t> h = {2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00,
-                            0x45, 0, 0, 0, 0x10, 0x00, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
-                            0x30, 0x39, 0x00, 0x50, 0xff, 0xff, 0xfc, 0x00, 0, 0, 0, 1, 0x80, 0x99, 0xff, 0xff, 0, 0, 0, 0};
-  h[46] = 0x80;  // data offset 8 words: 32 bytes of TCP header
-  h.insert(h.end(), {1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2});
-  return h;
+  // (One list: inserting the options afterwards draws a false -Warray-bounds from GCC 12 at -O3.)
+  return {2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00,
+          0x45, 0, 0, 0, 0x10, 0x00, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+          0x30, 0x39, 0x00, 0x50, 0xff, 0xff, 0xfc, 0x00, 0, 0, 0, 1,
+          0x80,  // data offset 8 words: 32 bytes of TCP header
+          0x99, 0xff, 0xff, 0, 0, 0, 0,
+          1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2};  // options: NOP, NOP, timestamps
 }
 
 uint16_t Be16(const uint8_t* p) { return static_cast<uint16_t>(p[0] << 8 | p[1]); }
