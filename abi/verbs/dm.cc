@@ -11,9 +11,10 @@ using namespace softverbs;
 using namespace softverbs::abi;
 
 namespace softverbs::abi {
-namespace {
 
 std::string Name(const ibv_dm* dm) { return ObjectName("dm", dm->handle); }
+
+namespace {
 
 // ibv_memcpy_to_dm / ibv_memcpy_from_dm (verbs.h calls them through the ibv_dm): 0 or an errno.
 int CopyToDm(ibv_dm* dm, uint64_t offset, const void* host, size_t length) {

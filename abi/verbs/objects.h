@@ -178,6 +178,7 @@ std::string Name(const ibv_cq* cq);
 std::string Name(const ibv_pd* pd);
 std::string Name(const ibv_srq* srq);
 std::string Name(const ibv_mr* mr);
+std::string Name(const ibv_dm* dm);
 
 // Creates a QP (qp.cc): ibv_create_qp_ex(3)'s conversion and checks, with `provider` carrying
 // what mlx5dv_create_qp(3) adds (DC role, mlx5 create flags) -- nullptr for plain verbs.

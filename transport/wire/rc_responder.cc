@@ -21,7 +21,7 @@ constexpr uint64_t kMaxMessage = 1ull << 31;
 // A READ's data is fetched this much at a time (a whole number of packets of any path MTU).
 constexpr uint64_t kReadChunk = 64 * 1024;
 
-int32_t PsnDiff(uint32_t a, uint32_t b) { return static_cast<int32_t>((a - b) << 8) >> 8; }
+using fabric::packet::PsnDiff;
 
 uint8_t SyndromeOf(ReplyCode code) {
   switch (code) {

@@ -24,7 +24,7 @@ Gid16 ToGid(const uint8_t* g) {
 }
 
 // 24-bit serial-number order (IBA 9.7.1; rxe's psn_compare): negative when a precedes b.
-int32_t PsnDiff(uint32_t a, uint32_t b) { return static_cast<int32_t>((a - b) << 8) >> 8; }
+using fabric::packet::PsnDiff;
 
 uint32_t Packets(const Request& r) {
   if (r.opcode == WrOpcode::kAtomicCmpSwp || r.opcode == WrOpcode::kAtomicFetchAdd) return 1;

@@ -15,7 +15,7 @@
 namespace softverbs::cm {
 namespace {
 
-bool Readable(int fd) {
+bool HasInput(int fd) {
   pollfd p{fd, POLLIN, 0};
   return poll(&p, 1, 0) == 1;
 }
@@ -48,7 +48,7 @@ TEST(SocketConduitTest, CarriesMessagesAndSeesThePeerGo) {
   m.private_data_len = 3;
   m.private_data[0] = 'a';
   ASSERT_TRUE(a.Send(m).ok());
-  ASSERT_TRUE(Readable(b->fd()));
+  ASSERT_TRUE(HasInput(b->fd()));
   Message got;
   bool closed = true;
   ASSERT_TRUE(b->Receive(&got, &closed).ok());
@@ -91,7 +91,7 @@ class MadConduitTest : public ::testing::Test {
     };
   }
   Message Take(MadConduit& c) {
-    EXPECT_TRUE(Readable(c.fd()));
+    EXPECT_TRUE(HasInput(c.fd()));
     Message m;
     bool closed = true;
     Status s = c.Receive(&m, &closed);
@@ -140,7 +140,7 @@ TEST_F(MadConduitTest, ReqRepRtuDreqDrep) {
   EXPECT_EQ(got.gid, gid_a_);
   EXPECT_EQ(ntohs(reinterpret_cast<const sockaddr_in*>(&got.src)->sin_port), 40000);
   EXPECT_EQ(b_->context().remote_comm_id, 0x11111111u);
-  EXPECT_FALSE(Readable(b_->fd()));
+  EXPECT_FALSE(HasInput(b_->fd()));
   // A retransmits its REQ byte for byte until answered.
   ASSERT_TRUE(a_->Retransmit().ok());
   EXPECT_EQ(sent_by_a_.back(), sent_by_a_[0]);
@@ -191,7 +191,7 @@ TEST_F(MadConduitTest, AnMraOnlyExtendsTheTimer) {
   EXPECT_EQ(a_->mra_service_timeout(), -1);
   ASSERT_TRUE(a_->Deliver(mra, gid_b_).ok());
   EXPECT_EQ(a_->mra_service_timeout(), 24);
-  EXPECT_FALSE(Readable(a_->fd()));
+  EXPECT_FALSE(HasInput(a_->fd()));
 }
 
 TEST_F(MadConduitTest, APrivateDataTooLongIsRefusedBeforeSending) {
