@@ -8,7 +8,9 @@ sequence error, invalid request, remote access, remote operational) and RNR NAKs
 each way; and retransmissions each way: request packets (SEND, WRITE, READ request, atomics)
 whose (destination QP, PSN) the same file already holds in the same direction (IBA 9.7.6.1.3:
 a retry carries the original PSN). Each file is one process, so QP numbers and PSNs of
-different runs never mix.
+different runs never mix. `final_acks`: files whose last packet is a plain ACK softverbs sent --
+the ACK a responder held (coalescing) and let out as its QP was destroyed, which may reach a
+peer QP that is gone already (docs/wire.md, "ACK coalescing").
 """
 import ipaddress
 import struct
@@ -43,14 +45,16 @@ def packets(path):
 def main():
     own = {ipaddress.ip_address(a) for a in sys.argv[1].split(',')}
     n = {k: 0 for k in ('sent', 'rcvd', 'naks_sent', 'naks_rcvd', 'rnr_sent', 'rnr_rcvd',
-                        'retx_sent', 'retx_rcvd')}
+                        'retx_sent', 'retx_rcvd', 'final_acks')}
     for path in sys.argv[2:]:
         seen = set()
+        last = None
         for src, bth in packets(path):
             if len(bth) < 12:
                 continue
             way = 'sent' if src in own else 'rcvd'
             n[way] += 1
+            last = (way, bth[0], bth[12] if len(bth) >= 13 else None)
             opcode = bth[0]
             dqp = int.from_bytes(bth[5:8], 'big')
             psn = int.from_bytes(bth[9:12], 'big')
@@ -65,6 +69,8 @@ def main():
                 if key in seen:
                     n['retx_' + way] += 1
                 seen.add(key)
+        if last is not None and last[0] == 'sent' and last[1] == 0x11 and last[2] is not None and last[2] < 0x20:
+            n['final_acks'] += 1
     print(' '.join(f'{k}={v}' for k, v in n.items()))
 
 
