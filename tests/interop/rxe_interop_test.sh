@@ -133,8 +133,21 @@ run_pair() {
       grep -qE '^ +[0-9]+ +[0-9]+ ' "$hlog" "$glog" && ok=1
     fi
   fi
+  # With loss, RC cannot save the ACK of a pingpong's last message once its receiver, done with
+  # every iteration, has exited: the sender retries into a destroyed QP and ends in
+  # RETRY_EXC_ERR (IBA 9.7.6.1.3), rxe as softverbs. The message itself arrived -- the peer
+  # counted all of its iterations -- so that ending is the protocol's, not a defect.
+  local note=""
+  if [ "$ok" = 0 ] && [ -n "${loss_phase:-}" ] && [ "$kind" = pingpong ]; then
+    local failed=$hlog finished=$glog finished_rc=$grc
+    [ "$hrc" = 0 ] && failed=$glog finished=$hlog finished_rc=$hrc
+    if [ "$finished_rc" = 0 ] && grep -q 'iters in' "$finished" && grep -q 'transport retry counter exceeded' "$failed" &&
+       [ "$(grep -c 'Failed status' "$failed")" = 1 ]; then
+      ok=1 note=" (the last ACK was lost after the peer finished: retry exceeded, as for any RC peer)"
+    fi
+  fi
   local result
-  result=$(grep -hE 'iters in|^ +[0-9]+ +[0-9]+ ' "$hlog" | tail -1 | tr -s ' ')
+  result=$(grep -hE 'iters in|^ +[0-9]+ +[0-9]+ ' "$hlog" | tail -1 | tr -s ' ')$note
   check "$what: $prog $* ($([ "$dir" = g2h ] && echo "rxe server, softverbs client" || echo "softverbs server, rxe client"); rxe rc=${grc:-none}, softverbs rc=$hrc) ::$result" \
     test "$ok" = 1
   if [ "$ok" != 1 ]; then
@@ -211,6 +224,7 @@ check "rxe saw no sequence gap and no error${bad:+ (${bad# })}" test -z "$bad"
 guest_run 60 "/usr/sbin/tc qdisc add dev eth0 root netem loss 2% && /usr/sbin/tc qdisc show dev eth0" >"$work/tc.log"
 check "netem drops 2% of what the guest sends ($(head -1 "$work/tc.log"))" grep -q 'netem.*loss 2%' "$work/tc.log"
 export SOFTVERBS_FAULTS="tx:loss=2%,seed=12"
+loss_phase=1
 mkdir -p "$work/pcap-loss"
 export SOFTVERBS_PCAP="$work/pcap-loss/%p.pcap"
 counters "$work/before-loss"
@@ -220,9 +234,9 @@ for dir in g2h h2g; do
   run_pair "RC READ with loss" "$dir" perftest ib_read_bw -n 30 -u 16 -o 16
 done
 counters "$work/after-loss"
-unset SOFTVERBS_FAULTS SOFTVERBS_PCAP
+unset SOFTVERBS_FAULTS SOFTVERBS_PCAP loss_phase
 [ -n "$(ls "$work"/pcap-loss)" ] || finish  # INTEROP_ONLY chose no run with loss
-read -r _ _ _ _ _ _ retx_sent retx_rcvd < <(
+read -r _ _ _ _ _ _ retx_sent retx_rcvd _ < <(
   python3 "$here/pcap_summary.py" "$host_ip,$host_ip6" "$work"/pcap-loss/*.pcap | sed 's/[a-z_]*=//g')
 check "the loss was recovered from: softverbs retransmitted $retx_sent packets, rxe $retx_rcvd; rxe's counters: $(
   for c in out_of_seq_request duplicate_request rcvd_seq_err completer_retry_err; do
