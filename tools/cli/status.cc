@@ -151,6 +151,8 @@ ProcessWire ParseWireReport(const std::string& text) {
       if (words >> address) w.ports.push_back(address);
     } else if (first == "device") {
       w.device = ParseCounters(words);
+    } else if (first == "qp1") {
+      w.qp1 = ParseCounters(words);
     } else if (first == "qp") {
       QpWireCounters q;
       std::string number;

@@ -32,6 +32,7 @@ struct ProcessWire {
   pid_t pid = 0;
   std::vector<std::string> ports;  // its UDP 4791 sockets, "address:port"
   Counters device;                 // sent, received, icrc_errors, ...
+  Counters qp1;                    // MADs on QP1: received, refused, unhandled, sent
   std::vector<QpWireCounters> qps;
   std::string text;                // the answer as received (the readable format prints it)
 };

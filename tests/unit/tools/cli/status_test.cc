@@ -29,6 +29,7 @@ TEST(ParseWireReportTest, ReadsPortsDeviceAndPerQpCounters) {
       "  port 10.0.0.1:4791\n"
       "  device sent=12 received=10 icrc_errors=0 malformed=1 unknown_qp=0 unsupported=0 forwarded=3 "
       "misdelivered=0 acks_coalesced=2\n"
+      "  qp1 received=4 refused=1 unhandled=0 sent=3\n"
       "  qp 0x1a3 requester packets=7 retransmitted=1 acks=6 read_responses=0 atomic_acks=0 naks_sequence=0 "
       "naks_rnr=0 naks_error=0\n"
       "  qp 0x1a4 responder packets=5 out_of_sequence=0 duplicates=0 acks=5 naks_sequence=0 naks_rnr=0 "
@@ -41,6 +42,8 @@ TEST(ParseWireReportTest, ReadsPortsDeviceAndPerQpCounters) {
   ASSERT_EQ(w.device.size(), 9u);
   EXPECT_EQ(w.device[0], (std::pair<std::string, uint64_t>("sent", 12)));
   EXPECT_EQ(w.device[3], (std::pair<std::string, uint64_t>("malformed", 1)));
+  ASSERT_EQ(w.qp1.size(), 4u);
+  EXPECT_EQ(w.qp1[1], (std::pair<std::string, uint64_t>("refused", 1)));
   ASSERT_EQ(w.qps.size(), 2u);
   EXPECT_EQ(w.qps[0].qpn, 0x1a3u);
   EXPECT_EQ(w.qps[0].side, "requester");
@@ -84,6 +87,18 @@ TEST(StatusJsonTest, OneDocumentWithNullsForTheUnknown) {
             std::string::npos)
       << json;
   EXPECT_NE(json.find("{\"qpn\": 259, \"pid\": 10, \"type\": null"), std::string::npos) << json;
+}
+
+TEST(StatusJsonTest, AWireProcessCarriesItsDeviceAndQp1Counters) {
+  HostStatus s;
+  s.tables = {{"processes", "processes", {{11, 1}}}};
+  s.wire = {ParseWireReport("pid 11\n  port 10.0.0.1:4791\n  device sent=5 received=6\n"
+                            "  qp1 received=2 refused=0 unhandled=1 sent=3\n")};
+  const std::string json = StatusJson(s, "{}");
+  EXPECT_NE(json.find("\"wire\": {\"ports\": [\"10.0.0.1:4791\"], \"counters\": {\"sent\": 5, \"received\": 6}, "
+                      "\"qp1\": {\"received\": 2, \"refused\": 0, \"unhandled\": 1, \"sent\": 3}}"),
+            std::string::npos)
+      << json;
 }
 
 }  // namespace
