@@ -59,22 +59,23 @@ Status CheckIcrc(const IpUdpInfo& ip, std::span<const uint8_t> udp_payload) {
 
 namespace {
 
-// The ICRC's change when bit i of the IPv4 ID is set, for each i: the CRC of the ID bytes alone
-// (from a zero register, so the parts that do not change cancel) carried through the `tail`
-// zero bytes that follow the ID in the covered data. Linear, so any ID's change is an XOR of these.
+// The ICRC's change when the IPv4 ID is `id` instead of 0: the CRC of the ID bytes alone (from a
+// zero register, so the parts that do not change cancel) carried through the `tail` bytes that
+// follow the ID in the covered data. Linear in `id`.
+uint32_t IdEffect(uint16_t id, size_t tail) {
+  const uint8_t bytes[2] = {static_cast<uint8_t>(id >> 8), static_cast<uint8_t>(id)};
+  return Crc32ZeroExtend(Crc32Update(0, bytes, 2), tail);
+}
+
+// Covered after the ID: the rest of the IPv4 header, the UDP header, BTH ... pad.
+size_t BytesAfterIpv4Id(size_t udp_payload_without_icrc) {
+  return (kIpv4HeaderBytes - 6) + kUdpHeaderBytes + udp_payload_without_icrc;
+}
+
+// The effect of each of the 16 ID bits; any ID's effect is an XOR of these.
 std::array<uint32_t, 16> IdBitEffects(size_t tail) {
-  static const uint8_t kZeros[256] = {};
   std::array<uint32_t, 16> effect{};
-  for (int i = 0; i < 16; ++i) {
-    uint8_t id[2] = {static_cast<uint8_t>((1u << i) >> 8), static_cast<uint8_t>(1u << i)};
-    uint32_t c = Crc32Update(0, id, 2);
-    for (size_t left = tail; left > 0;) {
-      size_t n = left < sizeof(kZeros) ? left : sizeof(kZeros);
-      c = Crc32Update(c, kZeros, n);
-      left -= n;
-    }
-    effect[i] = c;
-  }
+  for (int i = 0; i < 16; ++i) effect[i] = IdEffect(static_cast<uint16_t>(1u << i), tail);
   return effect;
 }
 
@@ -113,10 +114,14 @@ Result<uint16_t> RecoverIpv4Id(const IpUdpInfo& ip, std::span<const uint8_t> udp
   IpUdpInfo zero_id = ip;
   zero_id.ip_id = 0;
   auto body = udp_payload.first(udp_payload.size() - kIcrcBytes);
-  uint32_t diff = ComputeIcrc(zero_id, body) ^ LoadIcrc(udp_payload.data() + body.size());
-  // Covered after the ID: the rest of the IPv4 header, the UDP header, BTH ... pad.
-  size_t tail = (kIpv4HeaderBytes - 6) + kUdpHeaderBytes + body.size();
-  return Solve(IdBitEffects(tail), diff);
+  const uint32_t diff = ComputeIcrc(zero_id, body) ^ LoadIcrc(udp_payload.data() + body.size());
+  if (diff == 0) return uint16_t{0};  // the common case: a Linux socket's DF datagram
+  return Solve(IdBitEffects(BytesAfterIpv4Id(body.size())), diff);
+}
+
+uint32_t Ipv4IdIcrcEffect(uint16_t id, size_t udp_payload_bytes) {
+  if (udp_payload_bytes < kBthBytes + kIcrcBytes) return 0;
+  return IdEffect(id, BytesAfterIpv4Id(udp_payload_bytes - kIcrcBytes));
 }
 
 }  // namespace softverbs::fabric::packet
