@@ -135,7 +135,9 @@ class VethTest : public testing::Test {
       // Over IPv4 a datagram sent in a GSO run carries its ICRC moved to its segment's ID.
       const std::optional<uint16_t> id = IcrcMovedTo(r.bytes, payloads[SeqOf(r.bytes)]);
       ASSERT_TRUE(id.has_value()) << "datagram " << SeqOf(r.bytes) << " changed";
-      if (a.local().family() == AF_INET6) EXPECT_EQ(*id, 0);
+      if (a.local().family() == AF_INET6) {
+        EXPECT_EQ(*id, 0);
+      }
     }
   }
 
