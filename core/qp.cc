@@ -293,8 +293,10 @@ Qp::~Qp() {
   // acts on it (reposting to the QP, libfabric verbs/rxm) uses a freed object. The destroyed
   // QP's posted WRs are not completed (ibv_destroy_qp(3) does not flush): a consumer that wants
   // them back moves the QP to ERR and drains its flushes first (IBA 10.3.1).
-  if (init_.send_cq != nullptr) init_.send_cq->RemoveEntriesOf(qpn_);
-  if (init_.recv_cq != nullptr && init_.recv_cq != init_.send_cq) init_.recv_cq->RemoveEntriesOf(qpn_);
+  uint32_t removed = 0;
+  if (init_.send_cq != nullptr) removed += init_.send_cq->RemoveEntriesOf(qpn_);
+  if (init_.recv_cq != nullptr && init_.recv_cq != init_.send_cq) removed += init_.recv_cq->RemoveEntriesOf(qpn_);
+  if (removed != 0) SV_LOG(kInfo, "ibv_destroy_qp(qp 0x%x): %u unpolled completion(s) left its CQs", qpn_, removed);
   if (init_.srq != nullptr) init_.srq->users().Release();
   if (init_.recv_cq != nullptr) init_.recv_cq->users().Release();
   if (init_.send_cq != nullptr) init_.send_cq->users().Release();
