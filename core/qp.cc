@@ -288,11 +288,11 @@ Qp::~Qp() {
   if (w.dead_cleared != 0)
     SV_LOG(kInfo, "ibv_destroy_qp(qp 0x%x): dropped %u delivery(ies) of dead sender(s)", qpn_, w.dead_cleared);
   // Now that no delivery can add one, the QP's unpolled completions leave its CQs, as mlx5 does
-  // (libmlx5 mlx5_destroy_qp -> __mlx5_cq_clean on both CQs): a completion must never name a QP
-  // that no longer exists -- its wr_id refers to the destroyed QP's context, and a consumer that
-  // acts on it (reposting to the QP, libfabric verbs/rxm) uses a freed object. The destroyed
-  // QP's posted WRs are not completed (ibv_destroy_qp(3) does not flush): a consumer that wants
-  // them back moves the QP to ERR and drains its flushes first (IBA 10.3.1).
+  // (libmlx5 mlx5_destroy_qp -> __mlx5_cq_clean on both CQs), so that none names a QP that no
+  // longer exists (a consumer acting on one -- libfabric 1.17's verbs/rxm reposts the buffer --
+  // would use the destroyed QP). Destroying completes nothing (neither mlx5 nor rxe flushes
+  // here): a consumer that wants every WR back moves the QP to ERR and drains its flushes first
+  // (IBA 10.3.1).
   uint32_t removed = 0;
   if (init_.send_cq != nullptr) removed += init_.send_cq->RemoveEntriesOf(qpn_);
   if (init_.recv_cq != nullptr && init_.recv_cq != init_.send_cq) removed += init_.recv_cq->RemoveEntriesOf(qpn_);
