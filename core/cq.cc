@@ -262,7 +262,7 @@ void Cq::FailQp(uint32_t qp_num) {
   }
 }
 
-void Cq::RemoveEntriesOf(uint32_t qp_num) {
+uint32_t Cq::RemoveEntriesOf(uint32_t qp_num) {
   std::lock_guard poll(poll_mu_);
   CqRing& r = ring();
   fabric::RobustLock lock(r.lock);
@@ -272,11 +272,16 @@ void Cq::RemoveEntriesOf(uint32_t qp_num) {
   uint32_t kept = 0;
   for (uint32_t i = 0; i < held; ++i) {
     CqEntry& from = e[(head + i) % r.capacity];
-    if (from.c.qp_num == qp_num) continue;
+    if (from.c.qp_num == qp_num) {
+      SV_LOG(kDebug, "cq 0x%x: removing the completion of qp 0x%x (wr_id 0x%llx, status %u, opcode %u)", handle_,
+             qp_num, static_cast<unsigned long long>(from.c.wr_id), from.c.status, from.c.opcode);
+      continue;
+    }
     if (kept != i) e[(head + kept) % r.capacity] = from;
     ++kept;
   }
   r.tail.store(head + kept, std::memory_order_release);
+  return held - kept;
 }
 
 bool Cq::TakeOverrun() {

@@ -90,8 +90,9 @@ class Cq {
   bool Push(const Completion& c);
   // Moves up to `max` completions into `out`; returns how many.
   int Poll(Completion* out, int max);
-  // Drops the completions of QP `qp_num` (the QP moved to RESET: ibv_modify_qp, IBA 10.3.1).
-  void RemoveEntriesOf(uint32_t qp_num);
+  // Drops the completions of QP `qp_num` (the QP moved to RESET: ibv_modify_qp, IBA 10.3.1; or
+  // was destroyed); returns how many it held.
+  uint32_t RemoveEntriesOf(uint32_t qp_num);
   // True once since the last call if a completion was lost because the CQ was full.
   bool TakeOverrun();
   // Posts IBV_EVENT_CQ_ERR if a completion was lost since the last report (by any producer).

@@ -287,6 +287,16 @@ Qp::~Qp() {
   fabric::PinWait w = fabric::WaitUnpinned(context_.registry(), e.users, "ibv_destroy_qp(qp " + Hex(qpn_) + ")");
   if (w.dead_cleared != 0)
     SV_LOG(kInfo, "ibv_destroy_qp(qp 0x%x): dropped %u delivery(ies) of dead sender(s)", qpn_, w.dead_cleared);
+  // Now that no delivery can add one, the QP's unpolled completions leave its CQs, as mlx5 does
+  // (libmlx5 mlx5_destroy_qp -> __mlx5_cq_clean on both CQs), so that none names a QP that no
+  // longer exists (a consumer acting on one -- libfabric 1.17's verbs/rxm reposts the buffer --
+  // would use the destroyed QP). Destroying completes nothing (neither mlx5 nor rxe flushes
+  // here): a consumer that wants every WR back moves the QP to ERR and drains its flushes first
+  // (IBA 10.3.1).
+  uint32_t removed = 0;
+  if (init_.send_cq != nullptr) removed += init_.send_cq->RemoveEntriesOf(qpn_);
+  if (init_.recv_cq != nullptr && init_.recv_cq != init_.send_cq) removed += init_.recv_cq->RemoveEntriesOf(qpn_);
+  if (removed != 0) SV_LOG(kInfo, "ibv_destroy_qp(qp 0x%x): %u unpolled completion(s) left its CQs", qpn_, removed);
   if (init_.srq != nullptr) init_.srq->users().Release();
   if (init_.recv_cq != nullptr) init_.recv_cq->users().Release();
   if (init_.send_cq != nullptr) init_.send_cq->users().Release();

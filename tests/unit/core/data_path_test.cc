@@ -162,5 +162,34 @@ TEST_F(DataPathTest, ErrorFlushesEverythingAfterIt) {
   EXPECT_EQ(a_->state(), QpState::kErr);
 }
 
+
+// ibv_destroy_qp takes the QP's unpolled completions out of its CQs, as libmlx5 does
+// (mlx5_destroy_qp -> __mlx5_cq_clean): none may name a QP that no longer exists (libfabric's
+// verbs provider polls its CQ after rdma_destroy_ep and would act on them). The other QPs'
+// completions stay, in order.
+TEST_F(DataPathTest, DestroyingAQpDropsItsUnpolledCompletionsOnly) {
+  auto c = MakeQp(cq_b_.get());  // completes in b's CQ too
+  Connect(*c, c->qp_num());      // to itself
+  for (uint64_t i = 0; i < 3; ++i) {
+    RecvSge s{reinterpret_cast<uint64_t>(buf_) + 32768 + i * 8, 8, mr_->lkey()};
+    ASSERT_TRUE(b_->PostRecv(100 + i, &s, 1).ok());
+  }
+  SendWr w = Wr(WrOpcode::kRdmaWrite, 7, 0, 8);
+  w.rkey = mr_->rkey();
+  w.remote_addr = reinterpret_cast<uint64_t>(buf_) + 8192;
+  ASSERT_TRUE(c->PostSend(w).ok());  // b's CQ: c's write ...
+  for (uint64_t i = 0; i < 2; ++i) ASSERT_TRUE(a_->PostSend(Wr(WrOpcode::kSend, i, 0, 8)).ok());
+  ASSERT_EQ(Drain(*cq_a_, 2).size(), 2u);  // ... then b's two receives (RC: acknowledged once placed)
+  const uint32_t b_qpn = b_->qp_num();
+  b_.reset();  // ibv_destroy_qp with two receive completions unpolled and one receive still posted
+  Completion out[8];
+  ASSERT_EQ(cq_b_->Poll(out, 8), 1);
+  EXPECT_EQ(out[0].qp_num, c->qp_num());
+  EXPECT_EQ(out[0].wr_id, 7u);
+  EXPECT_EQ(out[0].status, 0u);
+  EXPECT_NE(out[0].qp_num, b_qpn);
+  EXPECT_EQ(cq_b_->Poll(out, 8), 0);  // no flush either: destroy completes nothing (mlx5, rxe)
+}
+
 }  // namespace
 }  // namespace softverbs::core

@@ -3,7 +3,9 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <functional>
@@ -29,6 +31,47 @@ void InNamespace(const std::string& ns, const std::function<void()>& fn) {
   ASSERT_EQ(setns(self.get(), CLONE_NEWNET), 0) << strerror(errno);
 }
 
+// Deletes what a test created, by exact names, if the test process dies before its TearDown
+// (SIGTERM from a timeout, SIGINT from ^C, even SIGKILL): a shell waits for EOF on a pipe whose
+// only writer is the test process, which the kernel closes on any death. It runs in a process
+// group of its own and ignores SIGINT/SIGTERM, so a signal to the test's group does not end it
+// before it has cleaned up. Dismiss() (the test cleaned up itself) ends it without deleting.
+class VethNamespaceGuard {
+ public:
+  // `cleanup`: shell commands naming exactly what to delete.
+  bool Start(const std::string& cleanup) {
+    const std::string script = "trap '' INT TERM; read x; [ \"$x\" = done ] || { " + cleanup + " } >/dev/null 2>&1";
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) return false;
+    pid_ = fork();
+    if (pid_ < 0) return false;
+    if (pid_ == 0) {  // only async-signal-safe calls until exec (the parent has threads)
+      setpgid(0, 0);
+      if (dup2(p[0], STDIN_FILENO) < 0) _exit(127);
+      close_range(3, ~0U, 0);  // the write end too: EOF must mean the test process is gone
+      execl("/bin/sh", "sh", "-c", script.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(p[0]);
+    write_end_ = p[1];
+    return true;
+  }
+  void Dismiss() {
+    if (write_end_ >= 0) {
+      (void)!write(write_end_, "done\n", 5);
+      close(write_end_);
+      write_end_ = -1;
+    }
+    if (pid_ > 0) waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  ~VethNamespaceGuard() { Dismiss(); }
+
+ private:
+  pid_t pid_ = -1;
+  int write_end_ = -1;
+};
+
 class VethTest : public testing::Test {
  protected:
   void SetUp() override {
@@ -45,7 +88,11 @@ class VethTest : public testing::Test {
     snprintf(v6, sizeof(v6), "fd00:77:%x::", static_cast<unsigned>(getpid()) & 0xffff);
     ip6_a_ = std::string(v6) + "1";
     ip6_b_ = std::string(v6) + "2";
-    created_ = true;  // from here on TearDown deletes whatever exists of it
+    // From here on TearDown deletes whatever exists of it, and the guard does if this process
+    // dies first (names only: the pair's end left in this namespace, the two namespaces).
+    ASSERT_TRUE(guard_.Start("timeout 20 ip link del " + dev_a + "; timeout 20 ip netns del " + ns_a_ +
+                             "; timeout 20 ip netns del " + ns_b_ + ";"));
+    created_ = true;
     Ip("netns add " + ns_a_);
     Ip("netns add " + ns_b_);
     Ip("link add " + dev_a + " type veth peer name " + dev_b);
@@ -68,6 +115,7 @@ class VethTest : public testing::Test {
     if (!created_) return;
     // Deleting a namespace deletes the veth end in it, and with it the pair.
     for (const std::string& ns : {ns_a_, ns_b_}) Sh("ip netns del " + ns);
+    guard_.Dismiss();
   }
 
   static int Sh(const std::string& cmd) { return system(("timeout 20 " + cmd + " >/dev/null 2>&1").c_str()); }
@@ -94,6 +142,7 @@ class VethTest : public testing::Test {
     relay_pid_ = fork();
     ASSERT_GE(relay_pid_, 0);
     if (relay_pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGTERM);  // it must not outlive a killed test (it runs in ns)
       UniqueFd target(open(("/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC));
       if (!target.valid() || setns(target.get(), CLONE_NEWNET) != 0) _exit(127);
       dup2(out[1], STDOUT_FILENO);
@@ -165,6 +214,7 @@ class VethTest : public testing::Test {
   }
 
   bool created_ = false;
+  VethNamespaceGuard guard_;
   pid_t relay_pid_ = -1;
   std::string ns_a_, ns_b_, ip_a_, ip_b_, ip6_a_, ip6_b_;
 };
