@@ -31,25 +31,39 @@ check "fi_info: MTU $active_mtu (the port's)" grep -q "mtu: $active_mtu" <<<"$in
 check "fi_info -p 'verbs;ofi_rxm' lists an RDM endpoint" \
   grep -q "type: FI_EP_RDM" <<<"$(timeout 60 "$sv" run -- fi_info -p 'verbs;ofi_rxm' 2>&1)"
 
-# pingpong <fi_pingpong options...>: server and client must exit 0 and print the same sweep;
-# -c makes both check every byte they receive.
-pingpong() {
-  local port=$(free_port) srv_log cli_log spid src crc
-  srv_log=$(mktemp) cli_log=$(mktemp)
-  timeout 120 "$sv" run -- fi_pingpong -B "$port" "$@" >"$srv_log" 2>&1 &
+# pingpong_once <fi_pingpong options...>: runs a server and a client; sets src, crc (their exit
+# codes), rows (the sizes the client printed) and leaves their output in srv_log / cli_log.
+pingpong_once() {
+  local port=$(free_port) spid
+  timeout 60 "$sv" run -- fi_pingpong -B "$port" "$@" >"$srv_log" 2>&1 &
   spid=$!
   sleep 0.5
-  timeout 120 "$sv" run -- fi_pingpong -P "$port" "$@" 127.0.0.1 >"$cli_log" 2>&1
+  timeout 60 "$sv" run -- fi_pingpong -P "$port" "$@" 127.0.0.1 >"$cli_log" 2>&1
   crc=$?
   wait "$spid"; src=$?
-  local rows
   rows=$(grep -cE '^[0-9]+[km]?\s+[0-9]+[km]?\s+=[0-9]+' "$cli_log")
+}
+
+# pingpong <fi_pingpong options...>: server and client must exit 0 and print the same sweep;
+# -c makes both check every byte they receive.
+# libfabric 1.17's rxm (Debian 12) closes a connection's endpoint before it flushes its CQ: a peer's
+# last "fin" still in the CQ is then lost and fi_pingpong waits for it until the timeout
+# (docs/ecosystem.md, "rxm teardown race"; fixed upstream by ofiwg/libfabric 697688386, and the
+# same with mlx5). A run of rxm that finished its whole sweep and then hung there is run once more.
+pingpong() {
+  local src crc rows note="" srv_log cli_log
+  srv_log=$(mktemp) cli_log=$(mktemp)
+  pingpong_once "$@"
+  if [[ "$*" == *ofi_rxm* ]] && [ "$rows" -ge "${want_rows:-1}" ] && { [ "$src" -eq 124 ] || [ "$crc" -eq 124 ]; }; then
+    note=" (the first run hung after its sweep: server rc=$src, client rc=$crc -- libfabric 1.17's rxm teardown race; run again)"
+    pingpong_once "$@"
+  fi
   if [ "$src" -eq 0 ] && [ "$crc" -eq 0 ] && [ "$rows" -ge "${want_rows:-1}" ]; then
     pass=$((pass + 1))
-    echo "ok   fi_pingpong $* :: $rows sizes, largest: $(grep -E '^[0-9]+[km]?\s' "$cli_log" | tail -1 | tr -s ' ')"
+    echo "ok   fi_pingpong $* :: $rows sizes, largest: $(grep -E '^[0-9]+[km]?\s' "$cli_log" | tail -1 | tr -s ' ')$note"
   else
     fail=$((fail + 1))
-    echo "FAIL fi_pingpong $* (server rc=$src, client rc=$crc, $rows sizes)"
+    echo "FAIL fi_pingpong $* (server rc=$src, client rc=$crc, $rows sizes)$note"
     sed 's/^/  server: /' "$srv_log" | tail -5
     sed 's/^/  client: /' "$cli_log" | tail -5
   fi
