@@ -1,7 +1,8 @@
 // A communication identifier (rdma_create_id(3)) and the CM protocol it speaks: REQ / REP /
 // RTU / REJ / DREQ / DREP for connected QPs and SIDR_REQ / SIDR_REP for UD (IBA vol 1 ch. 12),
-// one SOCK_SEQPACKET socket per connection. Every verb checks the state table (id_state.cc)
-// and its arguments before changing anything. All members are guarded by the channel's mutex.
+// one conduit per connection (cm/conduit.h: a socket to a peer of this host, IB CM MADs on QP1
+// to another host). Every verb checks the state table (id_state.cc) and its arguments before
+// changing anything. All members are guarded by the channel's mutex.
 #pragma once
 
 #include <sys/socket.h>
@@ -136,7 +137,15 @@ class Id : public Source, private Timer::Owner {
  private:
   void OnTimeout() override;
   // --- the MAD path (docs/cm.md, "Across hosts") ---
-  class InboxWatch;
+  // A listener's REQs from other hosts (its MadInbox) in the channel's epoll set.
+  class InboxWatch : public Source {
+   public:
+    explicit InboxWatch(Id* id) : id_(id) {}
+    void OnReadable() override { id_->OnWireRequests(); }
+
+   private:
+    Id* id_;
+  };
   Status SendToPeer(const Message& m);
   // Closes the peer's transport: the socket, or the MAD conduit and its comm ID.
   void DropConduit();

@@ -1,4 +1,4 @@
-// The MAD path of one identifier (docs/cm.md, "Across hosts"; skeleton): its messages leave as
+// The MAD path of one identifier (docs/cm.md, "Across hosts"): its messages leave as
 // IB CM MADs (cm/mad.h) through a sender the layer above binds to WireFabric::SendMad, and the
 // MADs the host's CM agent finds addressed to it (by comm ID, or the listener's service ID)
 // arrive through Deliver(). It keeps what a MAD needs and a Message lacks (comm IDs, TID,

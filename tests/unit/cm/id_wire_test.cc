@@ -233,7 +233,9 @@ TEST_F(CmIdWireTest, UnansweredReqIsSentAgainThenUnreachable) {
 
 TEST_F(CmIdWireTest, LostRepIsSentAgainForTheRepeatedReq) {
   auto [listener, client] = ListenerAndClient();
-  (void)listener;
+  // The passive side's own REP timer (inherited from its listener) stays out of the way: only
+  // the answer to the repeated REQ may send the REP again here.
+  listener->set_mad_timers_for_testing(600000, 3, 1);
   ASSERT_TRUE(Locked(client, [&] { return client->Connect(ConnParam{}); }).ok());
   EXPECT_EQ(Pump(), 1u);
   Event request = Next(server_.get());
