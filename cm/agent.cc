@@ -52,7 +52,7 @@ void Agent::SetSender(MadSender send) {
 }
 
 bool Agent::has_sender() const {
-  std::lock_guard lock(const_cast<std::mutex&>(send_mu_));
+  std::lock_guard lock(send_mu_);
   return static_cast<bool>(send_);
 }
 

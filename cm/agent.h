@@ -106,7 +106,7 @@ class Agent {
   void Answer(const mad::Mad& m, const Gid& sgid, const Gid& dgid);     // sends `m` back
   Status Send(const Gid& sgid, const Gid& dgid, std::span<const uint8_t> mad);
 
-  std::mutex send_mu_;
+  mutable std::mutex send_mu_;
   MadSender send_;  // under send_mu_
   std::mutex mu_;   // the tables; held while a MAD is delivered
   std::vector<Listener> listeners_;
