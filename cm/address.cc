@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <net/if.h>
+#include <unistd.h>
 
 #include <cstring>
 
@@ -120,6 +121,34 @@ sockaddr_storage SourceFor(const sockaddr* dst) {
   sockaddr_storage out = ConcreteDestination(dst);
   SetPort(&out, 0);
   return out;
+}
+
+}  // namespace softverbs::cm
+
+namespace softverbs::cm {
+
+Result<sockaddr_storage> RouteSourceFor(const sockaddr* dst) {
+  int fd = socket(dst->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Status(errno, std::string("socket: ") + strerror(errno));
+  sockaddr_storage to{};
+  memcpy(&to, dst, AddressLength(dst));
+  SetPort(&to, 4791);  // any port: connect(2) on UDP only picks the route
+  sockaddr_storage out{};
+  socklen_t len = sizeof(out);
+  Status s = Status::Ok();
+  if (connect(fd, reinterpret_cast<sockaddr*>(&to), AddressLength(dst)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&out), &len) != 0)
+    s = Status(ENETUNREACH, "no route to " + AddressText(dst) + ": " + strerror(errno));
+  close(fd);
+  if (!s.ok()) return s;
+  SetPort(&out, 0);
+  return out;
+}
+
+sockaddr_storage AnySourceFor(const sockaddr* dst) {
+  if (IsWildcard(dst) || IsMulticast(dst) || IsHostAddress(dst)) return SourceFor(dst);
+  Result<sockaddr_storage> routed = RouteSourceFor(dst);
+  return routed.ok() ? routed.value() : SourceFor(dst);
 }
 
 }  // namespace softverbs::cm

@@ -19,6 +19,7 @@ struct DeviceView {
   std::vector<Gid> gids;      // port 1's GID table, index = GID index (zero GID: empty slot)
   uint8_t port_num = 1;
   uint8_t active_mtu = 3;     // enum ibv_mtu of the port (3 = 1024)
+  uint64_t node_guid = 0;     // the CA GUID of REQ / REP (host order)
   int GidIndex(const Gid& gid) const;  // -1 when absent
 };
 
@@ -43,5 +44,13 @@ sockaddr_storage ConcreteDestination(const sockaddr* dst);
 // The source address the host's routing picks to reach a local destination: the destination
 // itself (a local address is reached through lo with itself as source).
 sockaddr_storage SourceFor(const sockaddr* dst);
+// The source address the host's routing picks for a destination of another host: what a UDP
+// socket connected to it is bound to (the kernel's rdma_resolve_addr asks the routing too).
+// ENETUNREACH when there is no route.
+Result<sockaddr_storage> RouteSourceFor(const sockaddr* dst);
+// The source for any destination (rdma_getaddrinfo's ai_src_addr): SourceFor for an address of
+// this host or a wildcard, else RouteSourceFor (SourceFor when there is no route: resolving it
+// then fails as it should).
+sockaddr_storage AnySourceFor(const sockaddr* dst);
 
 }  // namespace softverbs::cm

@@ -1,7 +1,7 @@
 // What carries an identifier's CM messages (docs/cm.md, "Across hosts"): the same-host socket
 // (today's path, cm/service.h and cm/wire.h) or the MAD path for any destination not on this
 // host (cm/mad_conduit.h). Each is readable through one fd, so a channel's epoll set waits on
-// both alike. cm::Id does not use this interface yet; it is the seam the MAD path plugs into.
+// both alike. A cm::Id's connection holds one.
 #pragma once
 
 #include "base/status.h"
@@ -23,7 +23,7 @@ class Conduit {
 };
 
 // The same-host path: a connected SOCK_SEQPACKET socket (cm/service.h), messages as cm/wire.h
-// sends them. Exactly what cm::Id does with its socket today.
+// sends them: the same-host path.
 class SocketConduit : public Conduit {
  public:
   explicit SocketConduit(UniqueFd socket) : socket_(std::move(socket)) {}

@@ -8,6 +8,8 @@
 #include <random>
 
 #include "base/log.h"
+#include "cm/agent.h"
+#include "cm/mad_conduit.h"
 #include "cm/service.h"
 
 namespace softverbs::cm {
@@ -54,7 +56,10 @@ constexpr int kTimewaitMs = 100;  // a disconnected QP's timewait (see Id::Disco
 Id::Id(Channel* channel, PortSpace ps, bool ud) : channel_(channel), ps_(ps), ud_(ud) {
   channel_->AddId();
   psn_ = RandomPsn();
+  mad_retry_ms_ = kMadRetryMs;
+  mad_max_retries_ = kMaxCmRetries;
 }
+
 
 Id::~Id() = default;
 
@@ -158,29 +163,35 @@ Status Id::ResolveAddr(const sockaddr* src, const sockaddr* dst, const DeviceVie
   // A multicast group resolves on the device of the source (rdma_join_multicast(3) needs the
   // identifier bound to a device).
   bool multicast = IsMulticast(t);
-  if (!multicast && !IsHostAddress(t)) {
-    // softverbs0 reaches the addresses of this host only (same-host fabric, DESIGN.md 5): for
-    // any other destination neighbour resolution fails, which rdma_cm reports as ADDR_ERROR;
-    // the identifier stays as it was (the kernel's addr_handler returns it to bound/idle).
-    SV_LOG(kInfo, "rdma_resolve_addr: %s is not an address of this host (softverbs is same-host)",
-           AddressText(t).c_str());
-    Emit(EventType::kAddrError, -EHOSTUNREACH);
-    return Status::Ok();
+  const bool wire = !multicast && !IsHostAddress(t);
+  sockaddr_storage routed{};
+  if (wire) {
+    // Another host: its CM is reached with MADs on QP1 from the address the routing picks,
+    // which must be one of softverbs0's GIDs. Otherwise neighbour resolution fails, which
+    // rdma_cm reports as ADDR_ERROR; the identifier stays as it was (the kernel's
+    // addr_handler returns it to bound/idle).
+    Status reached = WireSource(t, device, &routed);
+    if (!reached.ok()) {
+      SV_LOG(kInfo, "rdma_resolve_addr: %s", reached.rule().c_str());
+      Emit(EventType::kAddrError, -reached.code());
+      return Status::Ok();
+    }
   }
   if (state_ == IdState::kIdle) {
     sockaddr_storage from{};
     if (src != nullptr && !IsWildcard(src))
       memcpy(&from, src, AddressLength(src));
     else
-      from = multicast ? LoopbackOf(t->sa_family) : SourceFor(t);
+      from = multicast ? LoopbackOf(t->sa_family) : wire ? routed : SourceFor(t);
     if (src != nullptr) SetPort(&from, PortOf(src));
     SV_RETURN_IF_ERROR(BindAddr(reinterpret_cast<const sockaddr*>(&from), device));
   }
   dst_ = target;
+  on_wire_ = wire;
   state_ = IdState::kAddrResolved;
   if (!has_device_) {
     // Bound to a wildcard: the source the routing picks decides the device and GID.
-    sockaddr_storage source = multicast ? LoopbackOf(t->sa_family) : SourceFor(t);
+    sockaddr_storage source = multicast ? LoopbackOf(t->sa_family) : wire ? routed : SourceFor(t);
     int gid_index = device.GidIndex(GidOf(reinterpret_cast<const sockaddr*>(&source)));
     if (gid_index < 0) {
       Emit(EventType::kAddrError, -ENODEV);
@@ -220,6 +231,8 @@ Status Id::Listen(int backlog, const DeviceView& device) {
   SV_RETURN_IF_ERROR(channel_->Watch(socket_.get(), this));
   watched_ = true;
   state_ = IdState::kListening;
+  Status wire = ListenOnWire();
+  if (!wire.ok()) SV_LOG(kWarn, "rdma_listen: other hosts cannot reach this listener: %s", wire.rule().c_str());
   return Status::Ok();
 }
 
@@ -243,7 +256,10 @@ void Id::OnRequest(PendingRequest* pending, const Message* request) {
   std::unique_ptr<PendingRequest> owned = std::move(*it);
   pending_.erase(it);
   if (request == nullptr) return;  // the connection closed or carried no REQ: dropped
-  const Message& message = *request;
+  AdoptRequest(*request, std::make_unique<SocketConduit>(std::move(owned->fd())), nullptr);
+}
+
+void Id::AdoptRequest(const Message& message, std::unique_ptr<Conduit> conduit, MadConduit* mad) {
   bool ud = message.type == MessageType::kSidrReq;
   // The new identifier: bound to the device, "similar to a new socket" (rdma_accept(3)). It
   // belongs to the application once CONNECT_REQUEST is delivered; abi/ wraps it then.
@@ -260,8 +276,19 @@ void Id::OnRequest(PendingRequest* pending, const Message* request) {
   child->device_ = device_;
   int gid_index = child->device_.GidIndex(GidOf(reinterpret_cast<const sockaddr*>(&child->src_)));
   child->sgid_index_ = static_cast<uint8_t>(gid_index < 0 ? 0 : gid_index);
-  child->socket_ = std::move(owned->fd());
-  channel_->Retarget(child->socket_.get(), child);
+  child->conduit_ = std::move(conduit);
+  child->mad_ = mad;
+  child->on_wire_ = mad != nullptr;
+  child->mad_retry_ms_ = mad_retry_ms_;
+  child->mad_max_retries_ = mad_max_retries_;
+  child->mad_timewait_ms_ = mad_timewait_ms_;
+  if (mad != nullptr) {
+    // The REQ's path MTU, as the kernel's cm_init_qp_rtr_attr programs it (no larger than ours).
+    child->path_mtu_ = std::min(mad->context().path_mtu, device_.active_mtu);
+    (void)channel_->Watch(child->conduit_->fd(), child);
+  } else {
+    channel_->Retarget(child->conduit_->fd(), child);
+  }
   child->watched_ = true;
   child->state_ = IdState::kRequestReceived;
   child->EmitConnection(EventType::kConnectRequest, 0, message);
@@ -298,6 +325,7 @@ Status Id::Connect(const ConnParam& param) {
   m.private_data_len = static_cast<uint8_t>(param.private_data.size());
   std::copy(param.private_data.begin(), param.private_data.end(), m.private_data.begin());
 
+  if (on_wire_) return ConnectOnWire(m);
   const sockaddr* dst = reinterpret_cast<const sockaddr*>(&dst_);
   Status reached = ConnectService(socket_.get(), dst);
   // A port that is bound but not listening yet: on a fabric the REQ spends its flight time and
@@ -328,8 +356,9 @@ Status Id::Connect(const ConnParam& param) {
     Emit(EventType::kUnreachable, kTimedOut);
     return Status::Ok();
   }
-  SV_RETURN_IF_ERROR(SendMessage(socket_.get(), m));
-  SV_RETURN_IF_ERROR(channel_->Watch(socket_.get(), this));
+  conduit_ = std::make_unique<SocketConduit>(std::move(socket_));
+  SV_RETURN_IF_ERROR(conduit_->Send(m));
+  SV_RETURN_IF_ERROR(channel_->Watch(conduit_->fd(), this));
   watched_ = true;
   state_ = IdState::kConnecting;
   ArmTimeout(exchange_timeout_ms_);
@@ -342,6 +371,12 @@ ConnectedPath Id::PathFrom(uint8_t max_rd_atomic, uint8_t max_dest_rd_atomic, ui
   p.dest_qpn = peer_.qpn;
   p.rq_psn = peer_.psn;
   p.sq_psn = psn_;
+  if (on_wire_) {
+    // On the wire each side announces the PSN its receive queue expects (rxe's capture; the
+    // kernel's cm_rep_handler sets the active side's sq_psn from the REP's Starting PSN).
+    p.rq_psn = psn_;
+    p.sq_psn = peer_.psn;
+  }
   p.dgid = peer_.gid;
   p.sgid_index = sgid_index_;
   p.port_num = device_.port_num;
@@ -352,6 +387,10 @@ ConnectedPath Id::PathFrom(uint8_t max_rd_atomic, uint8_t max_dest_rd_atomic, ui
   p.retry_cnt = retry_cnt;
   p.rnr_retry = rnr_retry;
   p.timeout = ack_timeout_;
+  if (on_wire_) {
+    if (path_mtu_ != 0) p.path_mtu = path_mtu_;
+    if (!ack_timeout_set_) p.timeout = kMadAckTimeout;  // as rxe's CM programs it
+  }
   return p;
 }
 
@@ -395,9 +434,9 @@ Status Id::Accept(const ConnParam& param) {
     // SIDR: the REP carries the QPN and Q_Key; no RTU follows, and the passive side gets no
     // ESTABLISHED (the kernel's cma_accept for UD sends SIDR_REP only).
     // A requester gone meanwhile has nobody to answer (its lookup ended when its socket did).
-    Status sent = peer_gone_ ? Status::Ok() : SendMessage(socket_.get(), m);
+    Status sent = peer_gone_ ? Status::Ok() : SendToPeer(m);
     StopWatching();
-    socket_.reset();
+    DropConduit();
     state_ = IdState::kConnected;
     return sent.code() == EPIPE || sent.code() == ECONNRESET ? Status::Ok() : sent;
   }
@@ -422,12 +461,13 @@ Status Id::Accept(const ConnParam& param) {
     state_ = IdState::kDisconnected;
     return Status::Ok();
   }
-  Status sent = SendMessage(socket_.get(), m);
+  Status sent = SendToPeer(m);
   if (!sent.ok()) {
     OnPeerGone();
     return Status::Ok();
   }
-  ArmTimeout(exchange_timeout_ms_);  // for the RTU
+  retries_ = 0;
+  ArmTimeout(mad_ != nullptr ? mad_retry_ms_ : exchange_timeout_ms_);  // for the RTU
   return Status::Ok();
 }
 
@@ -439,9 +479,9 @@ Status Id::Reject(const std::vector<uint8_t>& private_data) {
   m.status = ud_ ? kSidrReject : kRejConsumerDefined;
   m.private_data_len = static_cast<uint8_t>(private_data.size());
   std::copy(private_data.begin(), private_data.end(), m.private_data.begin());
-  if (!peer_gone_) (void)SendMessage(socket_.get(), m);  // a gone peer needs no answer
+  if (!peer_gone_) (void)SendToPeer(m);  // a gone peer needs no answer
   StopWatching();
-  socket_.reset();
+  DropConduit();
   state_ = IdState::kDisconnected;
   return Status::Ok();
 }
@@ -452,7 +492,7 @@ Status Id::Establish() {
   if (qp_ != nullptr) return Invalid("the identifier has a QP: the CM already sent RTU");
   Message m = Compose(MessageType::kRtu);
   state_ = IdState::kConnected;
-  if (!SendMessage(socket_.get(), m).ok()) OnPeerGone();
+  if (!SendToPeer(m).ok()) OnPeerGone();
   return Status::Ok();
 }
 
@@ -462,13 +502,24 @@ Status Id::Disconnect() {
   // rdma_disconnect(3): "transitions any associated QP to the error state".
   if (qp_ != nullptr) (void)qp_->ToError();
   timer_.Disarm(channel_);
+  if (mad_ != nullptr) {
+    // On the wire the DREQ is sent again until its DREP (cm.c: the DREQ's timer and retries);
+    // DISCONNECTED is reported now as on this host, the timewait follows the DREP.
+    (void)SendToPeer(Compose(MessageType::kDreq));
+    state_ = IdState::kDisconnected;
+    Emit(EventType::kDisconnected, 0);
+    dreq_pending_ = true;
+    retries_ = 0;
+    ArmTimeout(mad_retry_ms_);
+    return Status::Ok();
+  }
   // The DREQ lands in the peer's socket for sure (a local, reliable transport), and the remote
   // CM answers a DREQ with a DREP without its application (the kernel does): the DREP carries
   // nothing, so the disconnect is complete now, as it is once the DREP arrives on a fabric. The
   // peer reports DISCONNECTED when it reads its channel; a DREP it sends back is ignored here.
-  (void)SendMessage(socket_.get(), Compose(MessageType::kDreq));
+  (void)SendToPeer(Compose(MessageType::kDreq));
   StopWatching();
-  socket_.reset();
+  DropConduit();
   Disconnected();
   return Status::Ok();
 }
@@ -565,7 +616,9 @@ void Id::OnReadable() {
   }
   Message m;
   bool closed = false;
-  Status s = ReceiveMessage(socket_.get(), &m, &closed);
+  if (conduit_ == nullptr) return;
+  Status s = conduit_->Receive(&m, &closed);
+  if (s.code() == EAGAIN) return;  // the MAD inbox was emptied meanwhile
   if (closed) {
     OnPeerGone();
     return;
@@ -599,14 +652,14 @@ void Id::OnMessage(const Message& m) {
           SV_LOG(kError, "rdma_cm: cannot move the QP to RTS: %s", moved.rule().c_str());
           Message rej = Compose(MessageType::kRej);
           rej.status = kRejConsumerDefined;
-          (void)SendMessage(socket_.get(), rej);
+          (void)SendToPeer(rej);
           StopWatching();
           state_ = IdState::kDisconnected;
           Emit(EventType::kConnectError, -moved.code());
           return;
         }
       }
-      (void)SendMessage(socket_.get(), Compose(MessageType::kRtu));
+      (void)SendToPeer(Compose(MessageType::kRtu));
       EmitConnection(EventType::kEstablished, 0, m);
       return;
     case MessageType::kRej:
@@ -635,13 +688,25 @@ void Id::OnMessage(const Message& m) {
       state_ = IdState::kConnected;
       Emit(EventType::kEstablished, 0);
       return;
+    case MessageType::kDrep:
+      if (state_ != IdState::kDisconnected || !dreq_pending_) break;
+      answered();
+      dreq_pending_ = false;
+      StartTimewait();
+      return;
     case MessageType::kDreq:
+      if (state_ == IdState::kDisconnected && mad_ != nullptr) {
+        // Both sides disconnected at once, or our DREP was lost: the kernel answers a DREQ in
+        // any state after its own DREQ with a DREP (cm_dreq_handler).
+        (void)SendToPeer(Compose(MessageType::kDrep));
+        return;
+      }
       if (state_ != IdState::kConnected && state_ != IdState::kAccepting &&
           state_ != IdState::kConnectResponse)
         break;
       answered();
       if (qp_ != nullptr) (void)qp_->ToError();
-      (void)SendMessage(socket_.get(), Compose(MessageType::kDrep));
+      (void)SendToPeer(Compose(MessageType::kDrep));
       Disconnected();
       return;
     default:
@@ -653,7 +718,7 @@ void Id::OnMessage(const Message& m) {
 void Id::OnPeerGone() {
   if (!in_timewait_) timer_.Disarm(channel_);  // a timewait runs on after the peer left
   StopWatching();
-  socket_.reset();
+  DropConduit();
   switch (state_) {
     case IdState::kConnecting:
     case IdState::kAccepting:
@@ -682,10 +747,18 @@ void Id::Disconnected() {
   // rdma_get_cm_event(3): after a disconnect the QP stays in timewait "to allow any in flight
   // packets to exit the network", then RDMA_CM_EVENT_TIMEWAIT_EXIT says it may be reused. On
   // one host nothing is in flight once the DREQ is delivered: a short timewait.
-  if (qp_ != nullptr) {
-    in_timewait_ = true;
+  StartTimewait();
+}
+
+void Id::StartTimewait() {
+  if (qp_ == nullptr) return;
+  in_timewait_ = true;
+  if (mad_ == nullptr) {
     ArmTimeout(kTimewaitMs);
+    return;
   }
+  // cm.c: the timewait lasts cm_convert_to_ms(av.timeout) (about 2 s at timeout 19).
+  ArmTimeout(mad_timewait_ms_ >= 0 ? mad_timewait_ms_ : CmConvertToMs(PathFrom(0, 0, 0, 0).timeout));
 }
 
 void Id::ArmTimeout(int milliseconds) {
@@ -700,16 +773,30 @@ void Id::OnTimeout() {
   switch (state_) {
     case IdState::kConnecting:
     case IdState::kAccepting:
+      if (mad_ != nullptr && RetransmitOrWait()) return;
       // IB_CM_REQ_ERROR / IB_CM_REP_ERROR → RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT.
+      SV_LOG(kInfo, "rdma_cm: %s unanswered: the peer's CM is unreachable",
+             state_ == IdState::kConnecting ? (ud_ ? "SIDR_REQ" : "REQ") : "REP");
       StopWatching();
-      socket_.reset();
+      DropConduit();
       if (qp_ != nullptr) (void)qp_->ToError();
       state_ = IdState::kDisconnected;
       Emit(EventType::kUnreachable, kTimedOut);
       return;
     case IdState::kDisconnected:
+      if (dreq_pending_) {
+        if (RetransmitOrWait()) return;
+        // cm.c: a DREQ whose retries ran out ends in timewait all the same.
+        dreq_pending_ = false;
+        StartTimewait();
+        return;
+      }
       if (in_timewait_) {
         in_timewait_ = false;
+        if (mad_ != nullptr) {
+          StopWatching();
+          DropConduit();  // the comm ID is free again
+        }
         Emit(EventType::kTimewaitExit, 0);
       }
       return;
@@ -719,7 +806,7 @@ void Id::OnTimeout() {
 }
 
 void Id::StopWatching() {
-  if (watched_ && socket_.valid()) channel_->Unwatch(socket_.get());
+  if (watched_ && WatchedFd() >= 0) channel_->Unwatch(WatchedFd());
   watched_ = false;
 }
 
@@ -728,12 +815,14 @@ void Id::MoveTo(Channel* channel) {
   bool was_watched = watched_;
   StopWatching();
   for (auto& p : pending_) channel_->Unwatch(p->fd().get());
+  if (wire_requests_ != nullptr) channel_->Unwatch(wire_requests_->fd());
   timer_.MoveTo(channel_, channel);
   channel_->RemoveId();
   channel_ = channel;
   channel_->AddId();
-  if (was_watched && socket_.valid()) watched_ = channel_->Watch(socket_.get(), this).ok();
+  if (was_watched && WatchedFd() >= 0) watched_ = channel_->Watch(WatchedFd(), this).ok();
   for (auto& p : pending_) (void)channel_->Watch(p->fd().get(), p.get());
+  if (wire_requests_ != nullptr) (void)channel_->Watch(wire_requests_->fd(), inbox_watch_.get());
   for (Event& e : queued) channel_->Post(std::move(e));
 }
 
@@ -752,6 +841,14 @@ void Id::Close() {
   timer_.Disarm(channel_);
   for (auto& p : pending_) channel_->Unwatch(p->fd().get());
   pending_.clear();
+  if (wire_requests_ != nullptr) {
+    channel_->Unwatch(wire_requests_->fd());
+    Agent::Get().RemoveListener(wire_requests_.get());
+    MadInbox::Received r;
+    while (wire_requests_->Pop(&r)) Agent::Get().RemoveConnection(r.comm_id);  // never adopted
+    wire_requests_.reset();
+  }
+  DropConduit();
   socket_.reset();
   channel_->RemoveId();
 }

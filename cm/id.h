@@ -1,7 +1,8 @@
 // A communication identifier (rdma_create_id(3)) and the CM protocol it speaks: REQ / REP /
 // RTU / REJ / DREQ / DREP for connected QPs and SIDR_REQ / SIDR_REP for UD (IBA vol 1 ch. 12),
-// one SOCK_SEQPACKET socket per connection. Every verb checks the state table (id_state.cc)
-// and its arguments before changing anything. All members are guarded by the channel's mutex.
+// one conduit per connection (cm/conduit.h: a socket to a peer of this host, IB CM MADs on QP1
+// to another host). Every verb checks the state table (id_state.cc) and its arguments before
+// changing anything. All members are guarded by the channel's mutex.
 #pragma once
 
 #include <sys/socket.h>
@@ -13,6 +14,7 @@
 #include "base/unique_fd.h"
 #include "cm/address.h"
 #include "cm/channel.h"
+#include "cm/conduit.h"
 #include "cm/event.h"
 #include "cm/id_state.h"
 #include "cm/timer.h"
@@ -56,6 +58,9 @@ enum class PortSpace : uint16_t { kIpoib = 0x0002, kTcp = 0x0106, kUdp = 0x0111,
 // The default Q_Key of RDMA_PS_UDP identifiers (rdma_cma.h RDMA_UDP_QKEY).
 constexpr uint32_t kUdpQkey = 0x01234567;
 
+class MadConduit;
+class MadInbox;
+
 class Id : public Source, private Timer::Owner {
  public:
   Id(Channel* channel, PortSpace ps, bool ud);
@@ -82,7 +87,10 @@ class Id : public Source, private Timer::Owner {
 
   // Options (rdma_set_option(3)).
   void set_tos(uint8_t tos) { tos_ = tos; }
-  void set_ack_timeout(uint8_t timeout) { ack_timeout_ = timeout; }
+  void set_ack_timeout(uint8_t timeout) {
+    ack_timeout_ = timeout;
+    ack_timeout_set_ = true;
+  }
   void set_afonly(bool afonly) { afonly_ = afonly; }
 
   // A QP attached after rdma_join_multicast joins the id's groups too.
@@ -117,9 +125,39 @@ class Id : public Source, private Timer::Owner {
 
   // How long a REQ / REP waits for its answer (tests shorten it).
   void set_timeout_for_testing(int exchange_ms) { exchange_timeout_ms_ = exchange_ms; }
+  // The MAD path's retransmission interval, retry count and timewait (tests shorten them).
+  void set_mad_timers_for_testing(int retry_ms, int max_retries, int timewait_ms) {
+    mad_retry_ms_ = retry_ms;
+    mad_max_retries_ = max_retries;
+    mad_timewait_ms_ = timewait_ms;
+  }
+  // Whether this identifier's peer is on another host (its messages are MADs on QP1).
+  bool on_wire() const { return on_wire_; }
 
  private:
   void OnTimeout() override;
+  // --- the MAD path (docs/cm.md, "Across hosts") ---
+  // A listener's REQs from other hosts (its MadInbox) in the channel's epoll set.
+  class InboxWatch : public Source {
+   public:
+    explicit InboxWatch(Id* id) : id_(id) {}
+    void OnReadable() override { id_->OnWireRequests(); }
+
+   private:
+    Id* id_;
+  };
+  Status SendToPeer(const Message& m);
+  // Closes the peer's transport: the socket, or the MAD conduit and its comm ID.
+  void DropConduit();
+  int WatchedFd() const;  // the listening socket, or the conduit's fd; -1 without
+  Status WireSource(const sockaddr* dst, const DeviceView& device, sockaddr_storage* source) const;
+  Status ConnectOnWire(const Message& m);
+  Status ListenOnWire();
+  void OnWireRequests();
+  // Retransmits the last REQ / REP / DREQ, or waits out an MRA; false when retries ran out.
+  bool RetransmitOrWait();
+  void StartTimewait();
+  void AdoptRequest(const Message& message, std::unique_ptr<Conduit> conduit, MadConduit* mad);
   void ArmTimeout(int milliseconds);
   class PendingRequest;
   Status Check(IdVerb verb) const;
@@ -155,7 +193,19 @@ class Id : public Source, private Timer::Owner {
   uint32_t psn_ = 0;
   uint32_t qkey_ = kUdpQkey;
   QpDriver* qp_ = nullptr;
-  UniqueFd socket_;
+  UniqueFd socket_;                    // the bound (listening) service socket
+  std::unique_ptr<Conduit> conduit_;   // the connection's messages: SocketConduit or MadConduit
+  MadConduit* mad_ = nullptr;          // conduit_ when it is the MAD path
+  bool on_wire_ = false;               // the destination is another host's
+  uint8_t path_mtu_ = 0;               // the REQ's path MTU (passive, MAD path); 0: the port's
+  bool ack_timeout_set_ = false;       // RDMA_OPTION_ID_ACK_TIMEOUT given
+  std::unique_ptr<MadInbox> wire_requests_;  // a listener's REQs from other hosts
+  std::unique_ptr<InboxWatch> inbox_watch_;
+  int retries_ = 0;                    // retransmissions of the MAD awaiting its answer
+  bool dreq_pending_ = false;          // our DREQ awaits its DREP
+  int mad_retry_ms_ = 0;               // set from cm/agent.h in the constructor
+  int mad_max_retries_ = 0;
+  int mad_timewait_ms_ = -1;           // -1: cm_convert_to_ms(the QP's ACK timeout)
   bool watched_ = false;
   bool peer_gone_ = false;
   bool in_timewait_ = false;  // DISCONNECTED was reported for a QP; TIMEWAIT_EXIT is due

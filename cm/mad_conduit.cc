@@ -34,6 +34,11 @@ Status MadConduit::Send(const Message& message) {
     if (awaits_answer) {
       last_ = bytes;
       has_last_ = true;
+      last_type_ = message.type;
+    }
+    if (message.type == MessageType::kRtu) {
+      rtu_ = bytes;
+      has_rtu_ = true;
     }
   }
   return SendBytes(bytes);
@@ -52,7 +57,19 @@ Status MadConduit::Retransmit() {
 }
 
 Status MadConduit::Deliver(const mad::Mad& mad, const Gid& sgid) {
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
+  // A REQ or REP that comes again: its sender did not hear our answer. The REP (if the
+  // application accepted already) or the RTU goes again; nothing reaches the identifier.
+  const bool dup_req = std::holds_alternative<mad::Req>(mad.body) && req_seen_;
+  const bool dup_rep = std::holds_alternative<mad::Rep>(mad.body) && rep_seen_;
+  if (dup_req || dup_rep) {
+    std::array<uint8_t, mad::kMadBytes> again;
+    bool resend = false;
+    if (dup_req && has_last_ && last_type_ == MessageType::kRep) again = last_, resend = true;
+    if (dup_rep && has_rtu_) again = rtu_, resend = true;
+    lock.unlock();
+    return resend ? SendBytes(again) : Status::Ok();
+  }
   if (const auto* mra = std::get_if<mad::Mra>(&mad.body)) {
     mra_timeout_ = mra->service_timeout;  // the sender's timer waits that much longer
     return Status::Ok();
@@ -67,11 +84,14 @@ Status MadConduit::Deliver(const mad::Mad& mad, const Gid& sgid) {
       context_.remote_comm_id = learnt.remote_comm_id;
       context_.tid = learnt.tid;  // cm.c: the REP reuses the REQ's TID
       context_.path_mtu = learnt.path_mtu;
+      context_.service_id = learnt.service_id;  // a SIDR_REP names it again
       context_.remote_qpn = message->qpn;  // a DREQ from this side names it
+      req_seen_ = true;
       break;
     case MessageType::kRep:
       context_.remote_comm_id = learnt.remote_comm_id;
       context_.remote_qpn = message->qpn;
+      rep_seen_ = true;
       break;
     default:
       break;
@@ -99,6 +119,18 @@ Status MadConduit::Receive(Message* message, bool* closed) {
 mad::MadContext MadConduit::context() const {
   std::lock_guard lock(mu_);
   return context_;
+}
+
+uint32_t MadConduit::local_comm_id() const {
+  std::lock_guard lock(mu_);
+  return context_.local_comm_id;
+}
+
+int MadConduit::TakeMraServiceTimeout() {
+  std::lock_guard lock(mu_);
+  int t = mra_timeout_;
+  mra_timeout_ = -1;
+  return t;
 }
 
 int MadConduit::mra_service_timeout() const {

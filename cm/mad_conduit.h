@@ -1,9 +1,10 @@
-// The MAD path of one identifier (docs/cm.md, "Across hosts"; skeleton): its messages leave as
+// The MAD path of one identifier (docs/cm.md, "Across hosts"): its messages leave as
 // IB CM MADs (cm/mad.h) through a sender the layer above binds to WireFabric::SendMad, and the
 // MADs the host's CM agent finds addressed to it (by comm ID, or the listener's service ID)
 // arrive through Deliver(). It keeps what a MAD needs and a Message lacks (comm IDs, TID,
 // service ID, the peer's CA GUID and GID: mad::MadContext) and the last REQ/REP/DREQ for the
-// retransmission timer. Not yet: the host-wide comm ID space, the agent's dispatch, the timers.
+// retransmission timer; a REQ or REP that comes again is answered here (cm.c cm_dup_req_handler,
+// cm_dup_rep_handler): the REP sent again, the RTU sent again.
 #pragma once
 
 #include <deque>
@@ -38,11 +39,15 @@ class MadConduit : public Conduit {
   // caller): a MAD this conduit cannot map (cm/mad.h MessageOfMad).
   Status Deliver(const mad::Mad& mad, const Gid& sgid);
   // Sends the last REQ, REP or DREQ again (IBA 12.7: the CM's retransmission on timeout).
+
   Status Retransmit();
 
   mad::MadContext context() const;
+  uint32_t local_comm_id() const;
   // The service timeout of the last MRA received (IBA 12.6.6), or -1.
   int mra_service_timeout() const;
+  // The same, once: -1 again until the next MRA (the retransmission timer takes it).
+  int TakeMraServiceTimeout();
 
  private:
   MadConduit(MadSender send, const Gid& local_gid, const Gid& remote_gid, const mad::MadContext& context,
@@ -56,6 +61,10 @@ class MadConduit : public Conduit {
   std::deque<Message> inbox_;       // under mu_
   std::array<uint8_t, mad::kMadBytes> last_{};  // the last REQ / REP / DREQ sent, under mu_
   bool has_last_ = false;
+  MessageType last_type_ = MessageType::kReq;
+  std::array<uint8_t, mad::kMadBytes> rtu_{};  // the RTU sent, for a REP that comes again
+  bool has_rtu_ = false;
+  bool req_seen_ = false, rep_seen_ = false;
   int mra_timeout_ = -1;
   EventFd ready_;  // readable while inbox_ is not empty
 };

@@ -119,7 +119,7 @@ SV_EXPORT int rdma_bind_addr(struct rdma_cm_id* id, struct sockaddr* addr) {
   });
 }
 
-// support: rdma_resolve_addr | implemented | every address of this host (127.0.0.1, ::1, interfaces) → softverbs0 port 1 and its GID index; others → ADDR_ERROR -EHOSTUNREACH
+// support: rdma_resolve_addr | implemented | every address of this host (127.0.0.1, ::1, interfaces) → softverbs0 port 1 and its GID index; another host's → the routing's source address, which must be a softverbs0 GID (the CM then speaks MADs on QP1), else ADDR_ERROR -EHOSTUNREACH (no route: -ENETUNREACH)
 SV_EXPORT int rdma_resolve_addr(struct rdma_cm_id* id, struct sockaddr* src_addr,
                                 struct sockaddr* dst_addr, int /*timeout_ms*/) {
   return rdmacm::Run("rdma_resolve_addr", id, true, [&](rdmacm::CmId* ours) -> Status {

@@ -77,7 +77,7 @@ int FromHints(const rdma_addrinfo& hints, rdma_addrinfo** res) {
   if (hints.ai_src_addr != nullptr && softverbs::cm::IsIpFamily(hints.ai_src_addr)) {
     r->ai_src_addr = CopyAddress(hints.ai_src_addr, &r->ai_src_len);
   } else if (r->ai_dst_addr != nullptr && !(hints.ai_flags & (RAI_PASSIVE | RAI_NOROUTE))) {
-    sockaddr_storage src = softverbs::cm::SourceFor(r->ai_dst_addr);  // as for a named node
+    sockaddr_storage src = softverbs::cm::AnySourceFor(r->ai_dst_addr);  // as for a named node
     r->ai_src_addr = CopyAddress(reinterpret_cast<sockaddr*>(&src), &r->ai_src_len);
   }
   Remember(r);
@@ -133,8 +133,8 @@ SV_EXPORT int rdma_getaddrinfo(const char* node, const char* service,
           r->ai_src_addr = CopyAddress(hints->ai_src_addr, &r->ai_src_len);
         } else if (!(flags & RAI_NOROUTE)) {
           // The source this host would use to reach the destination (the destination itself
-          // for one of its own addresses, loopback for a wildcard).
-          sockaddr_storage src = softverbs::cm::SourceFor(a->ai_addr);
+          // for one of its own addresses, loopback for a wildcard, the route's for another host).
+          sockaddr_storage src = softverbs::cm::AnySourceFor(a->ai_addr);
           r->ai_src_addr = CopyAddress(reinterpret_cast<sockaddr*>(&src), &r->ai_src_len);
         }
       }

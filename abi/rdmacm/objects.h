@@ -66,6 +66,10 @@ Result<cm::DeviceView> DeviceView();
 uint8_t MaxResponderResources();
 uint8_t MaxInitiatorDepth();
 
+// Makes cm::Agent this process's QP1 handler and gives it the wire to send on (mad_agent.cc);
+// again after the host's addresses changed. Called by DeviceView().
+void AttachMadAgent(ibv_context* context);
+
 // Fills id->pub.route, verbs, port_num from the core identifier's state.
 void SyncPublicFields(CmId* id);
 

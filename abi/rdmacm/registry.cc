@@ -1,6 +1,8 @@
 // The live librdmacm objects and softverbs0's context, as the CM verbs see them.
 #include <infiniband/verbs.h>
 
+#include <endian.h>
+
 #include <cstdio>
 #include <cstring>
 #include <unordered_set>
@@ -90,6 +92,9 @@ Result<cm::DeviceView> DeviceView() {
   if (ibv_query_port(d.context, 1, &port) != 0) return Status(errno, "cannot query port 1");
   cm::DeviceView view;
   view.port_num = 1;
+  view.node_guid = be64toh(d.attr.node_guid);
+  // Other hosts reach this process's identifiers through QP1 (docs/cm.md, "Across hosts").
+  AttachMadAgent(d.context);
   view.active_mtu = static_cast<uint8_t>(port.active_mtu);
   // Read each time: the GID table follows the host's addresses.
   for (int i = 0; i < port.gid_tbl_len; ++i) {

@@ -22,7 +22,7 @@ LIBS = {
 EXTRA_PRIVATE = {"IBVERBS_PRIVATE_34": ["ibv_query_gid_type"]}
 # softverbs' own private bridge between its libraries (abi/mlx5dv/provider.h): libmlx5.so.1
 # reaches the verbs objects in libibverbs.so.1 through it.
-SOFTVERBS_PRIVATE = {"libibverbs.so.1": ("SOFTVERBS_PRIVATE_1", ["sv_private_mlx5_provider"])}
+SOFTVERBS_PRIVATE = {"libibverbs.so.1": ("SOFTVERBS_PRIVATE_1", ["sv_private_mlx5_provider", "sv_private_qp1_bridge"])}
 
 
 def version_key(v):

@@ -144,7 +144,7 @@ TEST_F(MadConduitTest, ReqRepRtuDreqDrep) {
   // A retransmits its REQ byte for byte until answered.
   ASSERT_TRUE(a_->Retransmit().ok());
   EXPECT_EQ(sent_by_a_.back(), sent_by_a_[0]);
-  (void)Take(*b_);  // the duplicate (the agent's duplicate rule is not here yet)
+  EXPECT_FALSE(HasInput(b_->fd()));  // a REQ that comes again is not a new request
   // B's REP reuses the REQ's TID and names both comm IDs.
   Message rep;
   rep.type = MessageType::kRep;
@@ -162,6 +162,15 @@ TEST_F(MadConduitTest, ReqRepRtuDreqDrep) {
   EXPECT_EQ(got.gid, gid_b_);  // from the datagram's source
   EXPECT_EQ(a_->context().remote_comm_id, 0x22222222u);
   EXPECT_EQ(a_->Retransmit().code(), EINVAL);  // the REP answered the REQ
+  // The REQ again (our REP was lost on its way): B sends the same REP again
+  // (cm_dup_req_handler); A, which has it already, takes nothing new.
+  const size_t reps = sent_by_b_.size();
+  auto req_again = mad::DecodeMad(sent_by_a_[0]);
+  ASSERT_TRUE(req_again.ok());
+  ASSERT_TRUE(b_->Deliver(*req_again, gid_a_).ok());
+  ASSERT_EQ(sent_by_b_.size(), reps + 1);
+  EXPECT_EQ(sent_by_b_.back(), sent_by_b_[reps - 1]);
+  EXPECT_FALSE(HasInput(a_->fd()));
   // RTU, then DREQ / DREP.
   Message rtu;
   rtu.type = MessageType::kRtu;

@@ -1,0 +1,36 @@
+// The CM agent's binding to the wire (docs/cm.md, "Across hosts"): cm::Agent sends its MADs
+// through libibverbs' QP1 bridge (abi/verbs/qp1_bridge.h) and receives QP1's MADs from it.
+#include <cstring>
+
+#include "abi/rdmacm/objects.h"
+#include "abi/verbs/qp1_bridge.h"
+#include "base/log.h"
+#include "cm/agent.h"
+
+namespace softverbs::abi::rdmacm {
+namespace {
+
+void RdmacmOnMad(void* /*arg*/, const uint8_t* mad, size_t length, const uint8_t* sgid, const uint8_t* dgid) {
+  cm::Gid s, d;
+  memcpy(s.data(), sgid, 16);
+  memcpy(d.data(), dgid, 16);
+  cm::Agent::Get().OnMad({mad, length}, s, d);
+}
+
+}  // namespace
+
+void AttachMadAgent(ibv_context* context) {
+  const SvQp1Bridge* bridge = sv_private_qp1_bridge();
+  if (bridge == nullptr || bridge->size < sizeof(SvQp1Bridge)) return;  // another libibverbs
+  if (int err = bridge->attach(context, RdmacmOnMad, nullptr); err != 0) {
+    SV_LOG(kWarn, "rdma_cm: no CM on the wire (errno %d): other hosts cannot be reached", err);
+    return;
+  }
+  if (cm::Agent::Get().has_sender()) return;
+  cm::Agent::Get().SetSender([context, bridge](const cm::Gid& sgid, const cm::Gid& dgid, std::span<const uint8_t> mad) {
+    int err = bridge->send_mad(context, sgid.data(), dgid.data(), mad.data(), mad.size());
+    return err == 0 ? Status::Ok() : Status(err, "the wire refused the MAD (see the log above)");
+  });
+}
+
+}  // namespace softverbs::abi::rdmacm

@@ -1,0 +1,217 @@
+#include "cm/agent.h"
+
+#include <unistd.h>
+
+#include <random>
+
+#include "base/log.h"
+
+namespace softverbs::cm {
+
+Result<std::unique_ptr<MadInbox>> MadInbox::Create() {
+  auto ready = EventFd::Create();
+  if (!ready.ok()) return ready.status();
+  return std::unique_ptr<MadInbox>(new MadInbox(std::move(ready.value())));
+}
+
+void MadInbox::Push(Received r) {
+  std::lock_guard lock(mu_);
+  queue_.push_back(std::move(r));
+  ready_.Signal();
+}
+
+bool MadInbox::Pop(Received* r) {
+  std::lock_guard lock(mu_);
+  if (queue_.empty()) {
+    ready_.Clear();
+    return false;
+  }
+  *r = std::move(queue_.front());
+  queue_.pop_front();
+  if (queue_.empty()) ready_.Clear();
+  return true;
+}
+
+Agent::Agent() {
+  // Comm IDs name a connection to the peer together with our CA GUID, which every process of
+  // the host shares: a random high half per process keeps two processes' IDs apart (not
+  // guaranteed: docs/cm.md, Limits).
+  std::mt19937 rng(std::random_device{}() ^ static_cast<uint32_t>(getpid()));
+  hi_tid_ = static_cast<uint32_t>(rng());
+  comm_base_ = 1 + static_cast<uint32_t>(rng() % 0xffff);
+}
+
+Agent& Agent::Get() {
+  static Agent* agent = new Agent();  // lives as long as the process (the wire may call it late)
+  return *agent;
+}
+
+void Agent::SetSender(MadSender send) {
+  std::lock_guard lock(send_mu_);
+  send_ = std::move(send);
+}
+
+bool Agent::has_sender() const {
+  std::lock_guard lock(send_mu_);
+  return static_cast<bool>(send_);
+}
+
+Status Agent::Send(const Gid& sgid, const Gid& dgid, std::span<const uint8_t> mad) {
+  MadSender send;
+  {
+    std::lock_guard lock(send_mu_);
+    send = send_;
+  }
+  if (!send) return Status(ENETUNREACH, "no MAD path: softverbs0 has no wire sender in this process");
+  return send(sgid, dgid, mad);
+}
+
+MadSender Agent::Sender() {
+  return [this](const Gid& sgid, const Gid& dgid, std::span<const uint8_t> mad) { return Send(sgid, dgid, mad); };
+}
+
+uint32_t Agent::NewCommId() {
+  uint32_t low;
+  do low = next_.fetch_add(1, std::memory_order_relaxed) & 0xffff;
+  while (low == 0);
+  return (comm_base_ << 16) | low;
+}
+
+void Agent::AddListener(uint16_t port_space, uint16_t port, const Gid& addr, MadInbox* inbox) {
+  std::lock_guard lock(mu_);
+  listeners_.push_back(Listener{port_space, port, addr, inbox});
+}
+
+void Agent::RemoveListener(MadInbox* inbox) {
+  std::lock_guard lock(mu_);
+  std::erase_if(listeners_, [inbox](const Listener& l) { return l.inbox == inbox; });
+}
+
+void Agent::AddConnection(uint32_t local_comm_id, MadConduit* conduit, uint32_t remote_comm_id, uint64_t remote_guid) {
+  std::lock_guard lock(mu_);
+  connections_[local_comm_id] = Connection{conduit, remote_comm_id, remote_guid};
+}
+
+void Agent::RemoveConnection(uint32_t local_comm_id) {
+  std::lock_guard lock(mu_);
+  connections_.erase(local_comm_id);
+}
+
+namespace {
+
+// The comm ID a MAD names as the receiver's own (IBA 12.6: the Remote Comm ID; SIDR: the
+// Request ID). 0 for a REQ / SIDR_REQ, which name none yet.
+uint32_t AgentOurCommId(const mad::Body& body) {
+  return std::visit(
+      [](const auto& b) -> uint32_t {
+        using T = std::decay_t<decltype(b)>;
+        if constexpr (std::is_same_v<T, mad::Req> || std::is_same_v<T, mad::SidrReq>) return 0;
+        else if constexpr (std::is_same_v<T, mad::SidrRep>) return b.request_id;
+        else return b.remote_comm_id;
+      },
+      body);
+}
+
+}  // namespace
+
+void Agent::OnMad(std::span<const uint8_t> bytes, const Gid& sgid, const Gid& dgid) {
+  counters_.received.fetch_add(1, std::memory_order_relaxed);
+  auto decoded = mad::DecodeMad(bytes);
+  if (!decoded.ok()) {
+    counters_.refused.fetch_add(1, std::memory_order_relaxed);
+    SV_LOG(kInfo, "rdma_cm: dropped a MAD on QP1: %s", decoded.status().rule().c_str());
+    return;
+  }
+  const mad::Mad& m = *decoded;
+  std::lock_guard lock(mu_);
+  if (std::holds_alternative<mad::Req>(m.body) || std::holds_alternative<mad::SidrReq>(m.body))
+    return OnRequest(m, sgid, dgid);
+  const uint32_t ours = AgentOurCommId(m.body);
+  auto it = connections_.find(ours);
+  if (it != connections_.end() && it->second.conduit != nullptr) {
+    Status s = it->second.conduit->Deliver(m, sgid);
+    if (!s.ok()) SV_LOG(kInfo, "rdma_cm: %s for comm ID 0x%08x refused: %s", mad::AttrName(m.hdr.attr_id), ours, s.rule().c_str());
+    counters_.dispatched.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  if (const auto* dreq = std::get_if<mad::Dreq>(&m.body)) {
+    // cm.c cm_dreq_handler: a DREQ for a connection we do not know (any more) still gets its
+    // DREP, so the peer's disconnect completes (wire notes §1.9).
+    mad::Mad drep;
+    drep.hdr.tid = m.hdr.tid;
+    drep.body = mad::Drep{dreq->remote_comm_id, dreq->local_comm_id, {}};
+    return Answer(drep, sgid, dgid);
+  }
+  // Not ours: another process of this host may own it (a port's UDP group has several members);
+  // forwarding it there is the designed next step (docs/cm.md, Dispatch).
+  counters_.unowned.fetch_add(1, std::memory_order_relaxed);
+  SV_LOG(kInfo, "rdma_cm: %s for comm ID 0x%08x: no connection of this process (dropped)",
+         mad::AttrName(m.hdr.attr_id), ours);
+}
+
+void Agent::OnRequest(const mad::Mad& m, const Gid& sgid, const Gid& dgid) {
+  const auto* req = std::get_if<mad::Req>(&m.body);
+  const auto* sidr = std::get_if<mad::SidrReq>(&m.body);
+  const uint32_t remote_id = req ? req->local_comm_id : sidr->request_id;
+  const uint64_t remote_guid = req ? req->local_ca_guid : 0;
+  for (auto& [local, c] : connections_) {
+    if (c.remote_comm_id != remote_id || c.remote_guid != remote_guid) continue;
+    // A REQ sent again (its sender's timer ran out before our REP arrived): the connection it
+    // started answers (cm.c cm_req_handler → cm_dup_req_handler).
+    if (c.conduit != nullptr) (void)c.conduit->Deliver(m, sgid);
+    counters_.dispatched.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  mad::PortSpace ps{};
+  uint16_t port = 0;
+  const uint64_t service_id = req ? req->service_id : sidr->service_id;
+  auto hdr = mad::DecodeCmaHdr(req ? std::span<const uint8_t>(req->private_data) : std::span<const uint8_t>(sidr->private_data));
+  MadInbox* inbox = nullptr;
+  if (mad::PortOfServiceId(service_id, &ps, &port).ok() && hdr.ok()) {
+    // cma.c cma_find_listener: a listener bound to the REQ's destination address first, then a
+    // wildcard one of the port.
+    for (const Listener& l : listeners_) {
+      if (l.port_space != static_cast<uint16_t>(ps) || l.port != port) continue;
+      if (l.addr == hdr->dst) inbox = l.inbox;
+      if (l.addr == Gid{} && inbox == nullptr) inbox = l.inbox;
+    }
+  }
+  if (inbox != nullptr) {
+    const uint32_t local = NewCommId();
+    connections_[local] = Connection{nullptr, remote_id, remote_guid};  // until its identifier exists
+    inbox->Push(MadInbox::Received{m, sgid, dgid, local});
+    counters_.dispatched.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  SV_LOG(kInfo, "rdma_cm: %s for service ID 0x%016llx: nobody listens (answered as the kernel does)",
+         req ? "REQ" : "SIDR_REQ", static_cast<unsigned long long>(service_id));
+  mad::Mad answer;
+  answer.hdr.tid = m.hdr.tid;
+  if (req) {
+    // IBA 12.6.7 / cm.c: REJ reason 8, "invalid service ID", MessageRejected = REQ.
+    mad::Rej rej;
+    rej.remote_comm_id = remote_id;
+    rej.message_rejected = 0;
+    rej.reason = 8;
+    answer.body = rej;
+  } else {
+    mad::SidrRep rep;
+    rep.request_id = remote_id;
+    rep.status = 2;  // IB_SIDR_UNSUPPORTED
+    rep.service_id = service_id;
+    answer.body = rep;
+  }
+  Answer(answer, sgid, dgid);
+}
+
+void Agent::Answer(const mad::Mad& m, const Gid& sgid, const Gid& dgid) {
+  auto bytes = mad::EncodeMad(m);
+  Status sent = bytes.ok() ? Send(dgid, sgid, *bytes) : bytes.status();
+  if (!sent.ok()) {
+    SV_LOG(kWarn, "rdma_cm: cannot answer a MAD: %s", sent.rule().c_str());
+    return;
+  }
+  counters_.answered.fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace softverbs::cm

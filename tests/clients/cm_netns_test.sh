@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# librdmacm across hosts (issue 12, docs/cm.md "Across hosts"): two network namespaces joined by
+# a veth pair this test creates; Debian's rping, ucmatose and udaddy, unmodified, server in one
+# namespace and client in the other. Their CMs meet with IB CM MADs on QP1 over RoCEv2 (REQ /
+# REP / RTU, DREQ / DREP, SIDR for UD), not with the same-host sockets.
+#
+# Needs root for `ip netns` (CI runs as root); skipped otherwise. Everything started is bounded
+# by a timeout and removed by the names chosen here. Usage: cm_netns_test.sh <build dir>
+set -u
+source "$(dirname "$0")/common.sh"
+build=${1:?build dir}
+if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null || ! command -v rping >/dev/null; then
+  echo "skip: needs root, iproute2 and rdmacm-utils"
+  echo "0 passed, 0 failed, 1 skipped"
+  exit 0
+fi
+export LD_LIBRARY_PATH="$build/lib"
+export SOFTVERBS_HOST="clients-cmnetns-$$"
+ns_a="svcm-$$-a" ns_b="svcm-$$-b" veth_a="svcm$$a" veth_b="svcm$$b"
+net="10.78.$(( $$ % 250 ))"
+logs=$(mktemp -d)
+cleanup() {
+  ip netns del "$ns_a" 2>/dev/null
+  ip netns del "$ns_b" 2>/dev/null
+  rm -f /dev/shm/softverbs-"$(id -u)"-*-"$SOFTVERBS_HOST"
+  rm -rf "$logs"
+}
+trap cleanup EXIT
+pass=0 fail=0
+check() {  # check <description> <condition...>
+  local what=$1; shift
+  if "$@"; then pass=$((pass + 1)); echo "ok   $what"; else fail=$((fail + 1)); echo "FAIL $what"; return 1; fi
+}
+show() {
+  tail -n 15 "$logs/server" | sed 's/^/  server: /'
+  tail -n 15 "$logs/client" | sed 's/^/  client: /'
+}
+
+ip netns add "$ns_a" && ip netns add "$ns_b" || { echo "FAIL cannot create network namespaces"; echo "0 passed, 1 failed"; exit 1; }
+ip link add "$veth_a" netns "$ns_a" type veth peer name "$veth_b" netns "$ns_b"
+ip -n "$ns_a" addr add "$net.1/24" dev "$veth_a"
+ip -n "$ns_b" addr add "$net.2/24" dev "$veth_b"
+for ns in "$ns_a" "$ns_b"; do ip -n "$ns" link set lo up; done
+ip -n "$ns_a" link set "$veth_a" up
+ip -n "$ns_b" link set "$veth_b" up
+
+# pair <what> <timeout> <server command> -- <client command>: server in a, client in b; both exit 0.
+pair() {
+  local what=$1 limit=$2 server src crc scmd=() ccmd=()
+  shift 2
+  while [ "$1" != "--" ]; do scmd+=("$1"); shift; done
+  shift
+  ccmd=("$@")
+  ip netns exec "$ns_a" timeout "$limit" "${scmd[@]}" >"$logs/server" 2>&1 &
+  server=$!
+  sleep 0.5
+  ip netns exec "$ns_b" timeout "$limit" "${ccmd[@]}" >"$logs/client" 2>&1
+  crc=$?
+  wait "$server"
+  src=$?
+  check "$what (server rc=$src, client rc=$crc)" test "$src" -eq 0 -a "$crc" -eq 0 || show
+}
+
+port=$(free_port)
+pair "rping -C 10 -v across namespaces (REQ/REP/RTU, RC traffic, DREQ/DREP)" 30 \
+  rping -s -a "$net.1" -p "$port" -C 10 -v -- rping -c -a "$net.1" -p "$port" -C 10 -v
+n=$(grep -c "ping data: rdma-ping-" "$logs/client")
+check "the rping client printed its 10 verified pings ($n)" test "$n" -eq 10 || show
+
+# Nothing listens on the port: the remote host's CM answers the REQ with REJ reason 8
+# (invalid service ID), which rping reports as the kernel's CM makes it. On a softverbs host the
+# CM is in its processes: one (a server on another port) must be there to answer.
+port=$(free_port)
+other=$(free_port)
+ip netns exec "$ns_a" timeout 20 rping -s -a "$net.1" -p "$other" -C 1 >"$logs/server" 2>&1 &
+server=$!
+sleep 0.5
+ip netns exec "$ns_b" timeout 20 rping -c -a "$net.1" -p "$port" -C 1 >"$logs/client" 2>&1
+check "a REQ to a port nobody listens to on the other host: REJECTED, error 8" \
+  grep -q "RDMA_CM_EVENT_REJECTED, error 8" "$logs/client" || tail -n 5 "$logs/client"
+kill "$server" 2>/dev/null
+wait "$server" 2>/dev/null
+
+if command -v ucmatose >/dev/null; then
+  port=$(free_port)
+  pair "ucmatose across namespaces (2 connections, 10 messages each)" 30 \
+    ucmatose -b "$net.1" -p "$port" -c 2 -C 10 -- ucmatose -s "$net.1" -p "$port" -c 2 -C 10
+  # (udaddy's port is fixed, 7174; its -p is the port space)
+  pair "udaddy across namespaces (SIDR_REQ / SIDR_REP, UD messages)" 30 \
+    udaddy -b "$net.1" -c 2 -C 10 -- udaddy -s "$net.1" -c 2 -C 10
+fi
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,195 @@
+// The CM agent's dispatch (cm/agent.h): REQs to the listener of their service ID and address,
+// every other MAD to the connection its comm ID names, and the kernel's answers when there is
+// no identifier (REJ 8, SIDR_REP unsupported, DREP). A fake sender records what leaves.
+#include "cm/agent.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+
+#include <cstring>
+#include <set>
+
+namespace softverbs::cm {
+namespace {
+
+Gid AgentTestGid(const char* v4) {
+  Gid g{};
+  g[10] = g[11] = 0xff;
+  inet_pton(AF_INET, v4, &g[12]);
+  return g;
+}
+
+bool AgentTestReadable(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return poll(&p, 1, 0) == 1;
+}
+
+struct AgentTestSent {
+  Gid sgid, dgid;
+  mad::Mad mad;
+};
+
+class AgentTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    agent_.SetSender([this](const Gid& s, const Gid& d, std::span<const uint8_t> bytes) {
+      auto m = mad::DecodeMad(bytes);
+      EXPECT_TRUE(m.ok()) << m.status().rule();
+      if (m.ok()) sent_.push_back(AgentTestSent{s, d, *m});
+      return Status::Ok();
+    });
+    inbox_ = std::move(MadInbox::Create().value());
+    wild_ = std::move(MadInbox::Create().value());
+  }
+  // A REQ from the peer (10.78.0.2, comm ID 0x1234) to `dst`:`port`, TCP port space.
+  std::array<uint8_t, mad::kMadBytes> Req(const char* dst, uint16_t port, uint32_t comm_id = 0x1234) {
+    mad::Req r;
+    r.local_comm_id = comm_id;
+    r.service_id = mad::ServiceId(mad::PortSpace::kTcp, port);
+    r.local_ca_guid = 0xfeed;
+    r.local_qpn = 0x111;
+    r.primary.local_gid = peer_;
+    r.primary.remote_gid = AgentTestGid(dst);
+    mad::CmaHdr hdr;
+    hdr.port = 40000;
+    hdr.src = peer_;
+    hdr.dst = AgentTestGid(dst);
+    EXPECT_TRUE(mad::EncodeCmaHdr(hdr, r.private_data).ok());
+    mad::Mad m;
+    m.hdr.tid = 0x77;
+    m.body = r;
+    return mad::EncodeMad(m).value();
+  }
+  template <typename Body>
+  std::array<uint8_t, mad::kMadBytes> Encode(const Body& body) {
+    mad::Mad m;
+    m.hdr.tid = 0x99;
+    m.body = body;
+    return mad::EncodeMad(m).value();
+  }
+
+  Agent agent_;
+  std::vector<AgentTestSent> sent_;
+  std::unique_ptr<MadInbox> inbox_, wild_;
+  const Gid peer_ = AgentTestGid("10.78.0.2"), local_ = AgentTestGid("10.78.0.1");
+};
+
+TEST_F(AgentTest, CommIdsAreUniqueNonZeroAndShareTheProcessHalf) {
+  std::set<uint32_t> seen;
+  uint32_t first = agent_.NewCommId();
+  for (int i = 0; i < 1000; ++i) {
+    uint32_t id = agent_.NewCommId();
+    EXPECT_NE(id & 0xffff, 0u);
+    EXPECT_EQ(id >> 16, first >> 16);
+    EXPECT_TRUE(seen.insert(id).second);
+  }
+}
+
+TEST_F(AgentTest, ReqForNobodyIsRejectedWithReason8) {
+  agent_.OnMad(Req("10.78.0.1", 7000), peer_, local_);
+  ASSERT_EQ(sent_.size(), 1u);
+  const auto* rej = std::get_if<mad::Rej>(&sent_[0].mad.body);
+  ASSERT_NE(rej, nullptr);
+  EXPECT_EQ(rej->reason, 8);  // IB_CM_REJ_INVALID_SERVICE_ID
+  EXPECT_EQ(rej->remote_comm_id, 0x1234u);
+  EXPECT_EQ(rej->message_rejected, 0);
+  EXPECT_EQ(sent_[0].mad.hdr.tid, 0x77u);
+  EXPECT_EQ(sent_[0].sgid, local_);  // back from where it arrived, to its sender
+  EXPECT_EQ(sent_[0].dgid, peer_);
+  EXPECT_EQ(agent_.counters().answered.load(), 1u);
+}
+
+TEST_F(AgentTest, ReqGoesToTheExactListenerBeforeTheWildcard) {
+  agent_.AddListener(static_cast<uint16_t>(mad::PortSpace::kTcp), 7000, Gid{}, wild_.get());
+  agent_.AddListener(static_cast<uint16_t>(mad::PortSpace::kTcp), 7000, local_, inbox_.get());
+  agent_.OnMad(Req("10.78.0.1", 7000), peer_, local_);
+  EXPECT_TRUE(AgentTestReadable(inbox_->fd()));
+  EXPECT_FALSE(AgentTestReadable(wild_->fd()));
+  MadInbox::Received r;
+  ASSERT_TRUE(inbox_->Pop(&r));
+  EXPECT_EQ(r.sgid, peer_);
+  EXPECT_EQ(r.dgid, local_);
+  EXPECT_NE(r.comm_id, 0u);
+  EXPECT_FALSE(AgentTestReadable(inbox_->fd()));
+  // Another address of the port: the wildcard listener.
+  agent_.OnMad(Req("10.78.0.9", 7000, 0x5678), peer_, local_);
+  EXPECT_TRUE(AgentTestReadable(wild_->fd()));
+  // The same REQ again (its sender's timer ran out) while its identifier is being made: not a
+  // second connection request.
+  agent_.OnMad(Req("10.78.0.1", 7000), peer_, local_);
+  MadInbox::Received again;
+  EXPECT_FALSE(inbox_->Pop(&again));
+  EXPECT_TRUE(sent_.empty());
+  // Another port: nobody.
+  agent_.OnMad(Req("10.78.0.1", 7001, 0x9999), peer_, local_);
+  EXPECT_EQ(sent_.size(), 1u);
+  agent_.RemoveListener(inbox_.get());
+  agent_.RemoveListener(wild_.get());
+}
+
+TEST_F(AgentTest, RepGoesToTheConnectionItsRemoteCommIdNames) {
+  mad::MadContext ctx;
+  ctx.local_comm_id = agent_.NewCommId();
+  auto conduit = MadConduit::Create(agent_.Sender(), local_, peer_, ctx);
+  ASSERT_TRUE(conduit.ok());
+  agent_.AddConnection(ctx.local_comm_id, conduit->get());
+  mad::Rep rep;
+  rep.local_comm_id = 0x4444;
+  rep.remote_comm_id = ctx.local_comm_id;
+  rep.local_qpn = 0x222;
+  agent_.OnMad(Encode(rep), peer_, local_);
+  Message m;
+  bool closed = false;
+  ASSERT_TRUE((*conduit)->Receive(&m, &closed).ok());
+  EXPECT_EQ(m.type, MessageType::kRep);
+  EXPECT_EQ(m.qpn, 0x222u);
+  EXPECT_EQ(m.gid, peer_);
+  // Someone else's comm ID: counted, dropped, unanswered.
+  rep.remote_comm_id = ctx.local_comm_id + 1;
+  agent_.OnMad(Encode(rep), peer_, local_);
+  EXPECT_EQ(agent_.counters().unowned.load(), 1u);
+  EXPECT_TRUE(sent_.empty());
+  agent_.RemoveConnection(ctx.local_comm_id);
+  rep.remote_comm_id = ctx.local_comm_id;
+  agent_.OnMad(Encode(rep), peer_, local_);
+  EXPECT_EQ(agent_.counters().unowned.load(), 2u);
+}
+
+TEST_F(AgentTest, UnknownDreqGetsItsDrep) {
+  agent_.OnMad(Encode(mad::Dreq{0x1234, 0x5678, 0x111, {}}), peer_, local_);
+  ASSERT_EQ(sent_.size(), 1u);
+  const auto* drep = std::get_if<mad::Drep>(&sent_[0].mad.body);
+  ASSERT_NE(drep, nullptr);
+  EXPECT_EQ(drep->local_comm_id, 0x5678u);
+  EXPECT_EQ(drep->remote_comm_id, 0x1234u);
+  EXPECT_EQ(sent_[0].mad.hdr.tid, 0x99u);
+}
+
+TEST_F(AgentTest, SidrReqForNobodyIsUnsupported) {
+  mad::SidrReq req;
+  req.request_id = 0x31;
+  req.service_id = mad::ServiceId(mad::PortSpace::kUdp, 7000);
+  mad::CmaHdr hdr;
+  hdr.src = peer_;
+  hdr.dst = local_;
+  ASSERT_TRUE(mad::EncodeCmaHdr(hdr, req.private_data).ok());
+  agent_.OnMad(Encode(req), peer_, local_);
+  ASSERT_EQ(sent_.size(), 1u);
+  const auto* rep = std::get_if<mad::SidrRep>(&sent_[0].mad.body);
+  ASSERT_NE(rep, nullptr);
+  EXPECT_EQ(rep->status, 2);  // IB_SIDR_UNSUPPORTED
+  EXPECT_EQ(rep->request_id, 0x31u);
+}
+
+TEST_F(AgentTest, MalformedMadIsCountedAndDropped) {
+  auto bytes = Req("10.78.0.1", 7000);
+  bytes[1] = 0x04;  // not the CM class
+  agent_.OnMad(bytes, peer_, local_);
+  agent_.OnMad(std::span<const uint8_t>(bytes.data(), 100), peer_, local_);
+  EXPECT_EQ(agent_.counters().refused.load(), 2u);
+  EXPECT_TRUE(sent_.empty());
+}
+
+}  // namespace
+}  // namespace softverbs::cm
