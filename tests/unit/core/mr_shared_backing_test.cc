@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/mr.h"
+#include "fabric/host/private_share.h"
 #include "fabric/host/shared_backing.h"
 #include "tests/unit/core/test_context.h"
 #include "transport/key_table.h"
@@ -62,12 +63,18 @@ TEST_F(MrSharedBackingTest, RegistrationOnASharedFileIsMarkedAndDescribed) {
   EXPECT_EQ(r.key.load(), 0u);
 }
 
-TEST_F(MrSharedBackingTest, PrivateMemoryIsNotMarked) {
+// Private memory is moved into a memfd (issue 16), and then marked and described like any
+// shared file; with SOFTVERBS_PRIVATE_SHARE=0 it is neither.
+TEST_F(MrSharedBackingTest, PrivateMemoryIsMarkedOnlyWhenMoved) {
   const uint64_t addr = reinterpret_cast<uint64_t>(private_.data());
   auto mr = Mr::Register(*pd_, MrLayout{addr, private_.size(), addr, access::kLocalWrite});
   ASSERT_TRUE(mr.ok());
-  EXPECT_EQ(PublishedAccess((*mr)->lkey()), access::kLocalWrite);
-  EXPECT_NE(Record((*mr)->lkey()).key.load(), (*mr)->lkey());
+  const bool moved = fabric::PrivateShareEnabled();
+  EXPECT_EQ(PublishedAccess((*mr)->lkey()), access::kLocalWrite | (moved ? transport::kSharedBacking : 0));
+  EXPECT_EQ(Record((*mr)->lkey()).key.load() == (*mr)->lkey(), moved);
+  if (moved) {
+    EXPECT_EQ(Record((*mr)->lkey()).offset, addr % 4096);
+  }
 }
 
 TEST_F(MrSharedBackingTest, ReregisterFollowsTheNewTranslation) {
@@ -75,7 +82,8 @@ TEST_F(MrSharedBackingTest, ReregisterFollowsTheNewTranslation) {
   const uint64_t priv = reinterpret_cast<uint64_t>(private_.data());
   auto mr = std::move(Mr::Register(*pd_, MrLayout{priv, 100, priv, access::kLocalWrite}).value());
   const uint32_t key = mr->lkey();
-  EXPECT_FALSE(PublishedAccess(key) & transport::kSharedBacking);
+  const bool moved = fabric::PrivateShareEnabled();  // private memory is moved into a memfd
+  EXPECT_EQ((PublishedAccess(key) & transport::kSharedBacking) != 0, moved);
   // Onto the shared file: marked, described.
   ASSERT_TRUE(mr->Reregister(rereg::kChangeTranslation, nullptr, MrLayout{shared + 8, 64, 0, 0}).ok());
   EXPECT_TRUE(PublishedAccess(key) & transport::kSharedBacking);
@@ -85,10 +93,10 @@ TEST_F(MrSharedBackingTest, ReregisterFollowsTheNewTranslation) {
   ASSERT_TRUE(mr->Reregister(rereg::kChangeAccess, nullptr,
                              MrLayout{0, 0, 0, access::kLocalWrite | access::kRemoteRead}).ok());
   EXPECT_EQ(PublishedAccess(key), access::kLocalWrite | access::kRemoteRead | transport::kSharedBacking);
-  // Back to private memory: neither mark nor record.
+  // Back to private memory: moved again, or neither mark nor record.
   ASSERT_TRUE(mr->Reregister(rereg::kChangeTranslation, nullptr, MrLayout{priv, 100, 0, 0}).ok());
-  EXPECT_FALSE(PublishedAccess(key) & transport::kSharedBacking);
-  EXPECT_EQ(Record(key).key.load(), 0u);
+  EXPECT_EQ((PublishedAccess(key) & transport::kSharedBacking) != 0, moved);
+  EXPECT_EQ(Record(key).key.load(), moved ? key : 0u);
 }
 
 }  // namespace
