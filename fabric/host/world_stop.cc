@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstdint>
+#include <cstring>
 #include <mutex>
 
 #include "base/log.h"
@@ -21,6 +22,7 @@ namespace {
 
 constexpr size_t kMaxThreads = 1024;
 constexpr int64_t kDeadlineNs = 200'000'000;  // a descheduled thread on a busy 2-core host parks in ms
+constexpr int64_t kBlockedGraceNs = 20'000'000;
 
 // Odd while a stop is in progress; parked threads wait for it to change.
 std::atomic<uint32_t> g_seq{0};
@@ -29,6 +31,9 @@ std::atomic<uint32_t> g_seq{0};
 std::atomic<uint64_t> g_acks[kMaxThreads];
 std::atomic<uint32_t> g_ack_count{0};
 std::atomic<size_t> g_refused{0};
+// Threads inside the handler (their mask then blocks the signal, as SigBlk shows): a new stop
+// waits for the last one's threads to leave before it reads masks.
+std::atomic<uint32_t> g_in_handler{0};
 std::mutex g_stop_mu;  // one stop at a time; held from StopOthers to Resume
 
 pid_t Tid() { return static_cast<pid_t>(syscall(SYS_gettid)); }
@@ -41,6 +46,7 @@ void OnPark(int, siginfo_t* info, void*) {
   // Only our own tgkill (a kill() from elsewhere, or a late signal, finds nothing to do).
   if (info == nullptr || info->si_code != SI_TKILL || info->si_pid != getpid()) return;
   const int saved_errno = errno;
+  g_in_handler.fetch_add(1, std::memory_order_acq_rel);
   const uint32_t seq = g_seq.load(std::memory_order_acquire);
   if (seq & 1) {
     const uint32_t i = g_ack_count.fetch_add(1, std::memory_order_acq_rel);
@@ -48,6 +54,7 @@ void OnPark(int, siginfo_t* info, void*) {
       g_acks[i].store(static_cast<uint64_t>(seq) << 32 | static_cast<uint32_t>(Tid()), std::memory_order_release);
     while (g_seq.load(std::memory_order_acquire) == seq) Futex(&g_seq, FUTEX_WAIT_PRIVATE, seq);
   }
+  g_in_handler.fetch_sub(1, std::memory_order_acq_rel);
   errno = saved_errno;
 }
 
@@ -135,6 +142,32 @@ bool TaskGone(pid_t tid) {
   return false;
 }
 
+// True if thread `tid` blocks the park signal now (/proc/self/task/<tid>/status, "SigBlk:"): a
+// signal sent to it would stay pending (queued: real-time signals accumulate) and the stop wait
+// for nothing. ThreadSanitizer's background thread, and libraries' threads that block every
+// signal, are such threads.
+bool BlocksParkSignal(pid_t tid) {
+  char path[64] = "/proc/self/task/";
+  char* end = Decimal(path + 16, static_cast<unsigned>(tid));
+  const char status[] = "/status";
+  for (char ch : status) *end++ = ch;
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;  // gone
+  char text[2048];
+  const ssize_t n = read(fd, text, sizeof text - 1);
+  close(fd);
+  if (n <= 0) return false;
+  text[n] = '\0';
+  const char* at = strstr(text, "SigBlk:");
+  if (at == nullptr) return false;
+  at += 7;
+  while (*at == ' ' || *at == '\t') ++at;
+  uint64_t mask = 0;
+  for (; (*at >= '0' && *at <= '9') || (*at >= 'a' && *at <= 'f'); ++at)
+    mask = mask << 4 | static_cast<uint64_t>(*at <= '9' ? *at - '0' : *at - 'a' + 10);
+  return (mask >> (ParkSignal() - 1)) & 1;
+}
+
 bool Acked(uint32_t seq, pid_t tid) {
   const uint32_t n = std::min<uint32_t>(g_ack_count.load(std::memory_order_acquire), kMaxThreads);
   const uint64_t want = static_cast<uint64_t>(seq) << 32 | static_cast<uint32_t>(tid);
@@ -169,6 +202,15 @@ size_t SignalNew(pid_t self, const char** why) {
   for (size_t i = 0; i < listed; ++i) {
     const pid_t tid = g_listed[i];
     if (tid == self || g_roster.Has(tid)) continue;
+    // A thread that pthread_create has not started yet has every signal blocked for a moment:
+    // give it a few milliseconds before calling its mask its own.
+    for (int64_t until = NowNs() + kBlockedGraceNs; BlocksParkSignal(tid);) {
+      if (NowNs() > until) {
+        *why = "a thread blocks the park signal";
+        return SIZE_MAX;
+      }
+      sched_yield();
+    }
     if (g_roster.n == kMaxThreads) {
       *why = "more than 1024 threads";
       return SIZE_MAX;
@@ -215,6 +257,8 @@ bool WorldStop::StopOthers() {
   if (ListTasks(one, 2) == 1 && one[0] == self) return true;
   const char* why = "a thread did not park within 200 ms (signal blocked, uninterruptible sleep or stopped)";
   if (HandlerInstalled()) {
+    const int64_t leave_by = NowNs() + kDeadlineNs;
+    while (g_in_handler.load(std::memory_order_acquire) != 0 && NowNs() < leave_by) sched_yield();
     g_roster.n = 0;
     g_ack_count.store(0, std::memory_order_relaxed);
     const uint32_t seq = g_seq.fetch_add(1, std::memory_order_acq_rel) + 1;  // odd: stopping

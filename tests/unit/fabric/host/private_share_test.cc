@@ -161,12 +161,14 @@ TEST_F(PrivateShareTest, ConcurrentWritersLoseNoWrite) {
   auto* counters = reinterpret_cast<volatile uint64_t*>(r.get());
   constexpr int kWriters = 3;
   std::atomic<bool> stop{false};
+  std::atomic<int> started{0};  // each thread has run (a thread not started yet blocks signals)
   std::vector<uint64_t> done(kWriters + 1, 0);
   std::vector<std::thread> threads;
   for (int w = 0; w < kWriters; ++w)
     threads.emplace_back([&, w] {
       uint64_t n = 0;
       volatile uint64_t* c = counters + w * 64;  // page 0, other cache lines
+      started.fetch_add(1);
       while (!stop.load(std::memory_order_relaxed)) *c = ++n;
       done[w] = n;
     });
@@ -175,12 +177,14 @@ TEST_F(PrivateShareTest, ConcurrentWritersLoseNoWrite) {
   threads.emplace_back([&] {  // read(2) into the registered page: the kernel writes it
     uint64_t n = 0, value = 0;
     auto* slot = reinterpret_cast<uint64_t*>(r.get() + kPage + 8);
+    started.fetch_add(1);
     while (!stop.load(std::memory_order_relaxed)) {
       value = ++n;
       if (write(pipes[1], &value, 8) != 8 || read(pipes[0], slot, 8) != 8) break;
     }
     done[kWriters] = n;
   });
+  while (started.load() < kWriters + 1) usleep(100);
   size_t moved = 0;
   for (int i = 0; i < 40; ++i) {
     auto b = Share(r.get() + 1000, kPage + 500);
