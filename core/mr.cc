@@ -79,7 +79,8 @@ Result<std::unique_ptr<Mr>> Mr::Register(Pd& pd, const MrLayout& layout) {
   if (!key.ok()) return key.status();
   pd.users().Acquire();
   std::unique_ptr<Mr> mr(
-      new Mr(pd, layout, key->slot, key->key, transport::RegistrationBacking(pd.context().registry(), layout.addr, layout.length)));
+      new Mr(pd, layout, key->slot, key->key,
+             transport::RegistrationBacking(pd.context().registry(), layout.addr, layout.length)));
   mr->Publish();
   return mr;
 }
@@ -141,7 +142,9 @@ Status Mr::Reregister(uint32_t flags, Pd* new_pd, const MrLayout& layout) {
   // Initialised once (no assignment over a copy): GCC 12 at -O2 otherwise warns that the copy's
   // shared_ptr "may be used uninitialized" (-Wmaybe-uninitialized, a false positive: issue 15).
   std::optional<fabric::SharedBacking> backing =
-      (flags & rereg::kChangeTranslation) ? transport::RegistrationBacking(pd_->context().registry(), next.addr, next.length) : backing_;
+      (flags & rereg::kChangeTranslation)
+          ? transport::RegistrationBacking(pd_->context().registry(), next.addr, next.length)
+          : backing_;
   // Accesses through the old registration finish before the new one is visible. Windows bound
   // to the MR name its old translation: while one is bound the MR stays as it is.
   if (!transport::WithdrawUnlessWindowsBound(pd_->context().registry(), slot_, key_))

@@ -146,20 +146,20 @@ bool MoveBack(Area& a) {
   auto* copy = static_cast<uint8_t*>(mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   if (copy == MAP_FAILED) return false;
   WorldStop world;
-  size_t pieces = 0;
+  size_t placed = 0;  // the pieces of g_pieces moved out of `copy` so far
   bool done = false;
-  if (world.StopOthers() && !a.busy(a.ctx, a.lo, a.hi) &&
-      (pieces = ScanFileBacked(a.lo, a.hi, a.dev, a.ino, 0, g_pieces)) != SIZE_MAX) {
-    done = true;
-    for (size_t i = 0; i < pieces && done; ++i) {
-      const MapsPiece& p = g_pieces[i];
+  if (world.StopOthers() && !a.busy(a.ctx, a.lo, a.hi)) {
+    const size_t pieces = ScanFileBacked(a.lo, a.hi, a.dev, a.ino, 0, g_pieces);  // SIZE_MAX: later
+    done = pieces != SIZE_MAX;
+    for (; done && placed < pieces; ++placed) {
+      const MapsPiece& p = g_pieces[placed];
       done = CopyAll(SYS_pread64, a.memfd.get(), copy + (p.lo - a.lo), p.hi - p.lo, p.lo - a.lo) &&
              Place(copy, a.lo, p);
-      if (!done) pieces = i;  // the pieces before were placed
+      if (!done) break;
     }
   }
   world.Resume();
-  UnmapRest(copy, a.lo, a.hi, g_pieces, pieces);
+  UnmapRest(copy, a.lo, a.hi, g_pieces, placed);
   // Peers may keep a mapping of the memfd in their caches: its pages are freed now -- unless
   // the application still maps part of it elsewhere (it mremap-ed registered pages away).
   if (done && !FileMapped(a.dev, a.ino) && ftruncate(a.memfd.get(), 0) != 0) {}

@@ -45,6 +45,8 @@ class WorldStop {
   void Resume();
   // How many threads the last successful stop parked (for tests).
   size_t parked() const { return parked_; }
+  // True between a successful StopOthers and Resume.
+  bool stopped() const { return stopped_; }
 
  private:
   bool stopped_ = false;
