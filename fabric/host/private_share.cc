@@ -64,11 +64,28 @@ bool CopyAll(long nr, int fd, void* buf, uint64_t n, uint64_t off) {
 
 void* At(uint64_t addr) { return reinterpret_cast<void*>(addr); }
 
+// The memory system calls themselves, not libc's symbols: UCX's memory hooks (ucm) and other
+// interposers of mmap / munmap / mremap / madvise would take these remaps for the application
+// unmapping its memory (and invalidate their registration caches), while the application sees
+// no change at all. Raw system calls are also what may run while the other threads are parked.
+void* Mmap(void* addr, uint64_t len, int prot, int flags, int fd, uint64_t off) {
+  const long r = syscall(SYS_mmap, addr, len, prot, flags, fd, off);
+  return (r < 0 && r > -4096) ? MAP_FAILED : reinterpret_cast<void*>(r);
+}
+int Munmap(void* addr, uint64_t len) { return static_cast<int>(syscall(SYS_munmap, addr, len)); }
+void* Mremap(void* from, uint64_t len, void* to) {
+  const long r = syscall(SYS_mremap, from, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, to);
+  return (r < 0 && r > -4096) ? MAP_FAILED : reinterpret_cast<void*>(r);
+}
+int Mprotect(void* addr, uint64_t len, int prot) { return static_cast<int>(syscall(SYS_mprotect, addr, len, prot)); }
+int Madvise(void* addr, uint64_t len, int advice) { return static_cast<int>(syscall(SYS_madvise, addr, len, advice)); }
+
+
 // Moves `p`'s part of `copy` (which maps [base, ...)) onto p.lo with p's protection.
 bool Place(uint8_t* copy, uint64_t base, const MapsPiece& p) {
   const uint64_t len = p.hi - p.lo;
-  if (mremap(copy + (p.lo - base), len, len, MREMAP_MAYMOVE | MREMAP_FIXED, At(p.lo)) == MAP_FAILED) return false;
-  return p.prot == (PROT_READ | PROT_WRITE) || mprotect(At(p.lo), len, p.prot) == 0;
+  if (Mremap(copy + (p.lo - base), len, At(p.lo)) == MAP_FAILED) return false;
+  return p.prot == (PROT_READ | PROT_WRITE) || Mprotect(At(p.lo), len, p.prot) == 0;
 }
 
 // Unmaps what is left of `copy` (size hi - lo, mapped at lo's offset 0) once `pieces` were
@@ -77,7 +94,7 @@ void UnmapRest(uint8_t* copy, uint64_t lo, uint64_t hi, const MapsPiece* pieces,
   uint64_t at = lo;
   for (size_t i = 0; i <= n; ++i) {
     const uint64_t next = i < n ? pieces[i].lo : hi;
-    if (next > at) munmap(copy + (at - lo), next - at);
+    if (next > at) Munmap(copy + (at - lo), next - at);
     if (i < n) at = pieces[i].hi;
   }
 }
@@ -93,7 +110,7 @@ std::shared_ptr<Area> MoveIn(uint64_t lo, uint64_t hi, RangeBusyFn busy, void* c
     *why = "no memfd";
     return nullptr;
   }
-  void* shared = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, area->memfd.get(), 0);
+  void* shared = Mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, area->memfd.get(), 0);
   if (shared == MAP_FAILED) {
     *why = "no address space for the memfd";
     return nullptr;
@@ -104,13 +121,13 @@ std::shared_ptr<Area> MoveIn(uint64_t lo, uint64_t hi, RangeBusyFn busy, void* c
   else if ((pieces = ScanMovablePrivate(lo, hi, g_pieces, why)) == 0) {}
   else if (busy(ctx, lo, hi)) *why = "another live registration of this process touches its pages";
   else if (!CopyAll(SYS_pwrite64, area->memfd.get(), At(lo), n, 0)) *why = "its pages could not be read";
-  else if (mremap(shared, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, At(lo)) == MAP_FAILED &&
-           mmap(At(lo), n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, area->memfd.get(), 0) == MAP_FAILED) {
+  else if (Mremap(shared, n, At(lo)) == MAP_FAILED &&
+           Mmap(At(lo), n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, area->memfd.get(), 0) == MAP_FAILED) {
     // mremap may have unmapped the target before failing (ENOMEM: too many mappings); the file
     // holds the contents, so mapping it there is the way back. Neither worked: say so loudly.
     const int err = errno;
     world.Resume();
-    munmap(shared, n);
+    Munmap(shared, n);
     SV_LOG(kError, "ibv_reg_mr([0x%llx, 0x%llx)): the pages could not be remapped (%s): the range may be lost",
            static_cast<unsigned long long>(lo), static_cast<unsigned long long>(hi), strerror(err));
     *why = "the remap failed";
@@ -119,13 +136,13 @@ std::shared_ptr<Area> MoveIn(uint64_t lo, uint64_t hi, RangeBusyFn busy, void* c
     shared = nullptr;
     for (size_t i = 0; i < pieces; ++i)
       if (g_pieces[i].prot != (PROT_READ | PROT_WRITE))
-        mprotect(At(g_pieces[i].lo), g_pieces[i].hi - g_pieces[i].lo, g_pieces[i].prot);
+        Mprotect(At(g_pieces[i].lo), g_pieces[i].hi - g_pieces[i].lo, g_pieces[i].prot);
     // fork(): the child gets its private copy from the atfork handler, never these pages.
-    madvise(At(lo), n, MADV_DONTFORK);
+    Madvise(At(lo), n, MADV_DONTFORK);
   }
   world.Resume();
   if (shared != nullptr) {
-    munmap(shared, n);
+    Munmap(shared, n);
     return nullptr;
   }
   area->lo = lo;
@@ -143,7 +160,7 @@ std::shared_ptr<Area> MoveIn(uint64_t lo, uint64_t hi, RangeBusyFn busy, void* c
 bool MoveBack(Area& a) {
   if (a.pid != getpid()) return true;
   const uint64_t n = a.hi - a.lo;
-  auto* copy = static_cast<uint8_t*>(mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  auto* copy = static_cast<uint8_t*>(Mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   if (copy == MAP_FAILED) return false;
   WorldStop world;
   size_t placed = 0;  // the pieces of g_pieces moved out of `copy` so far
@@ -176,10 +193,10 @@ void RetryLingering() {
   });
 }
 
-void Release(const std::shared_ptr<Area>& area) {
+// A move's last registration is gone: move it (and any other lingering one) back.
+void Release() {
   std::lock_guard lock(g_mu);
   RetryLingering();
-  (void)area;
 }
 
 void ForkPrepare() {
@@ -193,7 +210,7 @@ void ForkPrepare() {
     if (a->pid != getpid()) continue;
     const size_t n = ScanFileBacked(a->lo, a->hi, a->dev, a->ino, 0, a->snapshot_pieces);
     if (n == SIZE_MAX || n == 0) continue;
-    void* copy = mmap(nullptr, a->hi - a->lo, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void* copy = Mmap(nullptr, a->hi - a->lo, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (copy == MAP_FAILED) continue;
     a->snapshot = static_cast<uint8_t*>(copy);
     a->snapshot_count = n;
@@ -206,7 +223,7 @@ void ForkPrepare() {
 
 void ForkParent() {
   for (auto& a : g_areas)
-    if (a->snapshot != nullptr) munmap(std::exchange(a->snapshot, nullptr), a->hi - a->lo);
+    if (a->snapshot != nullptr) Munmap(std::exchange(a->snapshot, nullptr), a->hi - a->lo);
   g_mu.unlock();
 }
 
@@ -267,9 +284,11 @@ std::optional<SharedBacking> SharePrivate(uint64_t addr, uint64_t length, RangeB
   UniqueFd dup(fcntl(area->memfd.get(), F_DUPFD_CLOEXEC, 0));
   const int32_t handle = dup.get();
   auto* file = new BackingFile(BackingKind::kFile, std::move(dup), handle, NextBackingTag(), area->dev, area->ino);
-  std::shared_ptr<const BackingFile> shared(file, [area](const BackingFile* f) {
+  // The deleter holds no reference to the area (which holds a weak one to this control block:
+  // a cycle would keep both, and the memfd, forever); g_areas keeps it until it moves back.
+  std::shared_ptr<const BackingFile> shared(file, [](const BackingFile* f) {
     delete f;
-    Release(area);
+    Release();
   });
   area->file = shared;
   g_areas.push_back(area);
