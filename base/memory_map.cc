@@ -5,8 +5,15 @@
 
 namespace softverbs {
 
-MappedAs InspectRange(uint64_t addr, uint64_t length) {
-  FILE* maps = fopen("/proc/self/maps", "re");
+MappedAs InspectRange(uint64_t addr, uint64_t length) { return InspectRangeOf(0, addr, length); }
+
+MappedAs InspectRangeOf(int pid, uint64_t addr, uint64_t length) {
+  char path[64];
+  if (pid == 0)
+    snprintf(path, sizeof(path), "/proc/self/maps");
+  else
+    snprintf(path, sizeof(path), "/proc/%d/maps", pid);
+  FILE* maps = fopen(path, "re");
   if (maps == nullptr) return MappedAs::kUnmapped;
   const uint64_t end = addr + length;
   uint64_t covered = addr;  // everything below has been seen mapped

@@ -2,6 +2,7 @@
 
 #include "core/qp.h"
 #include "core/srq.h"
+#include "core/xrc_qp.h"
 
 namespace softverbs::core {
 
@@ -55,6 +56,15 @@ void Context::Unregister(Srq* srq) {
   std::erase(srqs_, srq);
 }
 
+void Context::Register(OpenedQp* qp) {
+  std::lock_guard lock(objects_mu_);
+  opened_qps_.push_back(qp);
+}
+void Context::Unregister(OpenedQp* qp) {
+  std::lock_guard lock(objects_mu_);
+  std::erase(opened_qps_, qp);
+}
+
 void Context::CollectRemoteEvents() {
   std::lock_guard lock(objects_mu_);
   for (Srq* srq : srqs_)
@@ -64,8 +74,11 @@ void Context::CollectRemoteEvents() {
   // peer overran reports IBV_EVENT_CQ_ERR.
   for (Qp* qp : qps_) {
     qp->state();
-    qp->init().recv_cq->ReportOverrun();
+    if (qp->init().recv_cq != nullptr) qp->init().recv_cq->ReportOverrun();  // (XRC_RECV: none)
   }
+  // An XRC_RECV QP that failed is reported to each of its ibv_open_qp handles too.
+  for (OpenedQp* qp : opened_qps_)
+    if (qp->TakeNewErrors()) PostAsyncEvent({kEventQpAccessErr, AsyncEvent::Subject::kQp, qp->user_handle(), 0});
 }
 
 Result<AsyncEvent> Context::GetAsyncEvent() {

@@ -20,6 +20,7 @@ namespace softverbs::core {
 
 class Qp;
 class Srq;
+class OpenedQp;
 
 // enum ibv_event_type values the core raises.
 inline constexpr uint32_t kEventCqErr = 0;
@@ -64,6 +65,8 @@ class Context {
   void Unregister(Qp* qp);
   void Register(Srq* srq);
   void Unregister(Srq* srq);
+  void Register(OpenedQp* qp);  // ibv_open_qp handles (core/xrc_qp.h)
+  void Unregister(OpenedQp* qp);
 
   // Context-local numbers for objects that have no host-wide number (PD, CQ, AH handles).
   uint32_t NewHandle() { return next_handle_.fetch_add(1, std::memory_order_relaxed); }
@@ -82,6 +85,7 @@ class Context {
   std::mutex objects_mu_;
   std::vector<Qp*> qps_;
   std::vector<Srq*> srqs_;
+  std::vector<OpenedQp*> opened_qps_;
   // Turns flags raised by peers into queued events.
   void CollectRemoteEvents();
   std::atomic<uint32_t> next_handle_{1};

@@ -8,6 +8,7 @@
 #include "core/device_limits.h"
 #include "core/qp.h"
 #include "transport/key_table.h"
+#include "transport/wire/wire_fabric.h"
 
 namespace softverbs::core {
 
@@ -190,9 +191,17 @@ int Cq::Poll(Completion* out, int max) {
     std::lock_guard lock(qps_mu_);
     for (Qp* qp : qps_) qp->ApplyPendingError();
   }
-  // Lock-free for the owner: an empty CQ costs two loads (see transport/cq_ring.h).
-  const uint64_t tail = r.tail.load(std::memory_order_acquire);
-  if (tail == r.head.load(std::memory_order_relaxed) || max <= 0) return 0;
+  // Lock-free for the owner: an empty CQ costs two loads (see transport/cq_ring.h), and one
+  // more in a process that receives RoCEv2: then the caller, spinning on its CQ, takes what its
+  // sockets hold (busy polling, docs/wire.md) instead of waiting for the receive thread.
+  uint64_t tail = r.tail.load(std::memory_order_acquire);
+  if (tail == r.head.load(std::memory_order_relaxed)) {
+    transport::WireFabric* wire = transport::WireFabric::Receiving();
+    if (wire == nullptr || !wire->PollOnce()) return 0;
+    tail = r.tail.load(std::memory_order_acquire);
+    if (tail == r.head.load(std::memory_order_relaxed)) return 0;
+  }
+  if (max <= 0) return 0;
   std::lock_guard poll(poll_mu_);
   const uint64_t head = r.head.load(std::memory_order_relaxed);
   const uint64_t avail = r.tail.load(std::memory_order_acquire) - head;
@@ -224,7 +233,8 @@ void Cq::ScatterLanding(const CqEntry& entry, Completion* c) {
     // (transport/responder.cc), so one here would be a slot reused since -- a lost MR.
     placed = transport::KeyPin::Peek(local_->registry(), p.lkey, &k) && k.owner_process_slot() == local_->slot() &&
              !k.indirect() && !k.window() && (k.access & access::kLocalWrite) && transport::RangeWithin(k.addr, k.length, p.addr, p.length) &&
-             p.length <= static_cast<uint64_t>(end - from);
+             p.length <= static_cast<uint64_t>(end - from) &&
+             transport::OnDemandPresent(local_->registry(), k, p.addr, p.length, true);
     if (placed) {
       memcpy(reinterpret_cast<void*>(p.addr), from, p.length);
       from += p.length;

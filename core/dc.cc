@@ -15,6 +15,8 @@ const char* DcRoleName(DcRole role) {
 }
 
 QpType TransportTypeOf(QpType type, DcRole role) {
+  // An XRC initiator runs RC's requester too (IBA annex A14: XRC is RC with the XRCETH).
+  if (type == QpType::kXrcSend) return QpType::kRc;
   return type == QpType::kDriver && role != DcRole::kNone ? QpType::kRc : type;
 }
 

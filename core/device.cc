@@ -4,9 +4,12 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -96,6 +99,31 @@ GidTable GidTable::Read() {
   }
   freeifaddrs(list);
   return t;
+}
+
+Mtu ActiveMtu() {
+  constexpr uint32_t kRoceHeaders = 80;  // rxe's RXE_MAX_HDR_LENGTH margin: IPv6 + UDP + BTH + ...
+  uint32_t smallest = MtuBytes(DeviceLimits::kMaxMtu) + kRoceHeaders;
+  struct ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return DeviceLimits::kMaxMtu;
+  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  for (struct ifaddrs* ifa = list; ifa != nullptr && fd >= 0; ifa = ifa->ifa_next) {
+    if (ifa->ifa_addr == nullptr || !(ifa->ifa_flags & IFF_UP) || (ifa->ifa_flags & IFF_LOOPBACK)) continue;
+    const int family = ifa->ifa_addr->sa_family;
+    if (family != AF_INET && family != AF_INET6) continue;
+    // An IPv6 link-local address is not a route off the host (transport/wire/wire_fabric.cc).
+    if (family == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<sockaddr_in6*>(ifa->ifa_addr)->sin6_addr))
+      continue;
+    ifreq req{};
+    strncpy(req.ifr_name, ifa->ifa_name, IFNAMSIZ - 1);
+    if (ioctl(fd, SIOCGIFMTU, &req) == 0 && req.ifr_mtu > 0)
+      smallest = std::min(smallest, static_cast<uint32_t>(req.ifr_mtu));
+  }
+  if (fd >= 0) close(fd);
+  freeifaddrs(list);
+  for (Mtu m : {Mtu::k4096, Mtu::k2048, Mtu::k1024, Mtu::k512})
+    if (smallest >= MtuBytes(m) + kRoceHeaders) return m;
+  return Mtu::k256;  // rxe: a netdev too small for any IB MTU still reports 256
 }
 
 uint64_t GidTable::valid_mask() const {

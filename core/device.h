@@ -35,6 +35,13 @@ struct GidEntry {
   bool valid = false;
 };
 
+// Port 1's active MTU, as rxe derives it from its netdev (rxe_set_mtu: the netdev MTU less the
+// 80 bytes a RoCEv2 packet's headers may take, rounded down to an IB MTU, at most 4096): the
+// smallest among the interfaces holding this namespace's routable GIDs, so a packet of that
+// size leaves by any of them. 4096 when only loopback has addresses (the same-host fabric has
+// no MTU). Read from the kernel on every call (ibv_query_port(3)).
+Mtu ActiveMtu();
+
 // Port 1's GID table: index 0 is the link-local GID made from the node GUID; then one RoCEv2 GID
 // per IP address of the network namespace, in interface order: IPv4 as ::ffff:a.b.c.d (127.0.0.1
 // included), IPv6 as is. Empty slots read as a zero GID, as on hardware.

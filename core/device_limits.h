@@ -17,6 +17,10 @@ struct DeviceLimits {
   static constexpr uint32_t kMaxSrq = fabric::HostRegistry::kSrqSlots;
   // Per-object limits.
   static constexpr uint32_t kMaxQpWr = 32768;
+  // TSO on raw packet QPs (ibv_query_device_ex tso_caps): the largest payload of one WR and the
+  // largest header it may carry.
+  static constexpr uint32_t kMaxTso = 256 * 1024;
+  static constexpr uint32_t kMaxTsoHeader = 256;
   static constexpr uint32_t kMaxSge = transport::kMaxSge;
   static constexpr uint32_t kMaxSgeRd = 32;
   static constexpr uint32_t kMaxInlineData = transport::kMaxInlineData;
@@ -37,6 +41,8 @@ struct DeviceLimits {
   static constexpr uint32_t kMaxSrqSge = 32;
   static constexpr uint32_t kMaxXrcd = 1024;
   static constexpr uint64_t kMaxMrSize = 1ull << 47;  // the x86-64 user address space
+  // ibv_alloc_dm (core/dm.h): one allocation, a memfd of its own. ConnectX-6's MEMIC size.
+  static constexpr uint64_t kMaxDmSize = 256 * 1024;
   static constexpr uint64_t kPageSizeCap = 0xfffff000;  // 4 KiB and larger pages
   static constexpr uint32_t kMaxMsgSize = 1u << 31;      // IBA: 2^31 bytes per message
   // Port 1.

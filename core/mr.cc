@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "base/log.h"
 #include "base/memory_map.h"
 #include "base/strings.h"
 #include "core/context.h"
@@ -27,13 +28,19 @@ Status CheckMrAccess(uint32_t access) {
   // IBV_ACCESS_LOCAL_WRITE must be set too."
   if ((access & (access::kRemoteWrite | access::kRemoteAtomic)) && !(access & access::kLocalWrite))
     return Invalid("IBV_ACCESS_REMOTE_WRITE/REMOTE_ATOMIC need IBV_ACCESS_LOCAL_WRITE (ibv_reg_mr(3))");
-  if (access & access::kOnDemand)
-    return NotSupported("IBV_ACCESS_ON_DEMAND: softverbs0 reports no ODP capabilities");
   // HUGETLB and the optional range (RELAXED_ORDERING, ...) are hints that change no semantics.
   return Status::Ok();
 }
 
+bool IsImplicit(const MrLayout& layout) { return layout.addr == 0 && layout.length == UINT64_MAX; }
+
 Status Mr::CheckLayout(const MrLayout& layout) {
+  if (layout.device_memory) {
+    // Device memory is the device's own, zero-based (the kernel's reg_dm_mr): no page
+    // translation to keep and nothing of the process to check.
+    SV_RETURN_IF_ERROR(CheckMrAccess(layout.access));
+    return layout.length == 0 ? Invalid("length is 0") : Status::Ok();
+  }
   // The device translates the iova page by page (ib_umem): the kernel's ib_uverbs_reg_mr refuses
   // an iova whose offset in its page differs from the address's, before anything else (EINVAL).
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
@@ -43,9 +50,19 @@ Status Mr::CheckLayout(const MrLayout& layout) {
                    ": the kernel's ib_uverbs_reg_mr needs the same page offset");
   SV_RETURN_IF_ERROR(CheckMrAccess(layout.access));
   if (layout.length == 0) return Invalid("length is 0");
+  const bool on_demand = layout.access & access::kOnDemand;
+  if (IsImplicit(layout)) {
+    // Implicit ODP: the whole address space (mlx5's create_user_odp_mr: iova 0 only).
+    if (!on_demand) return Invalid("length SIZE_MAX exceeds max_mr_size (implicit ODP needs IBV_ACCESS_ON_DEMAND)");
+    if (layout.iova != 0) return Invalid("an implicit ODP MR (addr NULL, length SIZE_MAX) needs iova 0 (mlx5)");
+    return Status::Ok();
+  }
   if (layout.length > DeviceLimits::kMaxMrSize)
     return Invalid("length " + std::to_string(layout.length) + " exceeds max_mr_size");
   if (layout.addr + layout.length < layout.addr) return Invalid("addr + length wraps around");
+  // ODP pins nothing at registration (ib_umem_odp_get faults no page): each access finds its
+  // pages then (transport/key_table.h, OnDemandPresent), so memory mapped later is reachable.
+  if (on_demand) return Status::Ok();
   // The whole range must be mapped -- and writable if anyone may write through the MR -- as
   // pinning it for the device requires on hardware (EFAULT otherwise).
   const bool needs_write = layout.access & (access::kLocalWrite | access::kRemoteWrite | access::kRemoteAtomic);
@@ -78,11 +95,20 @@ Result<std::unique_ptr<Mr>> Mr::Register(Pd& pd, const MrLayout& layout) {
   auto key = transport::AllocateKey(pd.context().registry());
   if (!key.ok()) return key.status();
   pd.users().Acquire();
-  std::unique_ptr<Mr> mr(
-      new Mr(pd, layout, key->slot, key->key,
-             transport::RegistrationBacking(pd.context().registry(), layout.addr, layout.length)));
+  std::unique_ptr<Mr> mr(new Mr(pd, layout, key->slot, key->key, BackingOf(pd.context().registry(), layout)));
   mr->Publish();
   return mr;
+}
+
+std::optional<fabric::SharedBacking> Mr::BackingOf(fabric::HostRegistry& registry, const MrLayout& layout) {
+  // An ODP MR (implicit ones too) follows the owner's address space as it is at each access,
+  // never a file mapped through it at registration (which would outlive an munmap) -- and its
+  // pages are never moved into one (private_share.h): the process_vm path, as before.
+  if (layout.access & access::kOnDemand) return std::nullopt;
+  // Device memory is the device's own memfd (core/dm.h): reached through it, nothing to move.
+  if (layout.device_memory) return fabric::FindSharedBacking(layout.addr, layout.length);
+  // A shared file's pages, else private anonymous pages moved into a memfd (issue 16), else none.
+  return transport::RegistrationBacking(registry, layout.addr, layout.length);
 }
 
 void Mr::Publish() {
@@ -126,6 +152,7 @@ Mr::~Mr() {
 
 Status Mr::Reregister(uint32_t flags, Pd* new_pd, const MrLayout& layout) {
   if (flags == 0 || (flags & ~rereg::kAll)) return Invalid("flags must be a non-empty set of IBV_REREG_MR_*");
+  if (layout_.device_memory) return Invalid("an MR of device memory is not re-registered (ibv_reg_dm_mr has no rereg)");
   if ((flags & rereg::kChangePd) && new_pd == nullptr) return Invalid("IBV_REREG_MR_CHANGE_PD with a NULL pd");
   if ((flags & rereg::kChangePd) && &new_pd->context() != &pd_->context())
     return Invalid("IBV_REREG_MR_CHANGE_PD with a PD of another context");
@@ -142,9 +169,8 @@ Status Mr::Reregister(uint32_t flags, Pd* new_pd, const MrLayout& layout) {
   // Initialised once (no assignment over a copy): GCC 12 at -O2 otherwise warns that the copy's
   // shared_ptr "may be used uninitialized" (-Wmaybe-uninitialized, a false positive: issue 15).
   std::optional<fabric::SharedBacking> backing =
-      (flags & rereg::kChangeTranslation)
-          ? transport::RegistrationBacking(pd_->context().registry(), next.addr, next.length)
-          : backing_;
+      (flags & (rereg::kChangeTranslation | rereg::kChangeAccess)) ? BackingOf(pd_->context().registry(), next)
+                                                                   : backing_;
   // Accesses through the old registration finish before the new one is visible. Windows bound
   // to the MR name its old translation: while one is bound the MR stays as it is.
   if (!transport::WithdrawUnlessWindowsBound(pd_->context().registry(), slot_, key_))
@@ -159,6 +185,50 @@ Status Mr::Reregister(uint32_t flags, Pd* new_pd, const MrLayout& layout) {
   fabric::ClearBacking(pd_->context().registry(), slot_);
   backing_ = std::move(backing);
   Publish();
+  return Status::Ok();
+}
+
+namespace {
+
+// One range of ibv_advise_mr: the key's checks, then the pages made present.
+Status AdviseOne(Pd& pd, Advice advice, bool flush, const AdviseRange& r) {
+  transport::KeyView k;
+  Context& ctx = pd.context();
+  const std::string key = "lkey " + Hex(r.lkey);
+  if (!transport::KeyPin::Peek(ctx.registry(), r.lkey, &k) || k.indirect() || k.window() ||
+      k.owner_process_slot() != ctx.local().slot() || k.pd != pd.host_id())
+    return Invalid(key + " is not an MR of this PD");
+  if (!k.on_demand()) return Invalid(key + " is not an ODP MR (ibv_advise_mr(3): the lkeys must be ODP MRs)");
+  if (advice == Advice::kPrefetchWrite && !(k.access & access::kLocalWrite))
+    return Invalid(key + " is not writable, PREFETCH_WRITE needs IBV_ACCESS_LOCAL_WRITE");
+  if (!transport::KeyCovers(k, r.addr, r.length)) {
+    if (!flush) {
+      SV_LOG(kInfo, "ibv_advise_mr: [%s, +%u) is outside %s: prefetch dropped (no FLUSH)", Hex(r.addr).c_str(),
+             r.length, key.c_str());
+      return Status::Ok();
+    }
+    return Status(EFAULT, "[" + Hex(r.addr) + ", +" + std::to_string(r.length) + ") is outside the MR of " + key);
+  }
+  if (advice == Advice::kPrefetchNoFault || r.length == 0) return Status::Ok();  // present pages only: nothing to do
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t host = k.addr + (r.addr - k.iova);
+  const uint64_t start = host & ~(page - 1);
+  const int how = advice == Advice::kPrefetchWrite ? MADV_POPULATE_WRITE : MADV_POPULATE_READ;
+  if (madvise(reinterpret_cast<void*>(start), host + r.length - start, how) != 0 && flush)
+    return Status(EFAULT, "[" + Hex(r.addr) + ", +" + std::to_string(r.length) + ") of " + key + " is not " +
+                              (how == MADV_POPULATE_WRITE ? "writable" : "mapped") + " memory of this process");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status AdviseMr(Pd& pd, uint32_t advice, uint32_t flags, const AdviseRange* ranges, uint32_t n) {
+  if (advice > static_cast<uint32_t>(Advice::kPrefetchNoFault))
+    return NotSupported("advice " + std::to_string(advice) + " (PREFETCH, PREFETCH_WRITE, PREFETCH_NO_FAULT only)");
+  if (flags & ~kAdviseFlush) return Invalid("flags has unknown bits " + Hex(flags & ~kAdviseFlush));
+  if (n == 0) return Invalid("num_sge is 0");
+  for (uint32_t i = 0; i < n; ++i)
+    SV_RETURN_IF_ERROR(AdviseOne(pd, static_cast<Advice>(advice), flags & kAdviseFlush, ranges[i]));
   return Status::Ok();
 }
 

@@ -18,6 +18,7 @@ struct MrLayout {
   uint64_t length = 0;
   uint64_t iova = 0;    // the address remote peers use (== addr unless ibv_reg_mr_iova2)
   uint32_t access = 0;  // core::access bits
+  bool device_memory = false;  // ibv_reg_dm_mr: `addr` is inside a DeviceMemory (core/dm.h)
 };
 
 // ibv_rereg_mr flags (enum ibv_rereg_mr_flags).
@@ -28,8 +29,28 @@ inline constexpr uint32_t kChangeAccess = 1u << 2;
 inline constexpr uint32_t kAll = (1u << 3) - 1;
 }  // namespace rereg
 
+// ibv_reg_mr(pd, NULL, SIZE_MAX, IBV_ACCESS_ON_DEMAND): an implicit ODP MR, whose keys reach
+// every address the process has mapped (as mlx5's implicit ODP).
+bool IsImplicit(const MrLayout& layout);
+
 // Checks access flags as ibv_reg_mr(3) states them.
 Status CheckMrAccess(uint32_t access);
+
+// ibv_advise_mr(3): the advice values (enum ibv_advise_mr_advice) and IBV_ADVISE_MR_FLAG_FLUSH.
+enum class Advice : uint32_t { kPrefetch = 0, kPrefetchWrite = 1, kPrefetchNoFault = 2 };
+inline constexpr uint32_t kAdviseFlush = 1u << 0;
+struct AdviseRange {
+  uint64_t addr = 0;
+  uint32_t length = 0;
+  uint32_t lkey = 0;
+};
+// Prefetches ranges of ODP MRs of `pd` (this process's): makes their pages present
+// (MADV_POPULATE_READ / _WRITE; NO_FAULT touches nothing). Checks as mlx5_ib_advise_mr does:
+// unknown advice EOPNOTSUPP, unknown flags or no range EINVAL, an lkey that is not an ODP MR of
+// the PD (or not writable for PREFETCH_WRITE) EINVAL; with FLUSH a range outside its MR or not
+// mapped EFAULT (ibv_advise_mr(3)); without FLUSH that prefetch is dropped, as mlx5's deferred
+// work drops it.
+Status AdviseMr(Pd& pd, uint32_t advice, uint32_t flags, const AdviseRange* ranges, uint32_t n);
 
 class Mr {
  public:
@@ -52,6 +73,7 @@ class Mr {
   Mr(Pd& pd, const MrLayout& layout, uint32_t slot, uint32_t key, std::optional<fabric::SharedBacking> backing)
       : pd_(&pd), layout_(layout), slot_(slot), key_(key), backing_(std::move(backing)) {}
   static Status CheckLayout(const MrLayout& layout);
+  static std::optional<fabric::SharedBacking> BackingOf(fabric::HostRegistry& registry, const MrLayout& layout);
   // Makes the registration visible to initiators through the host key table.
   void Publish();
   // Waits for this process's own writes through a withdrawn key (landed messages) to finish.

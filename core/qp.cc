@@ -10,10 +10,15 @@
 #include "core/context.h"
 #include "core/device_limits.h"
 #include "core/qp_state_machine.h"
+#include "core/xrc_qp.h"
+#include "core/raw_qp.h"
+#include "core/wq.h"
 #include "fabric/host/pin_line.h"
 #include "fabric/host/process_token.h"
+#include "fabric/raw/packet_socket.h"
 #include "transport/host/host_link.h"
 #include "transport/mcast_table.h"
+#include "transport/raw/toeplitz.h"
 #include "transport/wire/wire_link.h"
 #include "transport/window_key.h"
 
@@ -27,12 +32,11 @@ Status CheckType(QpType type, DcRole dc) {
     case QpType::kRc:
     case QpType::kUc:
     case QpType::kUd:
+    case QpType::kRawPacket:  // whole Ethernet frames (core/raw_qp.h)
       return Status::Ok();
     case QpType::kXrcSend:
     case QpType::kXrcRecv:
-      return NotSupported("XRC QPs are not offered yet (ibv_open_xrcd fails too)");
-    case QpType::kRawPacket:
-      return NotSupported("IBV_QPT_RAW_PACKET is not offered: softverbs0 has no Ethernet datapath");
+      return Status::Ok();  // IBA annex A14 (core/xrc_qp.h)
     case QpType::kDriver:
       if (dc != DcRole::kNone) return Status::Ok();  // a DC QP of mlx5dv_create_qp (core/dc.h)
       return NotSupported("IBV_QPT_DRIVER QPs are created through their provider (mlx5dv_create_qp)");
@@ -54,13 +58,17 @@ Status CheckCreateFlags(const QpInitAttributes& a) {
   if (a.create_flags & ~kKnown) return Invalid("create_flags has unknown bits");
   if ((a.create_flags & kBlockSelfMcastLb) && a.type != QpType::kUd)
     return Invalid("IBV_QP_CREATE_BLOCK_SELF_MCAST_LB applies to UD QPs (multicast is UD only)");
-  if (a.create_flags & (kScatterFcs | kCvlanStripping))
+  // ibv_create_qp_ex(3): FCS scattering and VLAN stripping are features of raw packet QPs.
+  if ((a.create_flags & (kScatterFcs | kCvlanStripping)) && a.type != QpType::kRawPacket)
     return Invalid("IBV_QP_CREATE_SCATTER_FCS / CVLAN_STRIPPING apply to IBV_QPT_RAW_PACKET QPs only");
   if (a.create_flags & kSourceQpn) {
     // "The attribute source_qpn is supported only on UD QP" (ibv_create_qp_ex(3)).
     if (a.type != QpType::kUd) return Invalid("IBV_QP_CREATE_SOURCE_QPN applies to UD QPs only");
     if (a.source_qpn == 0 || a.source_qpn > 0xffffff)
       return Invalid("source_qpn " + to_string(a.source_qpn) + " is not a 24-bit QP number");
+    // The kernel requires CAP_NET_RAW for a QP that sends as another QP number (mlx5).
+    if (!fabric::raw::HaveNetRaw())
+      return Status(EPERM, "IBV_QP_CREATE_SOURCE_QPN needs CAP_NET_RAW in the QP's network namespace");
   }
   // PCI_WRITE_END_PADDING is a performance hint: accepted, no semantic change.
   return Status::Ok();
@@ -74,7 +82,8 @@ Status CheckSendOps(const QpInitAttributes& a) {
                               kTso | kAtomicWrite;
   uint64_t ops = a.send_ops_flags;
   if (ops & ~kKnown) return Invalid("send_ops_flags has unknown bits");
-  if (ops & kTso) return Invalid("IBV_QP_EX_WITH_TSO applies to IBV_QPT_RAW_PACKET QPs only");
+  if ((ops & kTso) && a.type != QpType::kRawPacket)
+    return Invalid("IBV_QP_EX_WITH_TSO applies to IBV_QPT_RAW_PACKET QPs only");
   if (ops & kAtomicWrite) return NotSupported("IBV_QP_EX_WITH_ATOMIC_WRITE: ATOMIC WRITE is not offered");
   uint64_t allowed = 0;
   switch (TransportTypeOf(a.type, a.dc.role)) {  // IBA table 38: the operations of each service type
@@ -83,6 +92,7 @@ Status CheckSendOps(const QpInitAttributes& a) {
     // ibv_bind_mw(3): binds on UC, RC (and XRC_SEND); SEND_WITH_INV is RC's (IBA 9.4).
     case QpType::kUc: allowed = kRdmaWrite | kRdmaWriteWithImm | kSend | kSendWithImm | kLocalInv | kBindMw; break;
     case QpType::kUd: allowed = kSend | kSendWithImm; break;
+    case QpType::kRawPacket: allowed = kSend | kTso; break;  // a frame per SEND, segments per TSO
     default: break;
   }
   // A DCI's requests go to many DCTs: windows are bound and invalidated on RC and UC QPs only.
@@ -92,14 +102,44 @@ Status CheckSendOps(const QpInitAttributes& a) {
   return Status::Ok();
 }
 
+// An RSS QP (ibv_create_qp_ex(3): rwq_ind_tbl, rx_hash_conf): receives through the WQs of its
+// table, by the Toeplitz hash of the selected fields; it has no queues of its own.
+Status CheckRss(QpInitAttributes& a) {
+  using namespace transport::raw::rx_hash;
+  if (!a.has_rwq_ind_table || !a.has_rx_hash || a.ind_table == nullptr)
+    return Invalid("an RSS QP needs both IBV_QP_INIT_ATTR_IND_TABLE (a table) and IBV_QP_INIT_ATTR_RX_HASH");
+  if (a.srq != nullptr) return Invalid("an RSS QP receives through its table's WQs, not an SRQ");
+  if (a.rx_hash_function != 1) return Invalid("rx_hash_function must be IBV_RX_HASH_FUNC_TOEPLITZ");
+  // mlx5 takes exactly a 40-byte Toeplitz key (the TIR's rx_hash_toeplitz_key field).
+  if (a.rx_hash_key.size() != 40)
+    return Invalid("rx_hash_key_len " + to_string(a.rx_hash_key.size()) + " is not 40 (the Toeplitz key)");
+  constexpr uint64_t kFields = kSrcIpv4 | kDstIpv4 | kSrcIpv6 | kDstIpv6 | kSrcPortTcp | kDstPortTcp | kSrcPortUdp | kDstPortUdp;
+  if (a.rx_hash_fields_mask & (kInner | kIpsecSpi))
+    return NotSupported("IBV_RX_HASH_INNER and IBV_RX_HASH_IPSEC_SPI are not offered (no tunnel offloads)");
+  if (a.rx_hash_fields_mask & ~kFields) return Invalid("rx_hash_fields_mask has unknown bits");
+  if ((a.rx_hash_fields_mask & (kSrcPortTcp | kDstPortTcp)) && (a.rx_hash_fields_mask & (kSrcPortUdp | kDstPortUdp)))
+    return Invalid("rx_hash_fields_mask selects TCP and UDP ports together (mlx5 hashes one L4 type per TIR)");
+  if (a.has_send_ops_flags && a.send_ops_flags != 0) return Invalid("an RSS QP has no send queue");
+  a.cap = QpCaps{};
+  return Status::Ok();
+}
+
 Status CheckInit(QpInitAttributes& a) {
   SV_RETURN_IF_ERROR(CheckType(a.type, a.dc.role));
+  if (a.type == QpType::kXrcRecv || a.type == QpType::kXrcSend) SV_RETURN_IF_ERROR(CheckXrcInit(a));
+  if (a.type == QpType::kXrcRecv) return a.has_send_ops_flags ? CheckSendOps(a) : Status::Ok();
   if (a.pd == nullptr) return Invalid("pd is NULL (IBV_QP_INIT_ATTR_PD is required)");
   if (a.has_xrcd) return Invalid("an XRC domain applies to IBV_QPT_XRC_RECV QPs only");
-  if (a.send_cq == nullptr) return Invalid("send_cq is NULL");
-  if (a.recv_cq == nullptr) return Invalid("recv_cq is NULL");
-  if (a.has_max_tso_header || a.has_rwq_ind_table || a.has_rx_hash)
+  const bool rss = a.type == QpType::kRawPacket && (a.has_rwq_ind_table || a.has_rx_hash);
+  if (rss) SV_RETURN_IF_ERROR(CheckRss(a));
+  if (a.send_cq == nullptr && !rss) return Invalid("send_cq is NULL");
+  if (a.recv_cq == nullptr && !rss) return Invalid("recv_cq is NULL");
+  if ((a.has_max_tso_header || a.has_rwq_ind_table || a.has_rx_hash) && a.type != QpType::kRawPacket)
     return Invalid("max_tso_header, rwq_ind_tbl and rx_hash_conf apply to IBV_QPT_RAW_PACKET QPs only");
+  // The header of a TSO WR is copied whole into each segment; mlx5 bounds it too.
+  if (a.has_max_tso_header && a.max_tso_header > DeviceLimits::kMaxTsoHeader)
+    return Invalid("max_tso_header " + to_string(a.max_tso_header) + " exceeds the device's " +
+                   to_string(DeviceLimits::kMaxTsoHeader) + " bytes");
   SV_RETURN_IF_ERROR(CheckCap("max_send_wr", a.cap.max_send_wr, DeviceLimits::kMaxQpWr, "max_qp_wr"));
   SV_RETURN_IF_ERROR(CheckCap("max_send_sge", a.cap.max_send_sge, DeviceLimits::kMaxSge, "max_sge"));
   SV_RETURN_IF_ERROR(CheckCap("max_inline_data", a.cap.max_inline_data, DeviceLimits::kMaxInlineData,
@@ -128,9 +168,23 @@ Status CheckInit(QpInitAttributes& a) {
 
 Result<std::unique_ptr<Qp>> Qp::Create(Context& context, QpInitAttributes& attr) {
   SV_RETURN_IF_ERROR(CheckInit(attr));
+  std::unique_ptr<Cq> own_cq;
+  if (attr.send_cq == nullptr || attr.recv_cq == nullptr) {  // an RSS QP (CheckRss)
+    auto cq = Cq::Create(context, 1, nullptr, 0);
+    if (!cq.ok()) return cq.status();
+    own_cq = std::move(cq.value());
+    if (attr.send_cq == nullptr) attr.send_cq = own_cq.get();
+    if (attr.recv_cq == nullptr) attr.recv_cq = own_cq.get();
+  }
+  std::unique_ptr<RawQp> raw;
+  if (attr.type == QpType::kRawPacket) {
+    auto opened = RawQp::Open(context, attr);  // EPERM without CAP_NET_RAW
+    if (!opened.ok()) return opened.status();
+    raw = std::move(opened.value());
+  }
   fabric::LocalProcess& local = context.local();
   std::unique_ptr<RecvQueue> rq;
-  if (attr.srq == nullptr) {
+  if (attr.srq == nullptr && attr.type != QpType::kXrcRecv) {  // XRC_RECV: no receive queue
     auto q = RecvQueue::Create(local, attr.cap.max_recv_wr, attr.cap.max_recv_sge);
     if (!q.ok()) return q.status();
     rq = std::move(q.value());
@@ -143,11 +197,18 @@ Result<std::unique_ptr<Qp>> Qp::Create(Context& context, QpInitAttributes& attr)
     return Status(ENOMEM, "the device limit max_qp " + to_string(DeviceLimits::kMaxQp) +
                               " is reached: no QP number left (" + slot.status().rule() + ")");
   }
-  attr.pd->users().Acquire();
-  attr.send_cq->users().Acquire();
-  attr.recv_cq->users().Acquire();
+  if (attr.pd != nullptr) attr.pd->users().Acquire();  // (XRC_RECV has no PD, no CQs)
+  if (attr.send_cq != nullptr) attr.send_cq->users().Acquire();
+  if (attr.recv_cq != nullptr) attr.recv_cq->users().Acquire();
   if (attr.srq != nullptr) attr.srq->users().Acquire();
-  return std::unique_ptr<Qp>(new Qp(context, attr, *slot, std::move(rq), *endpoint));
+  if (attr.xrcd != nullptr) attr.xrcd->users().Acquire();
+  std::unique_ptr<Qp> qp(new Qp(context, attr, *slot, std::move(rq), *endpoint));
+  if (raw) {
+    raw->Attach(qp.get(), qp->qp_num());
+    qp->raw_ = std::move(raw);
+  }
+  qp->own_cq_ = std::move(own_cq);
+  return qp;
 }
 
 Qp::Qp(Context& context, const QpInitAttributes& init, uint32_t slot, std::unique_ptr<RecvQueue> rq,
@@ -172,20 +233,27 @@ Qp::Qp(Context& context, const QpInitAttributes& init, uint32_t slot, std::uniqu
   sq_->Configure(RequesterConfigOf());
   QpEndpoint& e = this->endpoint();
   e.qp_num = qpn_;
-  e.type = static_cast<uint32_t>(TransportTypeOf(init.type, init.dc.role));  // DC runs RC's roles
+  // DC runs RC's roles; an XRC QP keeps its own type: no plain RC message is for it.
+  e.type = static_cast<uint32_t>(IsXrc(init.type) ? init.type : TransportTypeOf(init.type, init.dc.role));
   e.dct = init.dc.role == DcRole::kDct;
   e.dc_access_key = init.dc.dct_access_key;
-  e.pd = init.pd->host_id();
-  e.recv_cq = init.recv_cq->ring_ref();
-  e.recv_queue = recv_queue().ref();
+  if (init.pd != nullptr) e.pd = init.pd->host_id();
+  if (init.recv_cq != nullptr) e.recv_cq = init.recv_cq->ring_ref();
+  if (has_recv_queue()) e.recv_queue = recv_queue().ref();
+  if (init.xrcd != nullptr) {
+    xrcd_hold_ = init.xrcd->hold();
+    e.xrcd_dev = init.xrcd->id().dev;
+    e.xrcd_ino = init.xrcd->id().ino;
+  }
   e.has_srq = init.srq != nullptr;
   e.block_self_mcast_lb = init.has_create_flags && (init.create_flags & create_flag::kBlockSelfMcastLb);
   e.async_fd = context.async_fd();
   e.async_tag = context.async_tag();
   e.wire.lock.Init();
+  if (init.type == QpType::kXrcRecv) InitXrcTarget(e);  // its attributes, shared by its handles
   context.Register(this);
-  init.send_cq->AttachQp(this);
-  if (init.recv_cq != init.send_cq) init.recv_cq->AttachQp(this);
+  if (init.send_cq != nullptr) init.send_cq->AttachQp(this);
+  if (init.recv_cq != nullptr && init.recv_cq != init.send_cq) init.recv_cq->AttachQp(this);
   PublishEndpoint();
   // Last: the QP number now leads senders to a complete endpoint.
   auto& entry = fabric::EntryOf<fabric::QpEntry>(context_.registry().qps().slot(slot_));
@@ -195,9 +263,10 @@ Qp::Qp(Context& context, const QpInitAttributes& init, uint32_t slot, std::uniqu
 }
 
 Qp::~Qp() {
+  raw_.reset();  // its flows are gone (CheckDestroy): no frame reaches it after this
   context_.Unregister(this);
-  init_.send_cq->DetachQp(this);
-  if (init_.recv_cq != init_.send_cq) init_.recv_cq->DetachQp(this);
+  if (init_.send_cq != nullptr) init_.send_cq->DetachQp(this);
+  if (init_.recv_cq != nullptr && init_.recv_cq != init_.send_cq) init_.recv_cq->DetachQp(this);
   wire_link_->Attach(nullptr);  // no response from the wire reaches the requester after this
   sq_.reset();  // no retry of this QP runs after this
   // Type 2 windows bound to this QP answer no other: they end with it, before its number can
@@ -219,9 +288,10 @@ Qp::~Qp() {
   if (w.dead_cleared != 0)
     SV_LOG(kInfo, "ibv_destroy_qp(qp 0x%x): dropped %u delivery(ies) of dead sender(s)", qpn_, w.dead_cleared);
   if (init_.srq != nullptr) init_.srq->users().Release();
-  init_.recv_cq->users().Release();
-  init_.send_cq->users().Release();
-  init_.pd->users().Release();
+  if (init_.recv_cq != nullptr) init_.recv_cq->users().Release();
+  if (init_.send_cq != nullptr) init_.send_cq->users().Release();
+  if (init_.pd != nullptr) init_.pd->users().Release();
+  if (xrcd_hold_ != nullptr) xrcd_hold_->users().Release();  // (the handle may be closed by now)
   context_.registry().qps().Free(slot_, fabric::ProcessToken::Self());
   context_.local().Free(endpoint_ref_, sizeof(QpEndpoint));
 }
@@ -260,6 +330,8 @@ void Qp::RestartWireReceive(uint32_t psn) {
 
 QpState Qp::state() const {
   const_cast<Qp*>(this)->ApplyPendingError();
+  if (init_.type == QpType::kXrcRecv)  // (its state is its endpoint's: core/xrc_qp.h)
+    return static_cast<QpState>(endpoint().state.load(std::memory_order_acquire));
   return static_cast<QpState>(state_.load(std::memory_order_acquire));
 }
 
@@ -267,6 +339,9 @@ Status Qp::CheckDestroy() const {
   // ibv_destroy_qp(3): "fails if the QP is attached to a multicast group".
   if (int n = mcast_groups_.count(); n > 0)
     return Busy("the QP is still attached to " + std::to_string(n) + " multicast group(s)");
+  // The kernel's uverbs counts a flow as a user of its QP: destroy fails while one remains.
+  if (raw_ && raw_->flows().count() > 0)
+    return Busy("the QP still has " + std::to_string(raw_->flows().count()) + " flow rule(s) (ibv_destroy_flow first)");
   return Status::Ok();
 }
 
@@ -288,33 +363,8 @@ Status Qp::DetachMcast(const Gid& mgid) {
   return Status::Ok();
 }
 
-Status Qp::Modify(const QpAttributes& requested, uint32_t mask) {
-  ApplyPendingError();
-  std::lock_guard lock(mu_);
-  QpAttributes a = requested;
-  const std::string cut = FitFieldWidths(a, mask);
-  ModifyContext ctx;
-  ctx.type = init_.type;
-  ctx.current = attr_.qp_state;
-  ctx.has_srq = init_.srq != nullptr;
-  ctx.dc = init_.dc.role;
-  if (mask & (attr::kAv | attr::kAltPath)) ctx.valid_gids = context_.gids().valid_mask();
-  auto next = CheckModify(ctx, a, mask);
-  if (!next.ok()) return next.status();
-  if (!cut.empty()) SV_LOG(kWarn, "ibv_modify_qp(qp 0x%x): %s (as mlx5 does)", qpn_, cut.c_str());
-
-  // Everything was checked: apply.
-  if (*next == QpState::kReset && attr_.qp_state != QpState::kReset) {
-    EnterReset();
-    PublishEndpoint();
-    sq_->Configure(RequesterConfigOf());
-    return Status::Ok();
-  }
-  if (*next == QpState::kErr && attr_.qp_state != QpState::kErr) {
-    EnterErrorLocked();
-    return Status::Ok();
-  }
-  QpAttributes& s = attr_;
+// ibv_modify_qp's attributes named by `mask`, copied from `a` into `s` (checked before).
+void ApplyModify(QpAttributes& s, const QpAttributes& a, uint32_t mask) {
   if (mask & attr::kEnSqdAsyncNotify) s.en_sqd_async_notify = a.en_sqd_async_notify;
   if (mask & attr::kAccessFlags) s.qp_access_flags = a.qp_access_flags;
   if (mask & attr::kPkeyIndex) s.pkey_index = a.pkey_index;
@@ -336,9 +386,43 @@ Status Qp::Modify(const QpAttributes& requested, uint32_t mask) {
   if (mask & attr::kPathMigState) s.path_mig_state = a.path_mig_state;
   if (mask & attr::kDestQpn) s.dest_qp_num = a.dest_qp_num;
   if (mask & attr::kRateLimit) s.rate_limit = a.rate_limit;
+}
+
+Status Qp::Modify(const QpAttributes& requested, uint32_t mask_in) {
+  ApplyPendingError();
+  const uint32_t mask = XrcModifyMask(init_.type, mask_in);
+  // An XRC_RECV QP's attributes are shared by all its handles (core/xrc_qp.h).
+  if (init_.type == QpType::kXrcRecv) return ModifyXrcTarget(context_, endpoint(), requested, mask);
+  std::lock_guard lock(mu_);
+  QpAttributes a = requested;
+  const std::string cut = FitFieldWidths(a, mask);
+  ModifyContext ctx;
+  ctx.type = init_.type;
+  ctx.current = attr_.qp_state;
+  ctx.has_srq = init_.srq != nullptr;
+  ctx.dc = init_.dc.role;
+  if (mask & (attr::kAv | attr::kAltPath)) ctx.valid_gids = context_.gids().valid_mask();
+  auto next = CheckModify(ctx, a, mask);
+  if (!next.ok()) return next.status();
+  SV_RETURN_IF_ERROR(CheckXrcPath(a, mask));
+  if (!cut.empty()) SV_LOG(kWarn, "ibv_modify_qp(qp 0x%x): %s (as mlx5 does)", qpn_, cut.c_str());
+
+  // Everything was checked: apply.
+  if (*next == QpState::kReset && attr_.qp_state != QpState::kReset) {
+    EnterReset();
+    PublishEndpoint();
+    sq_->Configure(RequesterConfigOf());
+    return Status::Ok();
+  }
+  if (*next == QpState::kErr && attr_.qp_state != QpState::kErr) {
+    EnterErrorLocked();
+    return Status::Ok();
+  }
+  const QpState previous = attr_.qp_state;
+  ApplyModify(attr_, a, mask);
+  QpAttributes& s = attr_;
   if (mask & attr::kRqPsn) RestartWireReceive(s.rq_psn);
   if (mask & attr::kSqPsn) sq_->SetPsn(s.sq_psn);
-  const QpState previous = s.qp_state;
   s.qp_state = *next;
   PublishEndpoint();
   sq_->Configure(RequesterConfigOf());
@@ -357,8 +441,8 @@ void Qp::EnterReset() {
   QpAttributes fresh;
   fresh.cap = init_.cap;
   attr_ = fresh;
-  init_.send_cq->RemoveEntriesOf(qpn_);
-  if (init_.recv_cq != init_.send_cq) init_.recv_cq->RemoveEntriesOf(qpn_);
+  if (init_.send_cq != nullptr) init_.send_cq->RemoveEntriesOf(qpn_);
+  if (init_.recv_cq != nullptr && init_.recv_cq != init_.send_cq) init_.recv_cq->RemoveEntriesOf(qpn_);
   if (rq_) rq_->Clear();  // an SRQ is shared: its WQEs stay
   sq_->Reset();
   requester_error_.store(false);
@@ -369,6 +453,7 @@ void Qp::EnterReset() {
 
 QpAttributes Qp::Query() const {
   const_cast<Qp*>(this)->ApplyPendingError();
+  if (init_.type == QpType::kXrcRecv) return QueryXrcTarget(endpoint());
   std::lock_guard lock(mu_);
   QpAttributes a = attr_;
   a.cur_qp_state = a.qp_state;

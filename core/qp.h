@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "base/status.h"
 #include "core/cq.h"
@@ -17,6 +18,7 @@
 #include "transport/requester.h"
 #include "core/srq.h"
 #include "core/types.h"
+#include "core/xrcd.h"
 
 namespace softverbs::core {
 
@@ -24,6 +26,8 @@ using transport::QpEndpoint;
 using transport::RecvQueue;
 
 class Context;
+class RawQp;
+class RwqIndTable;
 
 // enum ibv_qp_create_flags
 namespace create_flag {
@@ -61,14 +65,21 @@ struct QpInitAttributes {
   QpCaps cap;
   bool sq_sig_all = false;
   bool has_xrcd = false;
+  Xrcd* xrcd = nullptr;  // XRC_RECV: its domain (IBV_QP_INIT_ATTR_XRCD)
   bool has_create_flags = false;
   uint32_t create_flags = 0;
   bool has_max_tso_header = false;
+  uint16_t max_tso_header = 0;
   bool has_rwq_ind_table = false;
   bool has_rx_hash = false;
   bool has_send_ops_flags = false;
   uint64_t send_ops_flags = 0;
   uint32_t source_qpn = 0;
+  // IBV_QP_INIT_ATTR_IND_TABLE / RX_HASH: an RSS RAW_PACKET QP (core/raw_qp.h).
+  RwqIndTable* ind_table = nullptr;
+  uint8_t rx_hash_function = 0;
+  std::vector<uint8_t> rx_hash_key;
+  uint64_t rx_hash_fields_mask = 0;
   // mlx5dv_create_qp(3) only (core/dc.h): the DC role and mlx5dv_qp_init_attr.create_flags.
   DcInit dc;
   bool has_mlx5_create_flags = false;
@@ -97,13 +108,17 @@ class Qp : private transport::RequesterHost {
   // ibv_query_qp: the current attributes (every one that was set) and the state.
   QpAttributes Query() const;
 
-  // The receive queue senders take WQEs from: the QP's own, or its SRQ's.
+  // The receive queue senders take WQEs from: the QP's own, or its SRQ's (none for XRC_RECV,
+  // whose messages land on the XRC SRQ each names).
   RecvQueue& recv_queue() const { return init_.srq ? init_.srq->queue() : *rq_; }
+  bool has_recv_queue() const { return init_.srq != nullptr || rq_ != nullptr; }
   // The shared endpoint peers read (owner's view).
   QpEndpoint& endpoint() const;
 
   // The data path (qp_data.cc). ibv_post_send of one WR: a refusal leaves it unposted.
   Status PostSend(const transport::SendWr& wr);
+  // The end of one ibv_post_send list: a raw QP sends the frames it built in one batch.
+  void FlushPosted();
   // ibv_post_recv of one WR (QPs without an SRQ).
   Status PostRecv(uint64_t wr_id, const transport::RecvSge* sge, uint32_t num_sge);
 
@@ -117,10 +132,20 @@ class Qp : private transport::RequesterHost {
   Status DetachMcast(const Gid& mgid);
   Status CheckDestroy() const;
 
+  // IBV_QPT_RAW_PACKET: the Ethernet side (core/raw_qp.h); null for other types.
+  RawQp* raw() const { return raw_.get(); }
+
  private:
+  friend class RawQp;
+  // The state as last published, without applying pending errors (the raw receive thread).
+  QpState state_now() const { return static_cast<QpState>(state_.load(std::memory_order_acquire)); }
+  // A receive completion of this QP's own (raw frames).
+  void PushReceive(const transport::Completion& c);
   Qp(Context& context, const QpInitAttributes& init, uint32_t slot, std::unique_ptr<RecvQueue> rq,
      fabric::SharedRef endpoint);
   void EnterReset();
+  // XRC_SEND: a destination this fabric can reach (core/xrc_qp.cc).
+  Status CheckXrcPath(const QpAttributes& a, uint32_t mask);
   // The wire responder's packet sequence starts again at `psn` (ibv_modify_qp rq_psn, RESET).
   void RestartWireReceive(uint32_t psn);
   // Writes what peers need of the current attributes into the endpoint (under mu_).
@@ -150,8 +175,15 @@ class Qp : private transport::RequesterHost {
   std::unique_ptr<transport::Link> wire_link_;
   std::unique_ptr<transport::Requester> sq_;
   UseCount mcast_groups_;
+  std::unique_ptr<RawQp> raw_;
+  std::unique_ptr<Cq> own_cq_;  // an RSS QP created without CQs completes nothing: a CQ of its own
   void* user_handle_ = nullptr;
+  std::shared_ptr<XrcdHold> xrcd_hold_;  // XRC_RECV: its domain lives as long as it does
+  std::atomic<uint32_t> xrc_seen_errors_{0};  // XRC_RECV: the endpoint's xrc_errors last reported
 };
+
+// Copies ibv_modify_qp's attributes named by `mask` from `a` into `s` (already checked).
+void ApplyModify(QpAttributes& s, const QpAttributes& a, uint32_t mask);
 
 // The QP number of host table slot `slot` (QPs 0 and 1 are reserved for SMI and GSI, and small
 // numbers are avoided so they are never mistaken for them).

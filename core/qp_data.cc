@@ -3,6 +3,7 @@
 
 #include "core/context.h"
 #include "core/qp.h"
+#include "core/raw_qp.h"
 
 namespace softverbs::core {
 
@@ -18,7 +19,8 @@ transport::RequesterConfig Qp::RequesterConfigOf() const {
   c.completer.sq_sig_all = init_.sq_sig_all;
   c.dc_initiator = init_.dc.role == DcRole::kDci;
   c.source_qpn = init_.has_create_flags && (init_.create_flags & create_flag::kSourceQpn) ? init_.source_qpn : 0;
-  c.pd = init_.pd->host_id();
+  c.pd = init_.pd != nullptr ? init_.pd->host_id() : 0;  // (XRC_RECV: no PD, and no sends)
+  c.xrc_initiator = init_.type == QpType::kXrcSend;
   c.process_slot = context_.local().slot();
   c.dest_qp_num = attr_.dest_qp_num;
   if (attr_.ah_attr.is_global) {
@@ -50,16 +52,25 @@ void Qp::Complete(const Completion& c) {
 
 void Qp::EnterError() {
   requester_error_.store(true, std::memory_order_release);
+  if (init_.send_cq == nullptr) return;  // (XRC_RECV: no requester, no CQs)
   init_.send_cq->NeedAttention();
   init_.recv_cq->NeedAttention();
 }
 
 void Qp::EnterSendQueueError() {
   send_queue_error_.store(true, std::memory_order_release);
-  init_.send_cq->NeedAttention();
+  if (init_.send_cq != nullptr) init_.send_cq->NeedAttention();
 }
 
 void Qp::ApplyPendingError() {
+  if (init_.type == QpType::kXrcRecv) {
+    // The initiator that failed it moved it to ERR already (its state is shared by all its
+    // handles): report each new failure once (IBA 11.6.3.1).
+    const uint32_t n = endpoint().xrc_errors.load(std::memory_order_acquire);
+    if (xrc_seen_errors_.exchange(n) != n)
+      context_.PostAsyncEvent({kEventQpAccessErr, AsyncEvent::Subject::kQp, user_handle_, 0});
+    return;
+  }
   const uint32_t remote = endpoint().remote_error.load(std::memory_order_acquire);
   const bool requester = requester_error_.load(std::memory_order_acquire);
   if (!requester && remote == 0 && !send_queue_error_.load(std::memory_order_acquire)) return;
@@ -114,7 +125,7 @@ void Qp::EnterErrorLocked() {
       c.qp_num = qpn_;
       if (!init_.recv_cq->Push(c)) init_.recv_cq->ReportOverrun();
     }
-  } else {
+  } else if (init_.srq != nullptr) {
     context_.PostAsyncEvent({kEventQpLastWqeReached, AsyncEvent::Subject::kQp, user_handle_, 0});
   }
 }
@@ -129,7 +140,18 @@ Status Qp::PostSend(const transport::SendWr& wr) {
   SV_RETURN_IF_ERROR(CheckNotForked(context_));
   ApplyPendingError();
   SV_RETURN_IF_ERROR(CheckDcWorkRequest(init_.dc.role, wr.dc.set));
+  if (init_.type == QpType::kXrcRecv)
+    return Invalid("an XRC_RECV QP has no send queue (IBA A14: it is the target half of XRC)");
+  if (raw_) return raw_->PostSend(wr, state_now());
   return sq_->Post(wr, state_.load(std::memory_order_acquire));
+}
+
+void Qp::FlushPosted() {
+  if (raw_) raw_->Flush();
+}
+
+void Qp::PushReceive(const Completion& c) {
+  if (!init_.recv_cq->Push(c)) init_.recv_cq->ReportOverrun();
 }
 
 Status Qp::PostRecv(uint64_t wr_id, const transport::RecvSge* sge, uint32_t num_sge) {
@@ -137,6 +159,9 @@ Status Qp::PostRecv(uint64_t wr_id, const transport::RecvSge* sge, uint32_t num_
   ApplyPendingError();
   if (init_.srq != nullptr)
     return Invalid("the QP receives through an SRQ: post with ibv_post_srq_recv (ibv_post_recv(3))");
+  if (init_.type == QpType::kXrcSend || init_.type == QpType::kXrcRecv)
+    return Invalid(std::string(QpTypeName(init_.type)) + " QPs have no receive queue: XRC receives are posted to "
+                   "XRC SRQs (ibv_post_srq_recv), IBA A14");
   const auto state = static_cast<QpState>(state_.load(std::memory_order_acquire));
   // ibv_post_recv(3) / IBA 10.8.2: receives are accepted from INIT on.
   if (state == QpState::kReset) return Invalid("the QP is in RESET: receives are accepted from INIT on");
@@ -149,7 +174,9 @@ Status Qp::PostRecv(uint64_t wr_id, const transport::RecvSge* sge, uint32_t num_
     init_.recv_cq->Push(c);
     return Status::Ok();
   }
-  return rq_->Post(wr_id, sge, num_sge);
+  SV_RETURN_IF_ERROR(rq_->Post(wr_id, sge, num_sge));
+  if (raw_) raw_->DrainBacklog();
+  return Status::Ok();
 }
 
 }  // namespace softverbs::core

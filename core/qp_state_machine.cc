@@ -69,8 +69,10 @@ constexpr QpState kAnyState = QpState::kUnknown;  // `from` of the rows valid fr
 //  - XRC_RECV (target) has no send queue: RTR->RTS requires nothing; TIMEOUT and SQ_PSN are
 //    accepted (and ignored) because Linux's ib_modify_qp_is_ok() requires them for XRC_TGT, so
 //    every application tested on hardware passes them. RETRY_CNT, RNR_RETRY and
-//    MAX_QP_RD_ATOMIC are refused, as on hardware.
-//  In both cases a mask that works on a real HCA works here.
+//    MAX_QP_RD_ATOMIC are refused here.
+//  The kernel drops the other half's attributes from the mask before its own check
+//  (modify_qp_mask, core/xrc_qp.h), and so does Qp::Modify: a mask that works on a real HCA
+//  works here.
 // DC (mlx5dv_create_qp(3); core/dc.h) has no connection, so no DEST_QPN, RQ_PSN or remote path:
 //  - DCI (initiator): INIT needs PKEY_INDEX and PORT; RTR needs only PATH_MTU (an AV is accepted:
 //    each WR carries its own); RTS needs RC's requester attributes (TIMEOUT, RETRY_CNT,

@@ -1,12 +1,73 @@
 #include "core/srq.h"
 
+#include <cstring>
+
 #include "core/context.h"
+#include "core/cq.h"
+#include "fabric/host/pin_line.h"
+#include "base/strings.h"
 #include "core/device_limits.h"
 #include "fabric/host/process_token.h"
 
 namespace softverbs::core {
 
 Result<std::unique_ptr<Srq>> Srq::Create(Pd& pd, SrqAttributes& attr) {
+  auto srq = Make(pd, attr);
+  if (srq.ok()) pd.context().Register(srq.value().get());
+  return srq;
+}
+
+Result<std::unique_ptr<Srq>> Srq::CreateXrc(Pd& pd, SrqAttributes& attr, Xrcd& xrcd, Cq& cq) {
+  auto made = Make(pd, attr);
+  if (!made.ok()) return made.status();
+  std::unique_ptr<Srq> srq = std::move(made.value());
+  auto block = pd.context().local().Allocate(sizeof(transport::QpEndpoint));
+  if (!block.ok()) return block.status();  // ~Srq gives back the rest
+  srq->endpoint_ref_ = *block;
+  srq->xrcd_hold_ = xrcd.hold();
+  xrcd.users().Acquire();
+  srq->cq_ = &cq;
+  cq.users().Acquire();
+  pd.context().Register(srq.get());
+  srq->PublishXrc(cq);
+  return srq;
+}
+
+void Srq::PublishXrc(Cq& cq) {
+  Context& context = pd_.context();
+  void* block = context.local().At(endpoint_ref_);
+  memset(block, 0, sizeof(transport::QpEndpoint));  // (atomics and locks: all-zero is their initial state)
+  auto* e = static_cast<transport::QpEndpoint*>(block);
+  e->qp_num = srqn_;
+  e->type = 0;  // no request is addressed to it: XRC_RECV QPs lead to it (transport/host/xrc_target.h)
+  e->pd = pd_.host_id();
+  e->recv_cq = cq.ring_ref();
+  e->recv_queue = queue_->ref();
+  e->has_srq = 1;
+  e->async_fd = context.async_fd();
+  e->async_tag = context.async_tag();
+  e->xrcd_dev = xrcd_hold_->id().dev;
+  e->xrcd_ino = xrcd_hold_->id().ino;
+  e->wire.lock.Init();
+  // Last: the SRQ number now leads XRC senders to a complete endpoint.
+  auto& entry = fabric::EntryOf<fabric::QpEntry>(context.registry().srqs().slot(slot_));
+  entry.process_slot.store(context.local().slot(), std::memory_order_relaxed);
+  entry.block = endpoint_ref_;
+  entry.qp_num.store(srqn_, std::memory_order_release);
+}
+
+void Srq::WithdrawXrc() {
+  Context& context = pd_.context();
+  auto& entry = fabric::EntryOf<fabric::QpEntry>(context.registry().srqs().slot(slot_));
+  entry.qp_num.store(0, std::memory_order_release);  // senders stop finding this SRQ
+  auto& e = *static_cast<transport::QpEndpoint*>(context.local().At(endpoint_ref_));
+  // As ~Qp: senders pin, then check the number; deliveries in flight finish before the ring and
+  // the CQ are given back.
+  (void)std::atomic_ref<uint32_t>(e.qp_num).exchange(0, std::memory_order_seq_cst);
+  fabric::WaitUnpinned(context.registry(), e.users, "ibv_destroy_srq(srq " + Hex(srqn_) + ")");
+}
+
+Result<std::unique_ptr<Srq>> Srq::Make(Pd& pd, SrqAttributes& attr) {
   if (attr.max_wr == 0 || attr.max_wr > DeviceLimits::kMaxSrqWr)
     return Invalid("max_wr " + std::to_string(attr.max_wr) + " is outside 1.." +
                    std::to_string(DeviceLimits::kMaxSrqWr) + " (max_srq_wr)");
@@ -22,13 +83,19 @@ Result<std::unique_ptr<Srq>> Srq::Create(Pd& pd, SrqAttributes& attr) {
                               " is reached: no SRQ number left (" + slot.status().rule() + ")");
   attr.srq_limit = 0;
   pd.users().Acquire();
-  std::unique_ptr<Srq> srq(new Srq(pd, attr, *slot, std::move(queue.value())));
-  pd.context().Register(srq.get());
-  return srq;
+  return std::unique_ptr<Srq>(new Srq(pd, attr, *slot, std::move(queue.value())));
 }
 
 Srq::~Srq() {
   pd_.context().Unregister(this);
+  if (endpoint_ref_.valid()) {  // (an XRC SRQ)
+    if (cq_ != nullptr) {
+      WithdrawXrc();
+      cq_->users().Release();
+      xrcd_hold_->users().Release();  // (the handle may be closed by now)
+    }
+    pd_.context().local().Free(endpoint_ref_, sizeof(transport::QpEndpoint));
+  }
   pd_.context().registry().srqs().Free(slot_, fabric::ProcessToken::Self());
   pd_.users().Release();
 }

@@ -8,6 +8,9 @@
 
 #include "base/status.h"
 #include "core/pd.h"
+#include "core/xrcd.h"
+#include "fabric/host/shared_arena.h"
+#include "transport/qp_endpoint.h"
 #include "transport/recv_queue.h"
 
 namespace softverbs::core {
@@ -26,6 +29,8 @@ struct SrqAttributes {
   uint32_t srq_limit = 0;
 };
 
+class Cq;
+
 class Srq {
  public:
   // The ABI object wrapping this one (events name it to the application).
@@ -34,6 +39,10 @@ class Srq {
 
   // `attr` is updated to the actual values (>= the request).
   static Result<std::unique_ptr<Srq>> Create(Pd& pd, SrqAttributes& attr);
+  // ibv_create_srq_ex with IBV_SRQT_XRC: an SRQ of XRC domain `xrcd` whose receives complete on
+  // `cq` (IBA A14.4.2). XRC senders name it by its number, through any XRC_RECV QP of the same
+  // domain, from any process: its receive side is published host-wide (receive_endpoint()).
+  static Result<std::unique_ptr<Srq>> CreateXrc(Pd& pd, SrqAttributes& attr, Xrcd& xrcd, Cq& cq);
   ~Srq();
 
   Status Modify(const SrqAttributes& attr, uint32_t mask);
@@ -41,12 +50,17 @@ class Srq {
   uint32_t srq_num() const { return srqn_; }
   Pd& pd() const { return pd_; }
   UseCount& users() { return users_; }  // QPs receiving through it
+  bool is_xrc() const { return xrcd_hold_ != nullptr; }
   // The shared receive ring senders take WQEs from.
   RecvQueue& queue() { return *queue_; }
 
  private:
   Srq(Pd& pd, const SrqAttributes& attr, uint32_t slot, std::unique_ptr<RecvQueue> queue)
       : pd_(pd), attr_(attr), slot_(slot), srqn_(slot + 1), queue_(std::move(queue)) {}
+  static Result<std::unique_ptr<Srq>> Make(Pd& pd, SrqAttributes& attr);
+  // XRC: fills and publishes the receive endpoint senders reach the SRQ through.
+  void PublishXrc(Cq& cq);
+  void WithdrawXrc();
 
   Pd& pd_;
   mutable std::mutex mu_;  // modify and query from several threads
@@ -56,6 +70,11 @@ class Srq {
   std::unique_ptr<RecvQueue> queue_;
   UseCount users_;
   void* user_handle_ = nullptr;
+  // XRC only: the domain's hold, the completion queue, and the receive endpoint (a
+  // QpEndpoint in this process's arena: PD, CQ ring, receive ring, domain).
+  std::shared_ptr<XrcdHold> xrcd_hold_;
+  Cq* cq_ = nullptr;
+  fabric::SharedRef endpoint_ref_{};
 };
 
 }  // namespace softverbs::core

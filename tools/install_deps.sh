@@ -7,6 +7,10 @@ SUDO=""
 export DEBIAN_FRONTEND=noninteractive
 # --no-update: the caller has just run apt-get update (.ci/run does).
 [ "${1:-}" = "--no-update" ] || $SUDO apt-get update -q
+# tshark: tests/unit/fabric/packet and the netns test (captures must dissect as RRoCE).
+# qemu-system-x86, linux-image-amd64, busybox-static: tests/interop boots Debian's kernel (its
+# rdma_rxe) under qemu as a real rxe peer; its user space is the rdma-core packages listed here
+# (ibverbs-providers holds the rxe provider); xz-utils unpacks the kernel image.
 $SUDO apt-get install -y -q --no-install-recommends \
   build-essential cmake pkg-config binutils \
   libgtest-dev libgmock-dev libbenchmark-dev \
@@ -14,4 +18,5 @@ $SUDO apt-get install -y -q --no-install-recommends \
   ibverbs-utils perftest qperf rdmacm-utils python3 python3-pyverbs \
   iproute2 procps \
   ucx-utils libucx0 libfabric-bin openmpi-bin libopenmpi-dev \
-  tshark  # tests/unit/fabric/packet and the netns test: captures must dissect as RRoCE
+  tshark \
+  ibverbs-providers qemu-system-x86 linux-image-amd64 busybox-static xz-utils

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 
+#include "transport/codes.h"
+
 namespace softverbs::transport {
 namespace {
 
-constexpr uint32_t kRc = 2;
+using qp_type::kRc;
 
 // IBA 9.7.5.2.8 table 45: the RNR timer codes, in microseconds (code 0 is the longest).
 constexpr uint32_t kRnrDelayUs[32] = {655360, 10,    20,    30,    40,    60,    80,    120,
@@ -58,6 +60,9 @@ Completer::Verdict Completer::OnReply(const SendWr& wr, RetryState& retry, const
     case ReplyCode::kSequenceError:
       // IBA 9.7.5.2.1: the responder missed a packet; the requester resends from this message
       // at once, and the retry counts against retry_cnt as a timeout does (rxe's ERROR_RETRY).
+      // retry_cnt bounds attempts without progress: one that got further than the last starts
+      // the count again (rxe resets its counters on every response that advances).
+      if (reply.progress) retry.timeouts = 0;
       if (++retry.timeouts > config_.retry_cnt) return Fail(wr, wc_status::kRetryExcErr);
       return {Verdict::kRetry, Clock::now()};
     case ReplyCode::kPending:  // not a reply yet: the link reports it later

@@ -21,6 +21,10 @@ struct Completion {
   uint8_t sl = 0;
   uint8_t dlid_path_bits = 0;
   bool solicited = false;   // raises an event on a CQ armed solicited-only
+  bool has_cvlan = false;   // raw QPs: a stripped 802.1Q tag (IBV_QP_CREATE_CVLAN_STRIPPING)
+  bool has_flow_tag = false;  // raw QPs: the steering rule's IBV_FLOW_SPEC_ACTION_TAG
+  uint16_t cvlan = 0;       // its TCI (ibv_wc_read_cvlan)
+  uint32_t flow_tag = 0;    // ibv_wc_read_flow_tag
   uint64_t timestamp_ns = 0;  // device clock (base/clock.h), if the CQ asked for it
   uint64_t wallclock_ns = 0;  // CLOCK_REALTIME, if the CQ asked for it
 };

@@ -77,7 +77,8 @@ bool ResolveIndirect(fabric::HostRegistry& registry, const KeyView& k, const voi
     // access writes, and holds the piece.
     const KeyView& u = pin->view();
     if (u.indirect() || u.window() || u.owner_process_slot() != rule.owner_slot || u.pd != rule.pd ||
-        (rule.writes && !(u.access & 1u /* IBV_ACCESS_LOCAL_WRITE */)) || !KeyCovers(u, piece_addr, piece_length)) {
+        (rule.writes && !(u.access & 1u /* IBV_ACCESS_LOCAL_WRITE */)) || !KeyCovers(u, piece_addr, piece_length) ||
+        !OnDemandPresent(registry, u, u.addr + (piece_addr - u.iova), piece_length, rule.writes)) {
       ok = false;
       return;
     }
@@ -122,12 +123,12 @@ namespace {
 
 // This process's indirect keys by key: a UMR names its mkey by key, and the send queue that
 // executes it finds the mkey here (or learns it was destroyed).
-struct Directory {
+struct MkeyDirectory {
   std::mutex mu;
   std::unordered_map<uint32_t, std::weak_ptr<IndirectKey>> keys;
 };
-Directory& Keys() {
-  static Directory* d = new Directory;  // never destroyed: mkeys may outlive static destructors
+MkeyDirectory& Keys() {
+  static MkeyDirectory* d = new MkeyDirectory;  // never destroyed: mkeys may outlive static destructors
   return *d;
 }
 

@@ -151,7 +151,9 @@ bool ResolveKey(fabric::HostRegistry& registry, uint32_t key, uint64_t addr, uin
     if (layout == nullptr || !ResolveIndirect(registry, k, layout, addr, length, use, rule, out)) return false;
   } else {
     if (!KeyCovers(k, addr, length)) return false;
-    if (use > 0) out->Add({reinterpret_cast<void*>(k.addr + (addr - k.iova)), use});
+    const uint64_t host = k.addr + (addr - k.iova);
+    if (!OnDemandPresent(registry, k, host, use, rule.writes)) return false;
+    if (use > 0) out->Add({reinterpret_cast<void*>(host), use});
   }
   out->Keep(std::move(pin));
   return true;

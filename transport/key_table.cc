@@ -1,10 +1,12 @@
 #include "transport/key_table.h"
 
 #include <sched.h>
+#include <unistd.h>
 
 #include <string>
 
 #include "base/log.h"
+#include "base/memory_map.h"
 #include "fabric/host/pin_line.h"
 #include "fabric/host/process_token.h"
 
@@ -27,6 +29,21 @@ constexpr auto kRel = std::memory_order_release;
 constexpr auto kAcq = std::memory_order_acquire;
 
 }  // namespace
+
+bool OnDemandPresent(fabric::HostRegistry& registry, const KeyView& k, uint64_t host_addr, uint64_t length,
+                     bool writes) {
+  if (!k.on_demand() || length == 0) return true;
+  const fabric::ProcessToken owner(registry.processes().slot(k.owner_process_slot()).owner.load(kAcq));
+  if (owner.empty()) return false;
+  const int pid = owner.pid() == getpid() ? 0 : owner.pid();
+  const MappedAs m = InspectRangeOf(pid, host_addr, length);
+  const bool present = writes ? m == MappedAs::kWritable : m != MappedAs::kUnmapped;
+  if (!present)
+    SV_LOG(kError, "on-demand key 0x%x: [0x%llx, +%llu) of pid %d is not %s memory now (the page fault fails)",
+           k.key, static_cast<unsigned long long>(host_addr), static_cast<unsigned long long>(length), owner.pid(),
+           writes ? "writable" : "mapped");
+  return present;
+}
 
 Result<NewKey> AllocateKey(fabric::HostRegistry& registry) {
   fabric::SlotTable& keys = registry.keys();

@@ -8,9 +8,10 @@
 #include <cstdint>
 #include <optional>
 
-#include "fabric/host/host_directory.h"
 #include "base/status.h"
+#include "fabric/host/host_directory.h"
 #include "fabric/host/host_registry.h"
+#include "transport/codes.h"
 
 namespace softverbs::transport {
 
@@ -41,6 +42,8 @@ struct KeyView {
   uint64_t iova = 0;    // the address remote peers use for the first byte
   uint32_t owner_process_slot() const { return static_cast<uint32_t>(pd >> 32); }
   bool indirect() const { return (access & kIndirectKey) != 0; }
+  // IBV_ACCESS_ON_DEMAND: the pages are not pinned; each access finds them (OnDemandPresent).
+  bool on_demand() const { return (access & access_bit::kOnDemand) != 0; }
   bool window() const { return (access & kWindowKey) != 0; }
   bool qp_bound() const { return window() && (pd & kQpBound) != 0; }
   uint32_t bound_qpn() const { return static_cast<uint32_t>(pd) & 0xffffff; }
@@ -60,6 +63,18 @@ inline bool RangeWithin(uint64_t base, uint64_t size, uint64_t addr, uint64_t le
 inline bool KeyCovers(const KeyView& k, uint64_t addr, uint64_t length) {
   return RangeWithin(k.iova, k.length, addr, length);
 }
+
+// The "page fault" of an on-demand key (IBV_ACCESS_ON_DEMAND): [host_addr, +length) of the
+// owner's memory is mapped now -- writable if `writes`. The range rule (KeyCovers) is checked
+// first; this one follows the owner's address space as it is now, so memory mapped after the
+// registration is reachable and an unmapped page fails the access as a NIC's unresolvable page
+// fault does (rxe_odp.c: the copy fails with -EFAULT, the responder NAKs with a remote access
+// error and a local access completes IBV_WC_LOC_PROT_ERR). Reads the owner's /proc maps: ODP
+// trades a system call per access for never pinning. Non-ODP keys: always true. Known limit: a
+// page the application unmaps between this check and the copy (while its own operation on it
+// is in flight) is not caught when the memory is this process's (memcpy, not process_vm_*).
+bool OnDemandPresent(fabric::HostRegistry& registry, const KeyView& k, uint64_t host_addr, uint64_t length,
+                     bool writes);
 
 // Key index in the host table: keys are (slot + 1) << 8 | variant.
 inline uint32_t KeySlot(uint32_t key) { return (key >> 8) - 1; }

@@ -25,7 +25,9 @@ void ProgressThread::Schedule(Requester* q, TimePoint when) {
   std::lock_guard lock(mu_);
   auto [it, inserted] = due_.emplace(q, when);
   if (!inserted && when < it->second) it->second = when;
-  cv_.notify_one();
+  // Woken only if it sleeps past `when`: a post behind messages in flight schedules a timeout
+  // later than the one already waited for, and must not cost two context switches.
+  if (when < waiting_until_) cv_.notify_one();
 }
 
 void ProgressThread::Forget(Requester* q) {
@@ -41,7 +43,9 @@ void ProgressThread::Run() {
   std::unique_lock lock(mu_);
   for (;;) {
     if (due_.empty()) {
+      waiting_until_ = TimePoint::max();
       cv_.wait(lock);  // nothing waits for time: sleep until something does
+      waiting_until_ = TimePoint::min();  // awake: everything due is looked at before sleeping
       continue;
     }
     auto next = due_.begin();
@@ -49,7 +53,9 @@ void ProgressThread::Run() {
       if (it->second < next->second) next = it;
     if (const TimePoint when = next->second; std::chrono::steady_clock::now() < when) {
       // A copy: the entry may be erased (Forget) while this waits without the lock.
+      waiting_until_ = when;
       cv_.wait_until(lock, when);
+      waiting_until_ = TimePoint::min();
       continue;
     }
     Requester* q = next->first;

@@ -33,6 +33,9 @@ class ProgressThread {
   std::condition_variable idle_cv_;
   std::map<Requester*, TimePoint> due_;
   Requester* running_ = nullptr;
+  // What the thread sleeps until (max: no deadline; min: awake): Schedule wakes it only for an
+  // earlier deadline.
+  TimePoint waiting_until_ = TimePoint::min();
 };
 
 }  // namespace softverbs::transport

@@ -31,8 +31,25 @@ struct WireResource {
 };
 inline constexpr uint32_t kWireResources = 16;
 
+// What a QP's responder saw on the wire (`softverbs status`): counted by whichever process of
+// the host received the packet, read by the QP's owner without the lock.
+struct WireResponderCounters {
+  std::atomic<uint64_t> packets{0};          // RC/UC requests that reached the QP
+  std::atomic<uint64_t> out_of_sequence{0};  // RC: a PSN ahead of the one expected (a gap)
+  std::atomic<uint64_t> duplicates{0};       // RC: a PSN already received (a retransmission)
+  std::atomic<uint64_t> acks{0};             // RC: ACKs made (before coalescing; atomic ACKs not counted)
+  std::atomic<uint64_t> naks_sequence{0};    // RC: PSN sequence error NAKs sent
+  std::atomic<uint64_t> naks_rnr{0};         // RC: RNR NAKs sent (no receive WQE)
+  std::atomic<uint64_t> naks_error{0};       // RC: invalid request / remote access / operational
+  std::atomic<uint64_t> dropped{0};          // UC: messages lost to a PSN gap (IBA 9.8.3)
+};
+
+// WireReceive::message: the message in progress (0: between messages).
+inline constexpr uint32_t kSendInProgress = 1, kWriteInProgress = 2;
+
 struct WireReceive {
   fabric::RobustMutex lock;
+  WireResponderCounters counters;
   uint32_t msn;          // RC: messages completed (the AETH's MSN, IBA 9.7.5.1.2)
   uint32_t nak_sent;     // RC: a sequence NAK went out for the current gap (sent once, as rxe)
   uint32_t next_resource;
@@ -47,6 +64,16 @@ struct WireReceive {
                          // the next one after UC dropped a message: IBA 9.8.3, as rxe does)
   TakenWqe wqe;
 };
+
+// A context holding an ibv_open_qp handle of an XRC_RECV QP: told of the QP's errors through
+// its async event fd, as the kernel reports a shared QP's events to every handle.
+struct XrcOpener {
+  std::atomic<uint32_t> process;  // 0: free; kXrcOpenerClaimed: being written; else slot + 1
+  int32_t async_fd;
+  uint64_t async_tag;
+};
+inline constexpr uint32_t kXrcOpeners = 8;
+inline constexpr uint32_t kXrcOpenerClaimed = ~0u;
 
 struct QpEndpoint {
   std::atomic<uint32_t> state;  // enum ibv_qp_state value
@@ -70,6 +97,18 @@ struct QpEndpoint {
   // DC (transport/dc_access.h): this QP is a DCT, reachable only by DCIs presenting its key.
   uint32_t dct;
   uint64_t dc_access_key;
+  // XRC (IBA annex A14): the domain (core::XrcdId) of an XRC_RECV QP or of an XRC SRQ's receive
+  // endpoint; a message reaches an SRQ only through a target QP of the same domain. xrc_view
+  // marks the view a responder works on for one XRC message (transport/host/xrc_target.h).
+  uint64_t xrcd_dev;
+  uint64_t xrcd_ino;
+  uint32_t xrc_view;
+  std::atomic<uint32_t> xrc_errors;         // XRC_RECV: responder errors so far
+  XrcOpener xrc_openers[kXrcOpeners];       // XRC_RECV: the ibv_open_qp handles to tell
+  // XRC_RECV: its attributes (a core::QpAttributes, opaque here), which every handle of the QP
+  // modifies and queries from any process, under xrc_lock; `state` above is its state.
+  fabric::RobustMutex xrc_lock;
+  alignas(8) uint8_t xrc_attributes[256];
   WireReceive wire;
   // Initiators working on this QP right now, counted per process (fabric/host/pin_line.h): its
   // owner destroys it only once the live ones are done, so no delivery lands in memory the

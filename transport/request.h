@@ -31,6 +31,9 @@ struct Reply {
   ReplyCode code = ReplyCode::kNoAnswer;
   uint8_t rnr_timer = 0;  // kRnr: the responder's min_rnr_timer code (IBA table 45)
   uint64_t original = 0;  // atomics with kAck: the remote value before the operation (AtomicAckETH)
+  // kSequenceError: the responder took packets of the message since its last attempt (forward
+  // progress: the retry count starts again, as rxe's reset_retry_counters on every response).
+  bool progress = false;
 
   static Reply Of(ReplyCode code) { return Reply{code}; }
   static Reply Rnr(uint8_t timer) { return Reply{ReplyCode::kRnr, timer}; }
@@ -81,6 +84,10 @@ struct Request {
   // DC: the requester is a DCI presenting this access key to the DCT (transport/dc_access.h).
   bool from_dci = false;
   uint64_t dc_access_key = 0;
+  // XRC (IBA annex A14): an RC message from an XRC_SEND QP, for an XRC_RECV QP, carrying the
+  // XRCETH that names the SRQ it lands on.
+  bool xrc = false;
+  uint32_t xrc_srqn = 0;
 
   bool with_imm() const { return opcode == WrOpcode::kSendWithImm || opcode == WrOpcode::kRdmaWriteWithImm; }
 };

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "base/log.h"
+#include "transport/codes.h"
 #include "transport/indirect_key.h"
 #include "transport/key_table.h"
 #include "transport/mcast_table.h"
@@ -17,9 +18,9 @@ using Clock = std::chrono::steady_clock;
 using Verdict = Completer::Verdict;
 
 // enum ibv_qp_type / ibv_qp_state values.
-constexpr uint32_t kRc = 2, kUc = 3, kUd = 4;
-constexpr uint32_t kRts = 3, kErr = 6;
-constexpr uint32_t kLocalWrite = 1u << 0;
+using qp_type::kRc, qp_type::kUc, qp_type::kUd;
+using qp_state::kRts, qp_state::kErr;
+using access_bit::kLocalWrite;
 
 bool IsAtomic(WrOpcode op) { return op == WrOpcode::kAtomicCmpSwp || op == WrOpcode::kAtomicFetchAdd; }
 // READ and atomics write the local buffers; the rest read them.
@@ -177,12 +178,21 @@ void Requester::RunQueue() {
 
 void Requester::CarryQueued() {
   size_t i = 0;
-  uint64_t psns = 0;  // spanned by what is in flight
-  for (; i < queue_.size() && queue_[i].in_flight; ++i) psns += queue_[i].packets;
+  uint64_t psns = 0;       // spanned by what is in flight
+  uint32_t rd_atomic = 0;  // READs and atomics in flight
+  for (; i < queue_.size() && queue_[i].in_flight; ++i) {
+    psns += queue_[i].packets;
+    rd_atomic += WritesLocal(queue_[i].wr.opcode) ? 1 : 0;
+  }
   while (i < queue_.size() && !stopped_ && i < kMaxInFlight) {
     Pending& p = queue_[i];
     if (p.due > Clock::now()) return;
     if (i > 0 && psns + p.packets > kMaxInFlightPsns) return;  // the oldest always goes
+    // IBA 9.7.5.1.4 / rxe's req rd_atomic: at most max_rd_atomic READs and atomics outstanding.
+    // The responder keeps that many to answer their duplicates; a READ carried beyond them
+    // pushed an older one's out, and once that older one's response was lost, its retries
+    // were dropped as duplicates with no resource until IBV_WC_RETRY_EXC_ERR.
+    if (WritesLocal(p.wr.opcode) && rd_atomic >= std::max<uint32_t>(config_.max_rd_atomic, 1)) return;
     const bool local_op = p.wr.opcode == WrOpcode::kDriver1 || p.wr.opcode == WrOpcode::kBindMw ||
                           p.wr.opcode == WrOpcode::kLocalInv;
     // Completions come in order (IBA 10.8.x): an operation that completes at once -- a local
@@ -197,6 +207,7 @@ void Requester::CarryQueued() {
       p.in_flight = true;
       p.due = Clock::now() + AckTimeout(config_.completer.timeout);
       psns += p.packets;
+      rd_atomic += WritesLocal(p.wr.opcode) ? 1 : 0;
       ++i;
       continue;
     }
@@ -241,13 +252,27 @@ void Requester::OnReply(uint64_t ticket, const Reply& reply) {
   } else {
     if (v.kind == Verdict::kFailed) stopped_ = true;
     queue_.pop_front();
+    // The ACK timer measures silence, not a message's age (IBA 9.7.6.1.3; rxe re-arms its
+    // retransmission timer after each response, rxe_comp.c): an acknowledgement that leaves
+    // requests outstanding gives the next one a whole timeout from now. Behind a long pipeline,
+    // or facing a responder that answers steadily but slower than one timeout per window (rxe
+    // under emulation), the next message was already due: everything in flight was carried
+    // again and a retry spent for nothing.
+    if (!stopped_ && !queue_.empty() && queue_.front().in_flight)
+      queue_.front().due = std::max(queue_.front().due, Clock::now() + AckTimeout(config_.completer.timeout));
   }
   RunQueue();
 }
 
 void Requester::OnResponseData(uint64_t ticket, uint64_t offset, std::span<const uint8_t> bytes) {
   std::lock_guard lock(mu_);
-  if (Pending* p = InFlight(ticket); p != nullptr && !WriteLocal(*p, offset, bytes)) p->local_error = true;
+  Pending* p = InFlight(ticket);
+  if (p == nullptr) return;
+  // A READ response in order is forward progress: the retry count starts again (rxe
+  // check_ack: reset_retry_counters on every READ response).
+  p->retry.timeouts = 0;
+  if (p == &queue_.front()) p->due = Clock::now() + AckTimeout(config_.completer.timeout);  // as in OnReply
+  if (!WriteLocal(*p, offset, bytes)) p->local_error = true;
 }
 
 bool Requester::WriteLocal(const Pending& p, uint64_t offset, std::span<const uint8_t> bytes) {
@@ -380,6 +405,8 @@ Request Requester::BuildRequest(const SendWr& wr, const PinnedPieces& pieces, ui
   r.invalidate_rkey = wr.invalidate_rkey;
   r.solicited = (wr.flags & send_flag::kSolicited) != 0;
   r.from_dci = config_.dc_initiator;
+  r.xrc = config_.xrc_initiator;
+  r.xrc_srqn = wr.xrc_srqn;
   r.addressing = &config_.av;
   r.dest_qp = config_.dest_qp_num;
   r.mtu = config_.path_mtu;

@@ -43,6 +43,7 @@ struct RequesterConfig {
   uint32_t max_inline = 0;
   bool block_self_mcast_lb = false;  // IBV_QP_CREATE_BLOCK_SELF_MCAST_LB
   bool dc_initiator = false;  // a DCI: each WR names its DCT (SendWr::dc)
+  bool xrc_initiator = false; // XRC_SEND: each WR names its XRC SRQ (SendWr::xrc_srqn)
 };
 
 class Requester final : private ReplySink {

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "base/log.h"
+#include "transport/codes.h"
 #include "transport/cq_ring.h"
 #include "transport/dc_access.h"
 #include "transport/grh.h"
@@ -14,9 +15,9 @@ namespace softverbs::transport {
 namespace {
 
 // enum ibv_qp_state / ibv_qp_type / ibv_access_flags values the responder checks.
-constexpr uint32_t kRtr = 2, kRts = 3, kSqd = 4, kSqe = 5;
-constexpr uint32_t kRc = 2, kUd = 4;
-constexpr uint32_t kLocalWrite = 1u << 0, kRemoteWrite = 1u << 1, kRemoteRead = 1u << 2, kRemoteAtomic = 1u << 3;
+using qp_state::kRtr, qp_state::kRts, qp_state::kSqd, qp_state::kSqe;
+using qp_type::kRc, qp_type::kUd;
+using access_bit::kLocalWrite, access_bit::kRemoteWrite, access_bit::kRemoteRead, access_bit::kRemoteAtomic;
 
 // IBA 10.3.1: a QP receives in RTR, RTS, SQD and SQE.
 bool CanReceive(uint32_t state) { return state == kRtr || state == kRts || state == kSqd || state == kSqe; }
@@ -36,7 +37,8 @@ void FailTarget(const TargetQp& t) {
   if (t.endpoint().async_fd >= 0) t.Signal(t.endpoint().async_fd, t.endpoint().async_tag);
 }
 
-// A copy that failed because the target process died is a target that does not answer; one cut
+// A copy that failed because the target process died or its QP was destroyed meanwhile is a
+// target that does not answer (ESRCH); one cut
 // short because its key was withdrawn meanwhile is a remote access error, as a NIC gives for a
 // key invalidated mid-transfer; any other failure is the target's (remote operational error).
 ReplyCode CopyFailed(const Status& s) {
@@ -110,7 +112,8 @@ bool Responder::Admits(const TargetQp& t, const Request& r) {
   // A NIC discards a packet whose transport is not its QP's (IBA 9.6.1.1: the opcode's
   // transport must match the QP's service type; rxe's check_type_state), one for a DCT without
   // its access key (transport/dc_access.h), and any while the QP does not receive (10.3.1).
-  return e.type == r.qp_type && DcAdmits(e, r.from_dci, r.dc_access_key) &&
+  // An XRC message is executed only on the view of its target QP and SRQ (host/xrc_target.h).
+  return e.type == r.qp_type && (e.xrc_view != 0) == r.xrc && DcAdmits(e, r.from_dci, r.dc_access_key) &&
          CanReceive(e.state.load(std::memory_order_acquire));
 }
 
@@ -180,6 +183,23 @@ Reply Responder::CompleteReceive(const TargetQp& t, const TakenWqe& wqe, const R
   CompleteAtTarget(t, c);
   return Reply::Of(ReplyCode::kAck);
 }
+
+Reply Responder::CheckRange(const TargetQp& t, uint32_t rkey, uint64_t addr, uint64_t length, bool write) {
+  if (!write && t.endpoint().max_dest_rd_atomic == 0) {
+    FailTarget(t);
+    return Reply::Of(ReplyCode::kInvalidRequest);
+  }
+  if (length == 0) return Reply::Of(ReplyCode::kAck);  // IBA 9.4.3.1 / 9.4.4: no R_Key checked
+  PinnedPieces pieces;
+  if (ReplyCode code = CheckRemote(t, rkey, addr, length, write ? kRemoteWrite : kRemoteRead, &pieces);
+      code != ReplyCode::kAck) {
+    FailTarget(t);
+    return Reply::Of(code);
+  }
+  return Reply::Of(ReplyCode::kAck);
+}
+
+void Responder::EnterError(const TargetQp& t) { FailTarget(t); }
 
 ReplyCode Responder::CheckRemote(const TargetQp& t, uint32_t rkey, uint64_t addr, uint64_t length, uint32_t access,
                                  PinnedPieces* pieces) {
@@ -295,8 +315,10 @@ ReplyCode Responder::Scatter(const TargetQp& t, const TakenWqe& w, uint64_t skip
       continue;
     }
     if (!KeyAdmits(k, rule) || !KeyCovers(k, s.addr, s.length)) return ReplyCode::kRemoteOp;
+    const uint64_t host = k.addr + (s.addr + start - k.iova);
+    if (!OnDemandPresent(t.registry(), k, host, take, true)) return ReplyCode::kRemoteOp;
     out->lkey[out->pieces.size()] = s.lkey;
-    out->pieces.Add({reinterpret_cast<void*>(k.addr + (s.addr + start - k.iova)), take});
+    out->pieces.Add({reinterpret_cast<void*>(host), take});
   }
   return room < need ? ReplyCode::kInvalidRequest : ReplyCode::kAck;
 }

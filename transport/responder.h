@@ -40,6 +40,13 @@ class Responder {
   // kAck, or kInvalidRequest for a SEND_WITH_INV whose R_Key is no window of the QP (the WQE then
   // completes in error, as in Execute).
   static Reply CompleteReceive(const TargetQp& t, const TakenWqe& wqe, const Request& r, uint64_t total);
+  // A packet fabric's RDMA WRITE or READ checked whole at its first packet, as a NIC checks
+  // va .. va + DMA length before it moves a byte (IBA 9.7.5.1.3; rxe check_rkey): kAck, or the
+  // NAK's code, the target QP then in ERR. A READ also needs responder resources (9.7.5.1.4).
+  static Reply CheckRange(const TargetQp& t, uint32_t rkey, uint64_t addr, uint64_t length, bool write);
+  // A responder class C error found by a packet fabric (IBA 9.9.3.1.2: opcode sequence, length;
+  // rxe do_class_ac_error): the target QP enters ERR.
+  static void EnterError(const TargetQp& t);
 
  private:
   // SEND / SEND_WITH_IMM / SEND_WITH_INV / RDMA_WRITE_WITH_IMM's receive side: takes a WQE,

@@ -6,14 +6,15 @@
 
 #include "base/strings.h"
 #include "fabric/host/shared_backing.h"
+#include "transport/codes.h"
 #include "transport/key_table.h"
 
 namespace softverbs::transport {
 namespace {
 
 // ibv_access_flags a window works with.
-constexpr uint32_t kLocalWrite = 1u << 0, kRemoteWrite = 1u << 1, kRemoteRead = 1u << 2, kRemoteAtomic = 1u << 3,
-                   kMwBind = 1u << 4, kZeroBased = 1u << 5;
+using access_bit::kLocalWrite, access_bit::kRemoteWrite, access_bit::kRemoteRead, access_bit::kRemoteAtomic;
+using access_bit::kMwBind, access_bit::kZeroBased, access_bit::kOnDemand;
 // Every access bit a device knows: the above, ON_DEMAND, HUGETLB (mlx5 ignores it on a window,
 // rxe refuses it: the more lenient wins), the kernel's FLUSH_GLOBAL / FLUSH_PERSISTENT (bits 8, 9)
 // and the optional range (IBV_ACCESS_OPTIONAL_RANGE, bits 20..29).
@@ -23,12 +24,12 @@ constexpr uint32_t kWindowAcceptedAccess = kLocalWrite | kRemoteWrite | kRemoteR
 
 // This process's windows by key slot. The lock also serialises binds with MR deregistration,
 // so no window binds to an MR that is being deregistered.
-struct Directory {
+struct WindowDirectory {
   std::mutex mu;
   std::map<uint32_t, std::weak_ptr<WindowKey>> windows;
 };
-Directory& Windows() {
-  static Directory* d = new Directory;  // never destroyed: windows may outlive static destructors
+WindowDirectory& Windows() {
+  static WindowDirectory* d = new WindowDirectory;  // never destroyed: windows may outlive static destructors
   return *d;
 }
 
@@ -117,7 +118,8 @@ std::string WindowKey::Bind(const BindRequest& req, const WindowQp& qp) {
   if (req.length != 0) KeyPin::Peek(registry, req.mr_key, &mr);  // checked above, under the lock
   KeyView v;
   v.key = req.rkey;
-  v.access = (req.access & (kRemoteWrite | kRemoteRead | kRemoteAtomic)) | kWindowKey;
+  // A window over an ODP MR is on demand too: its accesses check the pages (OnDemandPresent).
+  v.access = (req.access & (kRemoteWrite | kRemoteRead | kRemoteAtomic)) | kWindowKey | (mr.access & kOnDemand);
   v.pd = type_ == WindowType::kType2 ? (static_cast<uint64_t>(local_.slot()) << 32 | kQpBound | qp.qp_num) : pd_;
   v.addr = mr.addr + (req.addr - mr.iova);
   v.length = req.length;

@@ -140,6 +140,11 @@ struct SendWr {
   UdDestination ud;  // UD only
   DcDestination dc;  // DCI only
   BindRequest bind;  // BIND_MW only
+  uint32_t xrc_srqn = 0;  // XRC_SEND: the XRC SRQ at the target (wr.qp_type.xrc.remote_srqn)
+  // kTso (raw packet QPs): the packet header, copied at post time, and the segment size.
+  const uint8_t* tso_header = nullptr;
+  uint16_t tso_header_size = 0;
+  uint16_t tso_mss = 0;
   // kDriver1: set by the mlx5dv_wr_mr_* builders, whose UMR layout is the inline bytes
   // (transport/indirect_key.h); ibv_post_send cannot post one.
   bool umr = false;

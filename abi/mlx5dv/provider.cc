@@ -36,7 +36,10 @@ int QueryDevice(ibv_context*, mlx5dv_context* out) {
   if (asked & MLX5DV_CONTEXT_MASK_SWP) out->sw_parsing_caps = {};              // no raw packet QPs
   if (asked & MLX5DV_CONTEXT_MASK_STRIDING_RQ) out->striding_rq_caps = {};     // no WQs
   if (asked & MLX5DV_CONTEXT_MASK_TUNNEL_OFFLOADS) out->tunnel_offloads_caps = 0;
-  if (asked & MLX5DV_CONTEXT_MASK_DC_ODP_CAPS) out->dc_odp_caps = 0;           // no ODP
+  // ODP through a DCT: the same key rule as RC (core/mr.h, transport/key_table.h).
+  if (asked & MLX5DV_CONTEXT_MASK_DC_ODP_CAPS)
+    out->dc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ |
+                       IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
   if (asked & MLX5DV_CONTEXT_MASK_SIGNATURE_OFFLOAD) out->sig_caps = {};
   // DCI streams are not implemented: one ordered stream per DCI (mlx5dv_create_qp(3)).
   if (asked & MLX5DV_CONTEXT_MASK_DCI_STREAMS) out->dci_streams_caps = {};

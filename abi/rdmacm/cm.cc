@@ -20,8 +20,6 @@ static_assert(static_cast<int>(cm::EventType::kDisconnected) == RDMA_CM_EVENT_DI
 static_assert(static_cast<int>(cm::PortSpace::kTcp) == RDMA_PS_TCP);
 static_assert(static_cast<int>(cm::PortSpace::kUdp) == RDMA_PS_UDP);
 
-const char* const kNotOurs = "id is NULL or not an rdma_cm_id of softverbs";
-
 // The rdma_cm_id of a request's new identifier, made when CONNECT_REQUEST is delivered.
 CmId* WrapChild(cm::Id* child, CmChannel* channel) {
   auto* id = new CmId();

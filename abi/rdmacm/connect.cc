@@ -33,8 +33,6 @@ Status CompleteSync(CmId* id) {
 
 namespace {
 
-const char* const kNotOurs = "id is NULL or not an rdma_cm_id of softverbs";
-
 // Runs `verb` on the identifier's cm::Id under its channel's lock, then refreshes the public
 // fields and, for a synchronous identifier, waits for the event it causes.
 template <typename F>

@@ -15,6 +15,9 @@
 
 namespace softverbs::abi::rdmacm {
 
+// The refusal of a verb given something that is not one of our identifiers.
+inline constexpr const char* kNotOurs = "id is NULL or not an rdma_cm_id of softverbs";
+
 struct CmChannel {
   rdma_event_channel pub{};  // first: the application's pointer is this struct's address
   std::unique_ptr<cm::Channel> core;

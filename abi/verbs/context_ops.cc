@@ -37,27 +37,11 @@ int QueryRtValues(ibv_context*, ibv_values_ex* values) {
   return 0;
 }
 int ModifyCq(ibv_cq* cq, ibv_modify_cq_attr*) { return ReturnErrno("ibv_modify_cq", Name(cq), Unsupported("CQ moderation")); }
-ibv_qp* OpenQp(ibv_context*, ibv_qp_open_attr*) { return ReturnNull<ibv_qp>("ibv_open_qp", "", Unsupported("XRC shared QPs (ibv_open_qp)")); }
-ibv_flow* CreateFlow(ibv_qp* qp, ibv_flow_attr*) { return ReturnNull<ibv_flow>("ibv_create_flow", Name(qp), Unsupported("flow steering")); }
-int DestroyFlow(ibv_flow*) { return ReturnErrno("ibv_destroy_flow", "", Unsupported("flow steering")); }
+
 void PlaceholderSlot() {}  // "ABI_placeholder" slots of verbs_context: never called by libibverbs
-ibv_wq* CreateWq(ibv_context*, ibv_wq_init_attr*) { return ReturnNull<ibv_wq>("ibv_create_wq", "", Unsupported("work queues (WQ)")); }
-int ModifyWq(ibv_wq*, ibv_wq_attr*) { return ReturnErrno("ibv_modify_wq", "", Unsupported("work queues (WQ)")); }
-int DestroyWq(ibv_wq*) { return ReturnErrno("ibv_destroy_wq", "", Unsupported("work queues (WQ)")); }
-ibv_rwq_ind_table* CreateRwqIndTable(ibv_context*, ibv_rwq_ind_table_init_attr*) {
-  return ReturnNull<ibv_rwq_ind_table>("ibv_create_rwq_ind_table", "", Unsupported("RSS indirection tables"));
-}
-int DestroyRwqIndTable(ibv_rwq_ind_table*) {
-  return ReturnErrno("ibv_destroy_rwq_ind_table", "", Unsupported("RSS indirection tables"));
-}
 int PostSrqOps(ibv_srq* srq, ibv_ops_wr* op, ibv_ops_wr** bad_op) {
   *bad_op = op;
   return ReturnErrno("ibv_post_srq_ops", Name(srq), Unsupported("tag matching"));
-}
-ibv_td* AllocTd(ibv_context*, ibv_td_init_attr*) { return ReturnNull<ibv_td>("ibv_alloc_td", "", Unsupported("thread domains")); }
-int DeallocTd(ibv_td*) { return ReturnErrno("ibv_dealloc_td", "", Unsupported("thread domains")); }
-ibv_pd* AllocParentDomain(ibv_context*, ibv_parent_domain_init_attr*) {
-  return ReturnNull<ibv_pd>("ibv_alloc_parent_domain", "", Unsupported("parent domains"));
 }
 int ModifyQpRateLimit(ibv_qp* qp, ibv_qp_rate_limit_attr*) {
   return ReturnErrno("ibv_modify_qp_rate_limit", Name(qp), Unsupported("packet pacing"));
@@ -69,11 +53,6 @@ int ModifyFlowActionEsp(ibv_flow_action*, ibv_flow_action_esp_attr*) {
   return ReturnErrno("ibv_modify_flow_action_esp", "", Unsupported("flow actions (ESP)"));
 }
 int DestroyFlowAction(ibv_flow_action*) { return ReturnErrno("ibv_destroy_flow_action", "", Unsupported("flow actions")); }
-ibv_dm* AllocDm(ibv_context*, ibv_alloc_dm_attr*) { return ReturnNull<ibv_dm>("ibv_alloc_dm", "", Unsupported("device memory")); }
-int FreeDm(ibv_dm*) { return ReturnErrno("ibv_free_dm", "", Unsupported("device memory")); }
-ibv_mr* RegDmMr(ibv_pd* pd, ibv_dm*, uint64_t, size_t, unsigned int) {
-  return ReturnNull<ibv_mr>("ibv_reg_dm_mr", Name(pd), Unsupported("device memory"));
-}
 ibv_counters* CreateCounters(ibv_context*, ibv_counters_init_attr*) {
   return ReturnNull<ibv_counters>("ibv_create_counters", "", Unsupported("flow counters"));
 }
@@ -85,9 +64,6 @@ int ReadCounters(ibv_counters*, uint64_t*, uint32_t, uint32_t) {
   return ReturnErrno("ibv_read_counters", "", Unsupported("flow counters"));
 }
 ibv_mr* AllocNullMr(ibv_pd* pd) { return ReturnNull<ibv_mr>("ibv_alloc_null_mr", Name(pd), Unsupported("null MRs")); }
-int AdviseMr(ibv_pd* pd, ibv_advise_mr_advice, uint32_t, ibv_sge*, uint32_t) {
-  return ReturnErrno("ibv_advise_mr", Name(pd), Unsupported("ibv_advise_mr (on-demand paging)"));
-}
 
 }  // namespace
 

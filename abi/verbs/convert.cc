@@ -44,12 +44,24 @@ ibv_qp_cap ToIbv(const core::QpCaps& c) {
   return {c.max_send_wr, c.max_recv_wr, c.max_send_sge, c.max_recv_sge, c.max_inline_data};
 }
 
+// The bytes of an enum field, never loaded as the enum: a field outside attr_mask may hold
+// anything (ibv_xsrq_pingpong leaves them uninitialised), and loading a value that is no
+// enumerator is undefined behaviour (UBSan: "invalid value for type 'ibv_mtu'"). The core's
+// enums have a fixed underlying type: any value converts, and the modify table judges it.
+template <typename E>
+uint32_t EnumBytes(const E& field) {
+  static_assert(sizeof(E) == sizeof(uint32_t));
+  uint32_t v;
+  memcpy(&v, &field, sizeof v);
+  return v;
+}
+
 core::QpAttributes ToCore(const ibv_qp_attr& a) {
   core::QpAttributes q;
-  q.qp_state = static_cast<core::QpState>(a.qp_state);
-  q.cur_qp_state = static_cast<core::QpState>(a.cur_qp_state);
-  q.path_mtu = static_cast<core::Mtu>(a.path_mtu);
-  q.path_mig_state = static_cast<core::MigState>(a.path_mig_state);
+  q.qp_state = static_cast<core::QpState>(EnumBytes(a.qp_state));
+  q.cur_qp_state = static_cast<core::QpState>(EnumBytes(a.cur_qp_state));
+  q.path_mtu = static_cast<core::Mtu>(EnumBytes(a.path_mtu));
+  q.path_mig_state = static_cast<core::MigState>(EnumBytes(a.path_mig_state));
   q.qkey = a.qkey;
   q.rq_psn = a.rq_psn;
   q.sq_psn = a.sq_psn;

@@ -1,5 +1,7 @@
 // Completion queues (ibv_create_cq, ibv_create_cq_ex and its polling interface), completion
 // channels and CQ events.
+#include <unistd.h>
+
 #include <cstring>
 #include <new>
 
@@ -7,6 +9,7 @@
 #include "abi/verbs/convert.h"
 #include "abi/verbs/objects.h"
 #include "abi/verbs/ops.h"
+#include "transport/cq_ring.h"
 
 using namespace softverbs;
 using namespace softverbs::abi;
@@ -15,12 +18,12 @@ namespace softverbs::abi {
 
 std::string Name(const ibv_cq* cq) { return ObjectName("cq", cq->handle); }
 
-// The completion flags an ibv_cq_ex can deliver: the standard ones and both timestamps. CVLAN,
-// flow tag and tag matching info are refused at creation (EOPNOTSUPP): no raw packet QPs, no
-// flow steering, no tag matching.
+// The completion flags an ibv_cq_ex can deliver: the standard ones, both timestamps, and the
+// CVLAN and flow tag of raw packet QPs' receives. Tag matching info is refused at creation
+// (EOPNOTSUPP): no tag matching.
 constexpr uint64_t kDeliverableWcFlags =
     static_cast<uint64_t>(IBV_WC_STANDARD_FLAGS) | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
-    IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+    IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK | IBV_WC_EX_WITH_CVLAN | IBV_WC_EX_WITH_FLOW_TAG;
 
 namespace {
 
@@ -62,10 +65,11 @@ uint8_t ReadSl(ibv_cq_ex* cq) { return Cur(cq)->current.sl; }
 uint8_t ReadDlidPathBits(ibv_cq_ex* cq) { return Cur(cq)->current.dlid_path_bits; }
 uint64_t ReadCompletionTs(ibv_cq_ex* cq) { return Cur(cq)->current.timestamp_ns; }
 uint64_t ReadCompletionWallclockNs(ibv_cq_ex* cq) { return Cur(cq)->current.wallclock_ns; }
-// Getters of flags that creation refuses: reachable only by a program that calls a getter it did
-// not ask for (undefined in ibv_create_cq_ex(3)); they return 0 rather than crash.
-uint16_t ReadZero16(ibv_cq_ex*) { return 0; }
-uint32_t ReadZero32(ibv_cq_ex*) { return 0; }
+// Raw packet receives: the stripped VLAN TCI and the steering rule's tag (0 without one).
+uint16_t ReadCvlan(ibv_cq_ex* cq) { return Cur(cq)->current.cvlan; }
+uint32_t ReadFlowTag(ibv_cq_ex* cq) { return Cur(cq)->current.flow_tag; }
+// The getter of a flag that creation refuses: reachable only by a program that calls a getter it
+// did not ask for (undefined in ibv_create_cq_ex(3)); it returns zeros rather than crash.
 void ReadTmInfo(ibv_cq_ex*, ibv_wc_tm_info* info) { memset(info, 0, sizeof(*info)); }
 
 }  // namespace
@@ -86,8 +90,8 @@ void InitCqEx(SvCq* cq) {
   x.read_sl = ReadSl;
   x.read_dlid_path_bits = ReadDlidPathBits;
   x.read_completion_ts = ReadCompletionTs;
-  x.read_cvlan = ReadZero16;
-  x.read_flow_tag = ReadZero32;
+  x.read_cvlan = ReadCvlan;
+  x.read_flow_tag = ReadFlowTag;
   x.read_tm_info = ReadTmInfo;
   x.read_completion_wallclock_ns = ReadCompletionWallclockNs;
 }
@@ -124,19 +128,37 @@ ibv_cq_ex* CreateCqEx(ibv_context* context, ibv_cq_init_attr_ex* attr) {
   const char* verb = "ibv_create_cq_ex";
   if (attr->comp_mask & ~static_cast<uint32_t>(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD))
     return ReturnNull<ibv_cq_ex>(verb, context->device->name, Invalid("comp_mask has unknown bits"));
-  if (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD)
-    return ReturnNull<ibv_cq_ex>(verb, context->device->name, Unsupported("IBV_CQ_INIT_ATTR_MASK_PD (parent domains)"));
+  // IBV_CQ_INIT_ATTR_MASK_PD: "parent_domain" must be a parent domain of this context (mlx5_create_cq).
+  const bool on_parent = attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD;
+  if (on_parent && (attr->parent_domain == nullptr || attr->parent_domain->context != context ||
+                    !ToSv(attr->parent_domain)->parent))
+    return ReturnNull<ibv_cq_ex>(verb, context->device->name,
+                                 Invalid("IBV_CQ_INIT_ATTR_MASK_PD: parent_domain is not a parent domain of this context"));
   if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
       (attr->flags & ~static_cast<uint32_t>(IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN)))
     return ReturnNull<ibv_cq_ex>(verb, context->device->name, Invalid("flags has unknown bits"));
   if (attr->wc_flags & ~kDeliverableWcFlags)
     return ReturnNull<ibv_cq_ex>(verb, context->device->name, NotSupported(
-        "wc_flags asks for fields softverbs0 cannot deliver (CVLAN, flow tag, TM info): " +
+        "wc_flags asks for fields softverbs0 cannot deliver (TM info): " +
         std::to_string(attr->wc_flags & ~kDeliverableWcFlags)));
+  // A CQ on a parent domain with a thread domain is polled by that thread only (ibv_alloc_td(3):
+  // objects under a TD "disable internal locking"; mlx5 drops the CQ lock the same way).
   const bool single_threaded =
-      (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (attr->flags & IBV_CREATE_CQ_ATTR_SINGLE_THREADED);
-  return CreateCq(verb, context, static_cast<int>(attr->cqe), attr->cq_context, attr->channel,
-                  static_cast<int>(attr->comp_vector), attr->wc_flags, single_threaded);
+      ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (attr->flags & IBV_CREATE_CQ_ATTR_SINGLE_THREADED)) ||
+      (on_parent && ToSv(attr->parent_domain)->parent->td != nullptr);
+  SvPd* parent = nullptr;
+  const size_t ring = sizeof(transport::CqRing) + sizeof(transport::CqEntry) * (static_cast<size_t>(attr->cqe) + 1);
+  if (Status s = UseParentDomain(verb, on_parent ? attr->parent_domain : nullptr, ring,
+                                 static_cast<size_t>(sysconf(_SC_PAGESIZE)), MLX5DV_RES_TYPE_CQ, &parent);
+      !s.ok())
+    return ReturnNull<ibv_cq_ex>(verb, context->device->name, s);
+  ibv_cq_ex* cq = CreateCq(verb, context, static_cast<int>(attr->cqe), attr->cq_context, attr->channel,
+                           static_cast<int>(attr->comp_vector), attr->wc_flags, single_threaded);
+  if (cq == nullptr)
+    ReleaseParentDomain(parent);
+  else
+    ToSv(cq)->parent_domain = parent;
+  return cq;
 }
 
 int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
@@ -207,6 +229,7 @@ SV_EXPORT int ibv_destroy_cq(ibv_cq* cq) {
   ToSv(cq->context)->core->DropAsyncEventsFor(cq);
   pthread_cond_destroy(&cq->cond);
   pthread_mutex_destroy(&cq->mutex);
+  ReleaseParentDomain(c->parent_domain);
   delete c;
   return 0;
 }

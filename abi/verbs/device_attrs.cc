@@ -5,6 +5,7 @@
 #include "base/clock.h"
 #include "core/device.h"
 #include "core/device_limits.h"
+#include "core/wq.h"
 #include "fabric/host/host_registry.h"
 
 namespace softverbs::abi {
@@ -25,13 +26,15 @@ ibv_device_attr DeviceAttr() {
   a.max_qp = DeviceLimits::kMaxQp;
   a.max_qp_wr = DeviceLimits::kMaxQpWr;
   // What softverbs0 really does: RNR NAKs, cur_qp_state in modify, SRQ resize, solicited-only
-  // CQ arming. Not claimed: port events (the port never changes state), APM, QP resize, memory
-  // windows, XRC, raw packet.
+  // CQ arming, XRC (same host: docs/support-matrix.md). Not claimed: port events (the port never
+  // changes state), APM, QP resize, raw packet.
   // Memory windows of type 1 and 2 (type 2 checks QP and PD: 2B), with local and remote
   // invalidation -- the user-visible half of the memory management extensions.
   a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_CURR_QP_STATE_MOD | IBV_DEVICE_SRQ_RESIZE |
                        IBV_DEVICE_N_NOTIFY_CQ | IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_MEM_WINDOW |
-                       IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_MEM_MGT_EXTENSIONS;
+                       IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_MEM_MGT_EXTENSIONS | IBV_DEVICE_XRC |
+                       // Raw packet QPs (core/raw_qp.h): checksum offload, flow steering.
+                       IBV_DEVICE_RAW_IP_CSUM | IBV_DEVICE_MANAGED_FLOW_STEERING;
   a.max_sge = DeviceLimits::kMaxSge;
   a.max_sge_rd = DeviceLimits::kMaxSgeRd;
   a.max_cq = DeviceLimits::kMaxCq;
@@ -64,8 +67,33 @@ ibv_device_attr_ex DeviceAttrEx() {
   // hca_core_clock in kHz (ibv_query_device_ex(3)).
   ex.completion_timestamp_mask = ~0ull;
   ex.hca_core_clock = kDeviceClockKhz;
-  // No ODP, TSO, RSS, packet pacing, tag matching or device memory yet: all zero.
-  ex.max_dm_size = 0;
+  // Raw packet QPs: checksums both ways, VLAN stripping, FCS scattering (core/raw_qp.h).
+  ex.raw_packet_caps = IBV_RAW_PACKET_CAP_CVLAN_STRIPPING | IBV_RAW_PACKET_CAP_SCATTER_FCS |
+                       IBV_RAW_PACKET_CAP_IP_CSUM;
+  // RSS on raw packet QPs (core/wq.h): Toeplitz over IPv4/IPv6 addresses and TCP/UDP ports.
+  ex.rss_caps.supported_qpts = 1u << IBV_QPT_RAW_PACKET;
+  ex.rss_caps.max_rwq_indirection_tables = 1024;
+  ex.rss_caps.max_rwq_indirection_table_size = 1u << core::kMaxLogIndTableSize;
+  ex.rss_caps.rx_hash_function = IBV_RX_HASH_FUNC_TOEPLITZ;
+  ex.rss_caps.rx_hash_fields_mask = IBV_RX_HASH_SRC_IPV4 | IBV_RX_HASH_DST_IPV4 | IBV_RX_HASH_SRC_IPV6 |
+                                    IBV_RX_HASH_DST_IPV6 | IBV_RX_HASH_SRC_PORT_TCP | IBV_RX_HASH_DST_PORT_TCP |
+                                    IBV_RX_HASH_SRC_PORT_UDP | IBV_RX_HASH_DST_PORT_UDP;
+  ex.max_wq_type_rq = DeviceLimits::kMaxQp;
+  // TSO on raw packet QPs (transport/raw/tso.h).
+  ex.tso_caps.max_tso = DeviceLimits::kMaxTso;
+  ex.tso_caps.supported_qpts = 1u << IBV_QPT_RAW_PACKET;
+  // ODP (core/mr.h): nothing is ever pinned, every access finds its pages through the one key
+  // rule, for every opcode each transport has; implicit ODP covers the whole address space.
+  constexpr uint32_t kMessages = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV;
+  ex.odp_caps.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
+  ex.odp_caps.per_transport_caps.rc_odp_caps = kMessages | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ |
+                                               IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
+  ex.odp_caps.per_transport_caps.uc_odp_caps = kMessages | IBV_ODP_SUPPORT_WRITE;  // UC: no READ, atomics, SRQ
+  ex.odp_caps.per_transport_caps.ud_odp_caps = kMessages | IBV_ODP_SUPPORT_SRQ_RECV;
+  ex.xrc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC |
+                    IBV_ODP_SUPPORT_SRQ_RECV;
+  // Device memory (core/dm.h): the largest one allocation. No packet pacing or tag matching yet.
+  ex.max_dm_size = DeviceLimits::kMaxDmSize;
   ex.phys_port_cnt_ex = DeviceLimits::kPortCount;
   return ex;
 }
@@ -74,7 +102,7 @@ ibv_port_attr PortAttr() {
   ibv_port_attr p{};
   p.state = IBV_PORT_ACTIVE;
   p.max_mtu = static_cast<ibv_mtu>(DeviceLimits::kMaxMtu);
-  p.active_mtu = static_cast<ibv_mtu>(DeviceLimits::kMaxMtu);
+  p.active_mtu = static_cast<ibv_mtu>(core::ActiveMtu());  // from the netdevs, as rxe
   p.gid_tbl_len = static_cast<int>(DeviceLimits::kGidTableLen);
   p.port_cap_flags = DeviceLimits::kPortCapFlags;
   static_assert(DeviceLimits::kPortCapFlags == (IBV_PORT_CM_SUP | IBV_PORT_IP_BASED_GIDS));

@@ -5,6 +5,7 @@
 #include <infiniband/mlx5dv.h>
 #include <infiniband/verbs.h>
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -12,11 +13,14 @@
 #include "core/ah.h"
 #include "core/context.h"
 #include "core/cq.h"
+#include "core/dm.h"
 #include "core/mr.h"
 #include "core/mw.h"
 #include "core/pd.h"
 #include "core/qp.h"
 #include "core/srq.h"
+#include "core/xrc_qp.h"
+#include "core/xrcd.h"
 #include "transport/work_request.h"
 
 #include "abi/common/export.h"
@@ -36,15 +40,50 @@ struct SvContext {
   verbs_context vctx;
   std::unique_ptr<core::Context> core;
   int cmd_fd = -1;
+  // The device memory allocated on this context by handle, for ibv_import_dm (dm.cc).
+  std::mutex dm_mu;
+  std::map<uint32_t, std::weak_ptr<core::DeviceMemory>> dms;
 };
 
+// ibv_alloc_dm(3) / ibv_import_dm(3): an ibv_dm naming a DeviceMemory (an imported one names the
+// same memory as the allocated one).
+struct SvDm {
+  ibv_dm dm;
+  std::shared_ptr<core::DeviceMemory> core;
+  bool imported = false;
+};
+
+// ibv_alloc_td(3): a thread domain. A CQ created on a parent domain with one drops its poll lock
+// (ibv_start_poll .. ibv_end_poll), as IBV_CREATE_CQ_ATTR_SINGLE_THREADED; every other object
+// keeps its locks (docs/support-matrix.md).
+struct SvTd {
+  ibv_td td;
+  core::UseCount users;  // the parent domains holding it (ibv_dealloc_td: EBUSY)
+};
+
+struct SvPd;
+// What a parent domain adds to the PD it extends (ibv_alloc_parent_domain(3), domains.cc).
+struct ParentDomain {
+  SvPd* pd = nullptr;  // the protection domain: every object created on the parent domain is in it
+  SvTd* td = nullptr;
+  void* (*alloc)(ibv_pd*, void*, size_t, size_t, uint64_t) = nullptr;  // IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS
+  void (*free)(ibv_pd*, void*, void*, uint64_t) = nullptr;
+  void* pd_context = nullptr;  // IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT
+  core::UseCount users;        // QPs, CQs and SRQs created on it (ibv_dealloc_pd: EBUSY)
+};
+
+// A PD, or a parent domain: "completely interchangeable with the struct ibv_pd used to create
+// it" (ibv_alloc_parent_domain(3)), so `core` is the protection domain either way.
 struct SvPd {
   ibv_pd pd;
-  std::unique_ptr<core::Pd> core;
+  core::Pd* core = nullptr;
+  std::unique_ptr<core::Pd> owned;       // a PD's own; null for a parent domain
+  std::unique_ptr<ParentDomain> parent;  // set for a parent domain
 };
 
 struct SvMr {
   ibv_mr mr;
+  std::shared_ptr<core::DeviceMemory> dm;  // ibv_reg_dm_mr: the memory it holds (outlives `core`)
   std::unique_ptr<core::Mr> core;
 };
 
@@ -68,11 +107,19 @@ struct SvCq {
   // unless the CQ was created IBV_CREATE_CQ_ATTR_SINGLE_THREADED.
   std::mutex poll_mu;
   bool single_threaded = false;
+  SvPd* parent_domain = nullptr;  // IBV_CQ_INIT_ATTR_MASK_PD (released at destroy)
 };
 
 struct SvSrq {
   ibv_srq srq;
   std::unique_ptr<core::Srq> core;
+  SvPd* parent_domain = nullptr;  // created on a parent domain (released at destroy)
+};
+
+// rdma-core's verbs_xrcd begins with ibv_xrcd.
+struct SvXrcd {
+  ibv_xrcd xrcd;
+  std::unique_ptr<core::Xrcd> core;
 };
 
 struct SvAh {
@@ -92,6 +139,7 @@ struct SvQp {
   struct BatchedWr {
     transport::SendWr wr;
     std::vector<uint8_t> inline_data;
+    std::vector<uint8_t> tso_header;  // ibv_wr_send_tso: copied when built
   };
   std::vector<BatchedWr> batch;
   Status batch_status;
@@ -99,12 +147,17 @@ struct SvQp {
   // creation by abi/mlx5dv/dv_qp_ex.cc; they add to the batch above.
   mlx5dv_qp_ex dv{};
   uint64_t mlx5_send_ops_flags = 0;  // mlx5dv_qp_init_attr.send_ops_flags (MR_LIST / MR_INTERLEAVED)
+  // A handle of ibv_open_qp(3) (XRC target QPs): `core` is null and this acts on the QP.
+  std::unique_ptr<core::OpenedQp> opened;
+  SvPd* parent_domain = nullptr;  // created on a parent domain (released at destroy)
 };
 
 inline SvContext* ToSv(ibv_context* c) {
   return reinterpret_cast<SvContext*>(reinterpret_cast<uint8_t*>(c) - offsetof(verbs_context, context));
 }
 inline SvPd* ToSv(ibv_pd* p) { return reinterpret_cast<SvPd*>(p); }
+inline SvTd* ToSv(ibv_td* t) { return reinterpret_cast<SvTd*>(t); }
+inline SvDm* ToSv(ibv_dm* d) { return reinterpret_cast<SvDm*>(d); }
 inline SvMr* ToSv(ibv_mr* m) { return reinterpret_cast<SvMr*>(m); }
 inline SvMw* ToSv(ibv_mw* m) { return reinterpret_cast<SvMw*>(m); }
 inline SvCompChannel* ToSv(ibv_comp_channel* c) { return reinterpret_cast<SvCompChannel*>(c); }
@@ -112,6 +165,7 @@ inline SvCq* ToSv(ibv_cq* c) { return reinterpret_cast<SvCq*>(c); }
 inline SvCq* ToSv(ibv_cq_ex* c) { return reinterpret_cast<SvCq*>(c); }
 inline SvSrq* ToSv(ibv_srq* s) { return reinterpret_cast<SvSrq*>(s); }
 inline SvAh* ToSv(ibv_ah* a) { return reinterpret_cast<SvAh*>(a); }
+inline SvXrcd* ToSv(ibv_xrcd* x) { return reinterpret_cast<SvXrcd*>(x); }
 inline SvQp* ToSv(ibv_qp* q) { return reinterpret_cast<SvQp*>(q); }
 inline SvQp* ToSv(ibv_qp_ex* q) { return reinterpret_cast<SvQp*>(q); }
 inline SvQp* ToSv(mlx5dv_qp_ex* q) {
@@ -124,11 +178,19 @@ std::string Name(const ibv_cq* cq);
 std::string Name(const ibv_pd* pd);
 std::string Name(const ibv_srq* srq);
 std::string Name(const ibv_mr* mr);
+std::string Name(const ibv_dm* dm);
 
 // Creates a QP (qp.cc): ibv_create_qp_ex(3)'s conversion and checks, with `provider` carrying
 // what mlx5dv_create_qp(3) adds (DC role, mlx5 create flags) -- nullptr for plain verbs.
 ibv_qp* CreateQpWith(const char* verb, ibv_context* context, ibv_qp_init_attr_ex* attr,
                      const core::QpInitAttributes* provider);
+
+// Parent domains (domains.cc). A QP, CQ or SRQ created on `pd` asks its allocator for the
+// `bytes` of ring memory it needs (resource_type: MLX5DV_RES_TYPE_*) and holds the parent
+// domain until released; a plain PD: nothing to do. The Status is the creation's refusal.
+Status UseParentDomain(const char* verb, ibv_pd* pd, size_t bytes, size_t alignment, uint64_t resource_type,
+                       SvPd** held);
+void ReleaseParentDomain(SvPd* held);
 
 // Fills the function tables of a new context (context_ops.cc).
 void InitContextOps(SvContext* ctx);

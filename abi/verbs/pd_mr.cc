@@ -1,8 +1,10 @@
 // Protection domains and memory regions.
 #include <new>
+#include <vector>
 
 #include "abi/common/errno_convention.h"
 #include "abi/verbs/objects.h"
+#include "abi/verbs/ops.h"
 #include "base/log.h"
 
 #undef ibv_reg_mr
@@ -23,7 +25,8 @@ SV_EXPORT ibv_pd* ibv_alloc_pd(ibv_context* context) {
   if (!core.ok()) return ReturnNull<ibv_pd>("ibv_alloc_pd", context->device->name, core.status());
   auto* pd = new (std::nothrow) SvPd{};
   if (pd == nullptr) return ReturnNull<ibv_pd>("ibv_alloc_pd", "", NoMemory("out of memory"));
-  pd->core = std::move(core.value());
+  pd->owned = std::move(core.value());
+  pd->core = pd->owned.get();
   pd->pd.context = context;
   pd->pd.handle = pd->core->handle();
   return &pd->pd;
@@ -32,7 +35,8 @@ SV_DEFAULT_VERSION(ibv_alloc_pd);
 
 SV_EXPORT int ibv_dealloc_pd(ibv_pd* pd) {
   SvPd* p = ToSv(pd);
-  // The kernel refuses to free a PD that objects still use.
+  if (p->parent) return DeallocParentDomain(pd);
+  // The kernel refuses to free a PD that objects (parent domains too) still use.
   if (int n = p->core->users().count(); n > 0)
     return ReturnErrno("ibv_dealloc_pd", Name(pd), Busy(std::to_string(n) + " object(s) still use this PD"));
   delete p;
@@ -71,6 +75,15 @@ SV_EXPORT ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64
   return RegMr("ibv_reg_mr_iova2", pd, addr, length, iova, access);
 }
 
+// ibv_advise_mr(3) (the verbs_context slot; verbs.h's inline returns what it returns, an errno).
+int softverbs::abi::AdviseMr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list,
+                             uint32_t num_sge) {
+  std::vector<core::AdviseRange> ranges(num_sge);
+  for (uint32_t i = 0; i < num_sge; ++i) ranges[i] = {sg_list[i].addr, sg_list[i].length, sg_list[i].lkey};
+  Status s = core::AdviseMr(*ToSv(pd)->core, static_cast<uint32_t>(advice), flags, ranges.data(), num_sge);
+  return s.ok() ? 0 : ReturnErrno("ibv_advise_mr", Name(pd), s);
+}
+
 SV_EXPORT ibv_mr* ibv_reg_dmabuf_mr(ibv_pd* pd, uint64_t, size_t, uint64_t, int, int) {
   return ReturnNull<ibv_mr>("ibv_reg_dmabuf_mr", Name(pd), Unsupported("dma-buf memory registration"));
 }
@@ -80,7 +93,7 @@ SV_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t
   core::MrLayout layout{reinterpret_cast<uint64_t>(addr), length, reinterpret_cast<uint64_t>(addr),
                         static_cast<uint32_t>(access)};
   // ibv_rereg_mr(3): pd is read only with IBV_REREG_MR_CHANGE_PD (callers may pass anything else).
-  core::Pd* new_pd = (flags & IBV_REREG_MR_CHANGE_PD) && pd != nullptr ? ToSv(pd)->core.get() : nullptr;
+  core::Pd* new_pd = (flags & IBV_REREG_MR_CHANGE_PD) && pd != nullptr ? ToSv(pd)->core : nullptr;
   Status s = m->core->Reregister(static_cast<uint32_t>(flags), new_pd, layout);
   if (!s.ok()) {
     // ibv_rereg_mr(3): an input error leaves the old MR valid and returns IBV_REREG_MR_ERR_INPUT.
@@ -98,6 +111,7 @@ SV_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t
 
 SV_EXPORT int ibv_dereg_mr(ibv_mr* mr) {
   if (Status s = ToSv(mr)->core->Withdraw(); !s.ok()) return ReturnErrno("ibv_dereg_mr", Name(mr), s);
+  if (ToSv(mr)->dm) ToSv(mr)->dm->users().Release();
   delete ToSv(mr);
   return 0;
 }
@@ -116,7 +130,3 @@ SV_EXPORT ibv_mr* ibv_import_mr(ibv_pd*, uint32_t) {
   return ReturnNull<ibv_mr>("ibv_import_mr", "", Unsupported("ibv_import_mr"));
 }
 SV_EXPORT void ibv_unimport_mr(ibv_mr*) {}
-SV_EXPORT ibv_dm* ibv_import_dm(ibv_context*, uint32_t) {
-  return ReturnNull<ibv_dm>("ibv_import_dm", "", Unsupported("ibv_import_dm (device memory)"));
-}
-SV_EXPORT void ibv_unimport_dm(ibv_dm*) {}

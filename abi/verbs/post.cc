@@ -58,6 +58,16 @@ Status ToTransport(const ibv_send_wr& in, transport::SendWr* out) {
       break;
     case IBV_WR_BIND_MW:
       return ToBindRequest(in.bind_mw.mw, in.bind_mw.rkey, in.bind_mw.bind_info, &out->bind);
+    case IBV_WR_TSO: {
+      // The header is read now (ibv_post_send(3): like inline data); the payload is the SGEs.
+      static thread_local uint8_t header[65535];
+      if (in.tso.hdr_sz > 0 && in.tso.hdr == nullptr) return Invalid("IBV_WR_TSO with hdr_sz and no hdr");
+      if (in.tso.hdr_sz > 0) memcpy(header, in.tso.hdr, in.tso.hdr_sz);
+      out->tso_header = header;
+      out->tso_header_size = in.tso.hdr_sz;
+      out->tso_mss = in.tso.mss;
+      break;
+    }
     default:
       break;
   }
@@ -66,11 +76,20 @@ Status ToTransport(const ibv_send_wr& in, transport::SendWr* out) {
 
 }  // namespace
 
+// An ibv_open_qp handle (an XRC_RECV QP) has no queue to post to.
+static Status NoQueues(const SvQp* q) {
+  return q->core == nullptr ? Invalid("an ibv_open_qp handle of an XRC_RECV QP has no send or receive queue")
+                            : Status::Ok();
+}
+
 int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   SvQp* q = ToSv(qp);
   transport::SendWr w;
   for (; wr != nullptr; wr = wr->next) {
-    Status s = ToTransport(*wr, &w);
+    Status s = NoQueues(q);
+    if (s.ok()) s = ToTransport(*wr, &w);
+    // IBA A14: an XRC message names the SRQ it lands on (XRCETH).
+    if (s.ok() && qp->qp_type == IBV_QPT_XRC_SEND) w.xrc_srqn = wr->qp_type.xrc.remote_srqn;
     if (s.ok() && qp->qp_type == IBV_QPT_UD) {
       if (wr->wr.ud.ah == nullptr) {
         s = Invalid("a UD send needs wr.ud.ah");
@@ -82,10 +101,12 @@ int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     }
     if (s.ok()) s = q->core->PostSend(w);
     if (!s.ok()) {
+      q->core->FlushPosted();
       *bad_wr = wr;
       return ReturnErrno("ibv_post_send", Name(qp), s);
     }
   }
+  q->core->FlushPosted();  // raw QPs: the list's frames leave in one batch
   return 0;
 }
 
@@ -100,6 +121,7 @@ int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   transport::RecvSge sges[transport::kMaxSge];
   for (; wr != nullptr; wr = wr->next) {
     Status s = ToRecvSges(*wr, sges);
+    if (s.ok()) s = NoQueues(ToSv(qp));
     if (s.ok()) s = ToSv(qp)->core->PostRecv(wr->wr_id, sges, static_cast<uint32_t>(wr->num_sge));
     if (!s.ok()) {
       *bad_wr = wr;

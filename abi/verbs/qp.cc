@@ -1,5 +1,7 @@
 // Queue pairs: ibv_create_qp, the create_qp_ex context op, ibv_modify_qp, ibv_query_qp,
 // ibv_destroy_qp (seeds ibv_create_qp(3), ibv_create_qp_ex(3), ibv_modify_qp(3)).
+#include <unistd.h>
+
 #include <cstring>
 #include <new>
 
@@ -9,6 +11,8 @@
 #include "abi/verbs/objects.h"
 #include "abi/verbs/ops.h"
 #include "base/log.h"
+#include "transport/qp_endpoint.h"
+#include "transport/recv_queue.h"
 
 using namespace softverbs;
 using namespace softverbs::abi;
@@ -45,35 +49,67 @@ ibv_qp* CreateQp(const char* verb, ibv_context* context, ibv_qp_init_attr_ex* at
     if (owner != context)
       return ReturnNull<ibv_qp>(verb, object, Invalid("pd, send_cq, recv_cq and srq must belong to this context"));
   }
-  init.pd = pd ? ToSv(pd)->core.get() : nullptr;
+  init.pd = pd ? ToSv(pd)->core : nullptr;
   init.send_cq = attr->send_cq ? ToSv(attr->send_cq)->core.get() : nullptr;
   init.recv_cq = attr->recv_cq ? ToSv(attr->recv_cq)->core.get() : nullptr;
   init.srq = attr->srq ? ToSv(attr->srq)->core.get() : nullptr;
   init.cap = ToCore(attr->cap);
   init.sq_sig_all = attr->sq_sig_all != 0;
   init.has_xrcd = (attr->comp_mask & IBV_QP_INIT_ATTR_XRCD) != 0;
+  if (init.has_xrcd && attr->xrcd != nullptr) {
+    if (attr->xrcd->context != context)
+      return ReturnNull<ibv_qp>(verb, object, Invalid("the XRC domain belongs to another context"));
+    init.xrcd = ToSv(attr->xrcd)->core.get();
+  }
   init.has_create_flags = (attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) != 0;
   init.create_flags = init.has_create_flags ? attr->create_flags : 0;
   init.has_max_tso_header = (attr->comp_mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER) != 0;
+  init.max_tso_header = init.has_max_tso_header ? attr->max_tso_header : 0;
   init.has_rwq_ind_table = (attr->comp_mask & IBV_QP_INIT_ATTR_IND_TABLE) != 0;
   init.has_rx_hash = (attr->comp_mask & IBV_QP_INIT_ATTR_RX_HASH) != 0;
   init.has_send_ops_flags = (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0;
   init.send_ops_flags = init.has_send_ops_flags ? attr->send_ops_flags : 0;
   init.source_qpn = attr->source_qpn;
+  if (init.has_rwq_ind_table) {
+    if (attr->rwq_ind_tbl != nullptr && attr->rwq_ind_tbl->context != context)
+      return ReturnNull<ibv_qp>(verb, object, Invalid("rwq_ind_tbl belongs to another context"));
+    init.ind_table = CoreOf(attr->rwq_ind_tbl);
+  }
+  if (init.has_rx_hash) {
+    const ibv_rx_hash_conf& h = attr->rx_hash_conf;
+    init.rx_hash_function = h.rx_hash_function;
+    if (h.rx_hash_key_len != 0 && h.rx_hash_key == nullptr)
+      return ReturnNull<ibv_qp>(verb, object, Invalid("rx_hash_key is NULL"));
+    init.rx_hash_key.assign(h.rx_hash_key, h.rx_hash_key + h.rx_hash_key_len);
+    init.rx_hash_fields_mask = h.rx_hash_fields_mask;
+  }
 
+  // On a parent domain: its allocator is asked for the QP's rings (domains.cc).
+  SvPd* parent = nullptr;
+  size_t ring = sizeof(transport::QpEndpoint);
+  if (init.srq == nullptr)
+    ring += sizeof(transport::RecvRing) + transport::RecvWqeSize(init.cap.max_recv_sge) * (init.cap.max_recv_wr + 1);
+  if (Status s = UseParentDomain(verb, pd, ring, static_cast<size_t>(sysconf(_SC_PAGESIZE)), MLX5DV_RES_TYPE_QP,
+                                 &parent);
+      !s.ok())
+    return ReturnNull<ibv_qp>(verb, object, s);
   auto core = core::Qp::Create(*ToSv(context)->core, init);
-  if (!core.ok()) return ReturnNull<ibv_qp>(verb, object, core.status());
-  auto* qp = new (std::nothrow) SvQp{};
-  if (qp == nullptr) return ReturnNull<ibv_qp>(verb, object, NoMemory("out of memory"));
+  auto* qp = core.ok() ? new (std::nothrow) SvQp{} : nullptr;
+  if (qp == nullptr) {
+    ReleaseParentDomain(parent);
+    return ReturnNull<ibv_qp>(verb, object, core.ok() ? NoMemory("out of memory") : core.status());
+  }
+  qp->parent_domain = parent;
   qp->core = std::move(core.value());
   qp->core->set_user_handle(&qp->qpx.qp_base);
   ibv_qp& q = qp->qpx.qp_base;
   q.context = context;
   q.qp_context = attr->qp_context;
-  q.pd = pd;
-  q.send_cq = attr->send_cq;
-  q.recv_cq = attr->recv_cq;
-  q.srq = attr->srq;
+  // What the QP kept (XRC_RECV keeps no PD, CQ or SRQ; XRC_SEND no receive CQ of its own).
+  q.pd = init.pd != nullptr ? pd : nullptr;
+  q.send_cq = init.send_cq != nullptr ? attr->send_cq : nullptr;
+  q.recv_cq = init.recv_cq != nullptr ? (init.recv_cq == init.send_cq ? attr->send_cq : attr->recv_cq) : nullptr;
+  q.srq = init.srq != nullptr ? attr->srq : nullptr;
   q.handle = qp->core->qp_num();
   q.qp_num = qp->core->qp_num();
   q.state = IBV_QPS_RESET;
@@ -93,6 +129,41 @@ ibv_qp* CreateQp(const char* verb, ibv_context* context, ibv_qp_init_attr_ex* at
 }
 
 }  // namespace
+
+// ibv_open_qp(3): comp_mask needs IBV_QP_OPEN_ATTR_NUM, _XRCD and _TYPE (libibverbs'
+// ibv_cmd_open_qp); the type must be IBV_QPT_XRC_RECV; the QP must be a target QP of the domain.
+ibv_qp* OpenQp(ibv_context* context, ibv_qp_open_attr* attr) {
+  const char* verb = "ibv_open_qp";
+  const std::string object = context->device->name;
+  constexpr uint32_t kNeeded = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE;
+  if (attr->comp_mask >= IBV_QP_OPEN_ATTR_RESERVED)
+    return ReturnNull<ibv_qp>(verb, object, Invalid("comp_mask has unknown bits"));
+  if ((attr->comp_mask & kNeeded) != kNeeded || attr->xrcd == nullptr)
+    return ReturnNull<ibv_qp>(verb, object, Invalid("comp_mask needs IBV_QP_OPEN_ATTR_NUM, _XRCD and _TYPE, and an xrcd"));
+  if (attr->qp_type != IBV_QPT_XRC_RECV)
+    return ReturnNull<ibv_qp>(verb, object, Invalid("only IBV_QPT_XRC_RECV QPs are opened (ibv_open_qp(3))"));
+  if (attr->xrcd->context != context)
+    return ReturnNull<ibv_qp>(verb, object, Invalid("the XRC domain belongs to another context"));
+  auto opened = core::OpenedQp::Open(*ToSv(context)->core, *ToSv(attr->xrcd)->core, attr->qp_num);
+  if (!opened.ok()) return ReturnNull<ibv_qp>(verb, object, opened.status());
+  auto* qp = new (std::nothrow) SvQp{};
+  if (qp == nullptr) return ReturnNull<ibv_qp>(verb, object, NoMemory("out of memory"));
+  qp->opened = std::move(opened.value());
+  qp->opened->set_user_handle(&qp->qpx.qp_base);
+  ibv_qp& q = qp->qpx.qp_base;
+  q.context = context;
+  q.qp_context = (attr->comp_mask & IBV_QP_OPEN_ATTR_CONTEXT) ? attr->qp_context : nullptr;
+  q.handle = attr->qp_num;
+  q.qp_num = attr->qp_num;
+  q.qp_type = IBV_QPT_XRC_RECV;
+  auto now = qp->opened->Query();
+  q.state = now.ok() ? static_cast<ibv_qp_state>(now->qp_state) : IBV_QPS_RESET;
+  pthread_mutex_init(&q.mutex, nullptr);
+  pthread_cond_init(&q.cond, nullptr);
+  InitQpEx(qp, 0);
+  SV_LOG(kDebug, "%s: XRC_RECV qp 0x%x opened", verb, q.qp_num);
+  return &q;
+}
 
 ibv_qp* CreateQpEx(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   return CreateQp("ibv_create_qp_ex", context, attr, nullptr);
@@ -124,6 +195,12 @@ SV_DEFAULT_VERSION(ibv_create_qp);
 
 SV_EXPORT int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
   SvQp* q = ToSv(qp);
+  if (q->opened != nullptr) {  // an ibv_open_qp handle (core/xrc_qp.h)
+    Status s = q->opened->Modify(ToCore(*attr), static_cast<uint32_t>(attr_mask));
+    if (!s.ok()) return ReturnErrno("ibv_modify_qp", Name(qp), s);
+    if (attr_mask & IBV_QP_STATE) qp->state = attr->qp_state;
+    return 0;
+  }
   Status s = q->core->Modify(ToCore(*attr), static_cast<uint32_t>(attr_mask));
   if (!s.ok()) return ReturnErrno("ibv_modify_qp", Name(qp), s);
   qp->state = static_cast<ibv_qp_state>(q->core->state());
@@ -135,6 +212,18 @@ SV_DEFAULT_VERSION(ibv_modify_qp);
 SV_EXPORT int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int, ibv_qp_init_attr* init_attr) {
   // ibv_query_qp(3): attr_mask is a hint; every attribute is returned.
   SvQp* q = ToSv(qp);
+  if (q->opened != nullptr) {
+    auto a = q->opened->Query();
+    if (!a.ok()) return ReturnErrno("ibv_query_qp", Name(qp), a.status());
+    *attr = ToIbv(*a);
+    qp->state = attr->qp_state;
+    if (init_attr != nullptr) {
+      memset(init_attr, 0, sizeof(*init_attr));
+      init_attr->qp_context = qp->qp_context;
+      init_attr->qp_type = qp->qp_type;
+    }
+    return 0;
+  }
   *attr = ToIbv(q->core->Query());
   qp->state = attr->qp_state;
   if (init_attr != nullptr) {
@@ -153,10 +242,12 @@ SV_DEFAULT_VERSION(ibv_query_qp);
 
 SV_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
   SvQp* q = ToSv(qp);
-  if (Status s = q->core->CheckDestroy(); !s.ok()) return ReturnErrno("ibv_destroy_qp", Name(qp), s);
+  if (q->core != nullptr)
+    if (Status s = q->core->CheckDestroy(); !s.ok()) return ReturnErrno("ibv_destroy_qp", Name(qp), s);
   ToSv(qp->context)->core->DropAsyncEventsFor(qp);
   pthread_cond_destroy(&qp->cond);
   pthread_mutex_destroy(&qp->mutex);
+  ReleaseParentDomain(q->parent_domain);
   delete q;
   return 0;
 }

@@ -54,9 +54,8 @@ void WrStart(ibv_qp_ex* qpx) {
 int WrComplete(ibv_qp_ex* qpx) {
   SvQp* qp = ToSv(qpx);
   Status s = std::exchange(qp->batch_status, Status::Ok());
-  // ibv_wr_post(3): the batch is posted on a QP in RTS.
-  if (s.ok() && qp->core->state() != core::QpState::kRts)
-    s = Invalid("ibv_wr_complete needs the QP in RTS (it is in " + std::string(core::QpStateName(qp->core->state())) + ")");
+  // ibv_wr_post(3): the batch is posted under ibv_post_send's rules (core::Qp::PostSend): refused
+  // before RTS; on a QP in ERR its WRs complete with a flush error, as mlx5 and rxe accept them.
   for (size_t i = 0; s.ok() && i < qp->batch.size(); ++i) {
     SvQp::BatchedWr& b = qp->batch[i];
     if (!b.inline_data.empty()) {
@@ -64,8 +63,10 @@ int WrComplete(ibv_qp_ex* qpx) {
       b.wr.inline_length = static_cast<uint32_t>(b.inline_data.size());
       b.wr.flags |= IBV_SEND_INLINE;
     }
+    if (!b.tso_header.empty()) b.wr.tso_header = b.tso_header.data();
     s = qp->core->PostSend(b.wr);
   }
+  qp->core->FlushPosted();  // raw QPs: the batch's frames leave together
   qp->batch.clear();
   return s.ok() ? 0 : ReturnErrno("ibv_wr_complete", Name(&qpx->qp_base), s);
 }
@@ -127,8 +128,18 @@ void SendInv(ibv_qp_ex* q, uint32_t rkey) {
   if (SendWr* w = Begin(q, IBV_QP_EX_WITH_SEND_WITH_INV, "ibv_wr_send_inv", WrOpcode::kSendWithInv))
     w->invalidate_rkey = rkey;
 }
-// TSO and ATOMIC WRITE are refused at creation, so these can only refuse.
-void SendTso(ibv_qp_ex* q, void*, uint16_t, uint16_t) { Begin(q, IBV_QP_EX_WITH_TSO, "ibv_wr_send_tso", WrOpcode::kTso); }
+// TSO (raw packet QPs): the header is copied now, as ibv_wr_send_tso(3) allows its reuse.
+void SendTso(ibv_qp_ex* q, void* hdr, uint16_t hdr_sz, uint16_t mss) {
+  if (SendWr* w = Begin(q, IBV_QP_EX_WITH_TSO, "ibv_wr_send_tso", WrOpcode::kTso)) {
+    if (hdr_sz > 0 && hdr == nullptr) return Refuse(q, Invalid("ibv_wr_send_tso: hdr is NULL"));
+    auto& copy = ToSv(q)->batch.back().tso_header;
+    copy.assign(static_cast<const uint8_t*>(hdr), static_cast<const uint8_t*>(hdr) + hdr_sz);
+    w->tso_header = copy.data();
+    w->tso_header_size = hdr_sz;
+    w->tso_mss = mss;
+  }
+}
+// ATOMIC WRITE is refused at creation, so this can only refuse.
 void AtomicWrite(ibv_qp_ex* q, uint32_t, uint64_t, const void*) {
   Begin(q, IBV_QP_EX_WITH_ATOMIC_WRITE, "ibv_wr_atomic_write", WrOpcode::kAtomicWrite);
 }
@@ -140,7 +151,9 @@ void SetUdAddr(ibv_qp_ex* q, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qk
     b->wr.ud.remote_qkey = remote_qkey;
   }
 }
-void SetXrcSrqn(ibv_qp_ex* q, uint32_t) { Refuse(q, Unsupported("ibv_wr_set_xrc_srqn (XRC)")); }
+void SetXrcSrqn(ibv_qp_ex* q, uint32_t remote_srqn) {
+  if (auto* b = Current(q, "ibv_wr_set_xrc_srqn")) b->wr.xrc_srqn = remote_srqn;
+}
 void SetInlineData(ibv_qp_ex* q, void* addr, size_t length) {
   if (auto* b = Current(q, "ibv_wr_set_inline_data")) {
     // Copied now: the buffer may be reused as soon as the setter returns (ibv_wr_post(3)).

@@ -1,4 +1,6 @@
 // Shared receive queues, address handles and XRC domains.
+#include <unistd.h>
+
 #include <cstring>
 #include <new>
 
@@ -6,6 +8,8 @@
 #include "abi/verbs/convert.h"
 #include "abi/verbs/objects.h"
 #include "abi/verbs/ops.h"
+#include "base/log.h"
+#include "transport/recv_queue.h"
 
 using namespace softverbs;
 using namespace softverbs::abi;
@@ -14,12 +18,24 @@ namespace softverbs::abi {
 
 std::string Name(const ibv_srq* srq) { return ObjectName("srq", srq->handle); }
 
-ibv_srq* CreateSrq(const char* verb, ibv_pd* pd, void* srq_context, ibv_srq_attr* attr) {
+ibv_srq* CreateSrq(const char* verb, ibv_pd* pd, void* srq_context, ibv_srq_attr* attr,
+                  ibv_xrcd* xrcd = nullptr, ibv_cq* cq = nullptr) {
   core::SrqAttributes a{attr->max_wr, attr->max_sge, attr->srq_limit};
-  auto core = core::Srq::Create(*ToSv(pd)->core, a);
-  if (!core.ok()) return ReturnNull<ibv_srq>(verb, Name(pd), core.status());
-  auto* srq = new (std::nothrow) SvSrq{};
-  if (srq == nullptr) return ReturnNull<ibv_srq>(verb, Name(pd), NoMemory("out of memory"));
+  // On a parent domain: its allocator is asked for the receive ring (domains.cc).
+  SvPd* parent = nullptr;
+  const size_t ring = sizeof(transport::RecvRing) + transport::RecvWqeSize(attr->max_sge) * (attr->max_wr + 1);
+  if (Status s = UseParentDomain(verb, pd, ring, static_cast<size_t>(sysconf(_SC_PAGESIZE)), MLX5DV_RES_TYPE_SRQ,
+                                 &parent);
+      !s.ok())
+    return ReturnNull<ibv_srq>(verb, Name(pd), s);
+  auto core = xrcd != nullptr ? core::Srq::CreateXrc(*ToSv(pd)->core, a, *ToSv(xrcd)->core, *ToSv(cq)->core)
+                              : core::Srq::Create(*ToSv(pd)->core, a);
+  auto* srq = core.ok() ? new (std::nothrow) SvSrq{} : nullptr;
+  if (srq == nullptr) {
+    ReleaseParentDomain(parent);
+    return ReturnNull<ibv_srq>(verb, Name(pd), core.ok() ? NoMemory("out of memory") : core.status());
+  }
+  srq->parent_domain = parent;
   srq->core = std::move(core.value());
   srq->core->set_user_handle(&srq->srq);
   srq->srq.context = pd->context;
@@ -34,14 +50,35 @@ ibv_srq* CreateSrq(const char* verb, ibv_pd* pd, void* srq_context, ibv_srq_attr
   return &srq->srq;
 }
 
-// verbs_context::create_srq_ex: basic SRQs; XRC and tag-matching SRQs need what is not offered.
+namespace {
+
+// ibv_create_srq_ex(3) with IBV_SRQT_XRC: "xrcd" and "cq" are required, and a PD (libibverbs
+// passes its handle to the kernel), all of this context.
+ibv_srq* CreateXrcSrq(ibv_context* context, ibv_srq_init_attr_ex* attr) {
+  const char* verb = "ibv_create_srq_ex";
+  const std::string object = context->device->name;
+  constexpr uint32_t kNeeded = IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+  if ((attr->comp_mask & kNeeded) != kNeeded || attr->pd == nullptr || attr->xrcd == nullptr || attr->cq == nullptr)
+    return ReturnNull<ibv_srq>(verb, object, Invalid("an XRC SRQ needs pd, xrcd and cq (IBV_SRQ_INIT_ATTR_PD | "
+                                                     "IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ)"));
+  if (attr->pd->context != context || attr->xrcd->context != context || attr->cq->context != context)
+    return ReturnNull<ibv_srq>(verb, object, Invalid("pd, xrcd and cq must belong to this context"));
+  ibv_srq* srq = CreateSrq(verb, attr->pd, attr->srq_context, &attr->attr, attr->xrcd, attr->cq);
+  if (srq != nullptr)
+    SV_LOG(kDebug, "%s: XRC srq 0x%x created (max_wr %u)", verb, srq->handle, attr->attr.max_wr);
+  return srq;
+}
+
+}  // namespace
+
+// verbs_context::create_srq_ex: basic and XRC SRQs; tag-matching SRQs need what is not offered.
 ibv_srq* CreateSrqEx(ibv_context* context, ibv_srq_init_attr_ex* attr) {
   const char* verb = "ibv_create_srq_ex";
   constexpr uint32_t kKnown = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD |
                               IBV_SRQ_INIT_ATTR_CQ | IBV_SRQ_INIT_ATTR_TM;
   if (attr->comp_mask & ~kKnown) return ReturnNull<ibv_srq>(verb, context->device->name, Invalid("comp_mask has unknown bits"));
   ibv_srq_type type = (attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) ? attr->srq_type : IBV_SRQT_BASIC;
-  if (type == IBV_SRQT_XRC) return ReturnNull<ibv_srq>(verb, context->device->name, Unsupported("XRC SRQs (IBV_SRQT_XRC)"));
+  if (type == IBV_SRQT_XRC) return CreateXrcSrq(context, attr);
   if (type == IBV_SRQT_TM) return ReturnNull<ibv_srq>(verb, context->device->name, Unsupported("tag-matching SRQs (IBV_SRQT_TM)"));
   if (type != IBV_SRQT_BASIC) return ReturnNull<ibv_srq>(verb, context->device->name, Invalid("srq_type is not an ibv_srq_type"));
   if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || attr->pd == nullptr)
@@ -55,11 +92,31 @@ int GetSrqNum(ibv_srq* srq, uint32_t* srq_num) {
   return 0;
 }
 
-// XRC domains arrive with XRC QPs; until then ibv_open_xrcd fails cleanly.
-ibv_xrcd* OpenXrcd(ibv_context*, ibv_xrcd_init_attr*) {
-  return ReturnNull<ibv_xrcd>("ibv_open_xrcd", "", Unsupported("XRC domains (XRC is not offered yet)"));
+// ibv_open_xrcd(3), checked as libibverbs' ibv_cmd_open_xrcd: comp_mask bits beyond the known
+// ones are EOPNOTSUPP; IBV_XRCD_INIT_ATTR_FD and _OFLAGS are both required (EINVAL).
+ibv_xrcd* OpenXrcd(ibv_context* context, ibv_xrcd_init_attr* attr) {
+  const char* verb = "ibv_open_xrcd";
+  const std::string object = context->device->name;
+  if (attr->comp_mask >= IBV_XRCD_INIT_ATTR_RESERVED)
+    return ReturnNull<ibv_xrcd>(verb, object, Unsupported("comp_mask has bits beyond IBV_XRCD_INIT_ATTR_OFLAGS"));
+  if (!(attr->comp_mask & IBV_XRCD_INIT_ATTR_FD) || !(attr->comp_mask & IBV_XRCD_INIT_ATTR_OFLAGS))
+    return ReturnNull<ibv_xrcd>(verb, object, Invalid("comp_mask needs IBV_XRCD_INIT_ATTR_FD and IBV_XRCD_INIT_ATTR_OFLAGS"));
+  auto core = core::Xrcd::Open(*ToSv(context)->core, attr->fd, attr->oflags);
+  if (!core.ok()) return ReturnNull<ibv_xrcd>(verb, object, core.status());
+  auto* x = new (std::nothrow) SvXrcd{};
+  if (x == nullptr) return ReturnNull<ibv_xrcd>(verb, object, NoMemory("out of memory"));
+  x->core = std::move(core.value());
+  x->xrcd.context = context;
+  SV_LOG(kDebug, "%s: XRC domain %s opened", verb, x->core->from_file() ? "of a file" : "without a file");
+  return &x->xrcd;
 }
-int CloseXrcd(ibv_xrcd*) { return ReturnErrno("ibv_close_xrcd", "", Unsupported("XRC domains")); }
+
+int CloseXrcd(ibv_xrcd* xrcd) {
+  SvXrcd* x = ToSv(xrcd);
+  if (Status s = x->core->CheckClose(); !s.ok()) return ReturnErrno("ibv_close_xrcd", "xrcd", s);
+  delete x;
+  return 0;
+}
 
 }  // namespace softverbs::abi
 
@@ -91,6 +148,7 @@ SV_EXPORT int ibv_destroy_srq(ibv_srq* srq) {
   ToSv(srq->context)->core->DropAsyncEventsFor(srq);
   pthread_cond_destroy(&srq->cond);
   pthread_mutex_destroy(&srq->mutex);
+  ReleaseParentDomain(s->parent_domain);
   delete s;
   return 0;
 }

@@ -23,13 +23,25 @@ struct ProcessEntry {
 };
 static_assert(sizeof(ProcessEntry) <= sizeof(HostSlot::payload));
 
-// Payload of a QP-table slot: the endpoint a sender looks up by QP number.
+// Payload of a QP-table slot: the endpoint a sender looks up by QP number. An XRC SRQ's slot of
+// the SRQ table holds the same entry (qp_num being its SRQ number): XRC senders name the SRQ.
 struct QpEntry {
   std::atomic<uint32_t> process_slot;  // the owner's process-table slot
   std::atomic<uint32_t> qp_num;        // written last: non-zero means the entry is complete
   SharedRef block;                     // the QP's shared endpoint in the owner's arena
 };
 static_assert(sizeof(QpEntry) <= sizeof(HostSlot::payload));
+
+// Payload of an XRC-domain slot: one open handle (ibv_open_xrcd) of the domain named by
+// (dev, ino) -- the file it was opened through (st_dev, st_ino), as the kernel keys its XRCDs by
+// inode; a domain opened without a file has dev kAnonymousXrcd and a host-unique ino.
+struct XrcdEntry {
+  std::atomic<uint64_t> dev;
+  std::atomic<uint64_t> ino;
+  std::atomic<uint32_t> ready;  // written last: non-zero means the entry is complete
+};
+static_assert(sizeof(XrcdEntry) <= sizeof(HostSlot::payload));
+inline constexpr uint64_t kAnonymousXrcd = ~0ull;
 
 // Payload of a key-table slot: what an initiator checks before touching registered memory. A
 // seqlock guards the fields (odd `seq` = being written); they are atomics written with release

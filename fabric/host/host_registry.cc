@@ -18,7 +18,7 @@ namespace softverbs::fabric {
 namespace {
 
 constexpr uint64_t kMagic = 0x47455256'534f5353ull;  // "SSOSVREG"
-constexpr int kLayoutVersion = 7;
+constexpr int kLayoutVersion = 8;  // 8: XRC domains, XRC SRQ entries
 constexpr unsigned long long kInitialPidNamespace = 0xEFFFFFFCull;  // PROC_PID_INIT_INO
 
 struct RegionHeader {
@@ -30,7 +30,9 @@ struct RegionHeader {
   std::atomic<uint64_t> mcast_cursor;
   // Each table's extent (SlotTable::extent; 0 = the initial one).
   std::atomic<uint64_t> qp_extent, key_extent, srq_extent, process_extent, mcast_extent;
-  uint8_t reserved[4096 - 11 * sizeof(uint64_t)];
+  std::atomic<uint64_t> xrcd_cursor, xrcd_extent;
+  std::atomic<uint64_t> xrcd_lock;  // TokenLock: an XRCD's look-up and creation are one step
+  uint8_t reserved[4096 - 14 * sizeof(uint64_t)];
 };
 static_assert(sizeof(RegionHeader) == 4096);
 
@@ -43,7 +45,8 @@ constexpr size_t kMcastOffset = kStripeOffset + HostRegistry::kAtomicStripes * s
 constexpr size_t kBackingOffset = kMcastOffset + HostRegistry::kMcastSlots * sizeof(HostSlot);
 constexpr size_t kPinOffset = kBackingOffset + HostRegistry::kKeySlots * HostRegistry::kKeyBackingBytes;
 static_assert(kPinOffset % 64 == 0);
-constexpr size_t kRegionSize = kPinOffset + HostRegistry::kKeySlots * HostRegistry::kKeyPinBytes;
+constexpr size_t kXrcdOffset = kPinOffset + HostRegistry::kKeySlots * HostRegistry::kKeyPinBytes;
+constexpr size_t kRegionSize = kXrcdOffset + HostRegistry::kXrcdSlots * sizeof(HostSlot);
 
 Status Errno(const char* what, const std::string& name) {
   int e = errno;
@@ -219,6 +222,8 @@ Status HostRegistry::MakeTables(void* header_ptr) {
   srqs_ = table(&header->srq_cursor, &header->srq_extent, kSrqOffset, kSrqSlots);
   processes_ = table(&header->process_cursor, &header->process_extent, kProcessOffset, kProcessSlots);
   mcasts_ = table(&header->mcast_cursor, &header->mcast_extent, kMcastOffset, kMcastSlots);
+  xrcds_ = table(&header->xrcd_cursor, &header->xrcd_extent, kXrcdOffset, kXrcdSlots);
+  xrcd_lock_ = &header->xrcd_lock;
   // A key slot has two side records (its backing, its pins): reserved with it.
   keys_ = SlotTable(&header->key_cursor, &header->key_extent, reinterpret_cast<HostSlot*>(base + kKeyOffset),
                     kKeySlots, [this](uint32_t from, uint32_t to) {
@@ -236,10 +241,12 @@ Status HostRegistry::MakeTables(void* header_ptr) {
     e.seq.fetch_add(1, std::memory_order_release);
   });
   qps_.set_on_reclaim([](HostSlot& slot) { EntryOf<QpEntry>(slot).qp_num.store(0, std::memory_order_release); });
+  // An XRC SRQ is found by its number like a QP (QpEntry): a dead owner's stops naming it.
+  srqs_.set_on_reclaim([](HostSlot& slot) { EntryOf<QpEntry>(slot).qp_num.store(0, std::memory_order_release); });
   stripes_ = reinterpret_cast<std::atomic<uint64_t>*>(base + kStripeOffset);
   backings_ = base + kBackingOffset;
   pins_ = base + kPinOffset;
-  for (SlotTable* t : {&qps_, &keys_, &srqs_, &processes_, &mcasts_})
+  for (SlotTable* t : {&qps_, &keys_, &srqs_, &processes_, &mcasts_, &xrcds_})
     if (!t->ReserveInitial())
       return Errno("cannot reserve space for host registry (is /dev/shm full?)", name_);
   return Status::Ok();
@@ -249,7 +256,7 @@ uint32_t HostRegistry::ReclaimDead() {
   std::unordered_map<uint64_t, bool> alive;  // one liveness check per process, not per slot
   uint32_t n = 0;
   // Process slots last: the entries of the other tables name them.
-  for (SlotTable* t : {&qps_, &keys_, &srqs_, &mcasts_, &processes_}) n += t->ReclaimDead(alive);
+  for (SlotTable* t : {&qps_, &keys_, &srqs_, &mcasts_, &xrcds_, &processes_}) n += t->ReclaimDead(alive);
   return n;
 }
 

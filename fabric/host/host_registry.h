@@ -2,6 +2,7 @@
 // network namespace maps (DESIGN.md section 3: a host). It allocates the numbers that must be
 // unique host-wide -- QP numbers, SRQ numbers, memory keys -- and survives a process dying at
 // any instruction: an entry belongs to a ProcessToken, and entries of dead processes are reclaimed.
+// XRC domains opened through a file are found here by the file's identity (XrcdEntry).
 //
 // The region is /dev/shm/softverbs-<uid>-<netns inode>-v<layout>[-<SOFTVERBS_HOST>], mode 0600. All-zero is
 // its valid empty state, so creating it needs no initialisation step that a crash could cut short.
@@ -90,6 +91,7 @@ class HostRegistry {
   static constexpr uint32_t kProcessSlots = 4096;  // processes using softverbs at once
   static constexpr uint32_t kAtomicStripes = 4096;
   static constexpr uint32_t kMcastSlots = 1024;    // multicast attachments (group, QP) host-wide
+  static constexpr uint32_t kXrcdSlots = 4096;     // XRC domain handles open host-wide (XrcdEntry)
   static constexpr size_t kKeyBackingBytes = 40;   // per key slot: fabric/host/shared_backing.h
   static constexpr size_t kKeyPinBytes = 64;       // per key slot: its pin count, on a line of its own
 
@@ -107,6 +109,10 @@ class HostRegistry {
   SlotTable& srqs() { return srqs_; }
   SlotTable& processes() { return processes_; }
   SlotTable& mcasts() { return mcasts_; }
+  // One slot per open XRC domain handle (ibv_open_xrcd), naming its domain (XrcdEntry); and the
+  // lock that makes "find the file's domain, else create it" one step across processes.
+  SlotTable& xrcds() { return xrcds_; }
+  std::atomic<uint64_t>& xrcd_lock() { return *xrcd_lock_; }
   // The lock word serialising atomic operations on target addresses that hash to `stripe`
   // (TokenLock: zero is unlocked, so the zeroed region needs no initialisation).
   std::atomic<uint64_t>& atomic_stripe(uint32_t stripe) { return stripes_[stripe % kAtomicStripes]; }
@@ -149,7 +155,8 @@ class HostRegistry {
   UniqueFd lock_fd_;   // a descriptor of its own holding this process's shared flock
   pid_t lock_pid_ = 0; // the process holding it
   Mapping map_;
-  SlotTable qps_, keys_, srqs_, processes_, mcasts_;
+  SlotTable qps_, keys_, srqs_, processes_, mcasts_, xrcds_;
+  std::atomic<uint64_t>* xrcd_lock_ = nullptr;
   std::atomic<uint64_t>* stripes_ = nullptr;
   uint8_t* backings_ = nullptr;
   uint8_t* pins_ = nullptr;

@@ -10,6 +10,8 @@ namespace softverbs::fabric::packet {
 
 inline constexpr uint32_t kQpnMask = 0xffffff;  // QPNs and PSNs are 24 bits
 inline constexpr uint32_t kPsnMask = 0xffffff;
+// a - b in 24-bit PSN arithmetic (IBA 9.7.1: PSNs wrap; half the space lies ahead).
+inline int32_t PsnDiff(uint32_t a, uint32_t b) { return static_cast<int32_t>((a - b) << 8) >> 8; }
 
 // Base Transport Header, 12 bytes (IBA 9.2). Reserved bits are sent as zero and ignored.
 struct Bth {

@@ -2,13 +2,10 @@
 
 #include <cstring>
 
+#include "base/big_endian.h"
+
 namespace softverbs::fabric::packet {
 namespace {
-
-void Put16(uint8_t* p, uint16_t v) {
-  p[0] = static_cast<uint8_t>(v >> 8);
-  p[1] = static_cast<uint8_t>(v);
-}
 
 // RFC 1071 one's-complement sum, folded to 16 bits later.
 uint32_t SumWords(uint32_t sum, const uint8_t* p, size_t len) {
@@ -26,22 +23,22 @@ uint16_t Fold(uint32_t sum) {
 void WriteIpv4(const IpUdpInfo& info, size_t udp_bytes, bool checksum, uint8_t* h) {
   h[0] = 0x45;  // version 4, IHL 5
   h[1] = info.traffic_class;
-  Put16(h + 2, static_cast<uint16_t>(kIpv4HeaderBytes + udp_bytes));
-  Put16(h + 4, info.ip_id);
-  Put16(h + 6, info.dont_fragment ? 0x4000 : 0);
+  PutBe16(h + 2, static_cast<uint16_t>(kIpv4HeaderBytes + udp_bytes));
+  PutBe16(h + 4, info.ip_id);
+  PutBe16(h + 6, info.dont_fragment ? 0x4000 : 0);
   h[8] = info.hop_limit;
   h[9] = 17;  // IPPROTO_UDP
-  Put16(h + 10, 0);
+  PutBe16(h + 10, 0);
   memcpy(h + 12, info.src.data(), 4);
   memcpy(h + 16, info.dst.data(), 4);
-  if (checksum) Put16(h + 10, Fold(SumWords(0, h, kIpv4HeaderBytes)));
+  if (checksum) PutBe16(h + 10, Fold(SumWords(0, h, kIpv4HeaderBytes)));
 }
 
 void WriteIpv6(const IpUdpInfo& info, size_t udp_bytes, uint8_t* h) {
   uint32_t first = 6u << 28 | uint32_t{info.traffic_class} << 20 | (info.flow_label & 0xfffff);
-  Put16(h, static_cast<uint16_t>(first >> 16));
-  Put16(h + 2, static_cast<uint16_t>(first));
-  Put16(h + 4, static_cast<uint16_t>(udp_bytes));  // payload length
+  PutBe16(h, static_cast<uint16_t>(first >> 16));
+  PutBe16(h + 2, static_cast<uint16_t>(first));
+  PutBe16(h + 4, static_cast<uint16_t>(udp_bytes));  // payload length
   h[6] = 17;                                          // next header: UDP
   h[7] = info.hop_limit;
   memcpy(h + 8, info.src.data(), 16);
@@ -89,11 +86,11 @@ size_t WriteIpUdpHeaders(const IpUdpInfo& info, size_t udp_payload_bytes, bool c
   else
     WriteIpv4(info, udp_bytes, checksums, out);
   uint8_t* udp = out + info.ip_header_bytes();
-  Put16(udp, info.src_port);
-  Put16(udp + 2, info.dst_port);
-  Put16(udp + 4, static_cast<uint16_t>(udp_bytes));
-  Put16(udp + 6, 0);
-  if (checksums) Put16(udp + 6, UdpChecksum(info, udp, udp_payload, udp_bytes));
+  PutBe16(udp, info.src_port);
+  PutBe16(udp + 2, info.dst_port);
+  PutBe16(udp + 4, static_cast<uint16_t>(udp_bytes));
+  PutBe16(udp + 6, 0);
+  if (checksums) PutBe16(udp + 6, UdpChecksum(info, udp, udp_payload, udp_bytes));
   return info.ip_header_bytes() + kUdpHeaderBytes;
 }
 

@@ -21,6 +21,7 @@ struct Datagram {
   UdpAddress peer;          // the destination (tx) or the source (rx)
   uint16_t local_port = 0;  // tx: the source port to send from (0: the port's own)
   std::vector<uint8_t> bytes;
+  UdpAddress source;        // softverbs-relay --transparent: the original sender, kept as the source
 };
 
 struct FaultStats {

@@ -68,7 +68,7 @@ Status ConfigureRoceSocket(int fd, const UdpAddress& local) {
 
 UdpPort::UdpPort(UdpPortOptions options)
     : local_(options.local), steering_(options.steering), member_(options.member),
-      misdelivered_(std::move(options.misdelivered)) {}
+      misdelivered_(std::move(options.misdelivered)), gso_ok_(options.gso) {}
 
 Result<std::unique_ptr<UdpPort>> UdpPort::Open(UdpPortOptions options) {
   const UdpAddress local = options.local;
@@ -181,6 +181,14 @@ Result<int> UdpPort::SenderFor(uint16_t src_port) {
   const int raw = fd.get();
   senders_.emplace(src_port, std::move(fd));
   return raw;
+}
+
+uint16_t UdpPort::UsableSourcePort(uint16_t wanted) {
+  Result<int> fd = SenderFor(wanted);
+  if (fd.ok()) return wanted;
+  SV_LOG(kDebug, "softverbs0: RoCEv2 source port %u on %s is unavailable (%s): sending from %u", wanted,
+         local_.ToString().c_str(), fd.status().rule().c_str(), local_.port());
+  return local_.port();
 }
 
 Status UdpPort::Send(const UdpAddress& dest, uint16_t src_port, std::span<const iovec> pieces) {

@@ -54,6 +54,11 @@ struct UdpPortOptions {
   MemberId member = kNoMember;        // this member's name in `steering`
   MisdeliveredFn misdelivered;        // for datagrams another member owns; unset: they are dropped
   std::optional<std::string> faults;  // a fault spec (fault_spec.h); nullopt: SOFTVERBS_FAULTS
+  // UDP_SEGMENT sends. Off where the receiver checks the IPv4 ID: the kernel numbers the segments
+  // of one GSO send 0, 1, 2... while a plain send on an unconnected DF socket carries ID 0, and
+  // RoCEv2's ICRC covers that field (rxe drops the segments whose ID is not the one the sender
+  // put in its ICRC). IPv6 has no ID: GSO stays on there.
+  bool gso = true;
 };
 
 struct UdpPortStats {
@@ -82,6 +87,9 @@ class UdpPort {
   // Regenerates the group's program from the table and attaches it (after QPNs change owner).
   Status Resteer();
 
+  // `wanted` if datagrams can leave from that source port (its sender socket is bound now), else
+  // the port's own (taken by someone this user cannot share with; logged once).
+  uint16_t UsableSourcePort(uint16_t wanted);
   Status Send(const UdpAddress& dest, uint16_t src_port, std::span<const iovec> pieces);
   // Sends a prefix of `batch` (sendmmsg; runs of equal-size datagrams to one destination as one
   // UDP_SEGMENT send); returns how many were sent (the rest: try again).

@@ -15,3 +15,18 @@ free_port() {
   done
   echo $((20000 + RANDOM % 20000))
 }
+
+# expected_active_mtu: the port MTU softverbs0 reports in this network namespace, in bytes, by
+# rxe's rule (core::ActiveMtu): the smallest MTU among the up, non-loopback interfaces holding an
+# IPv4 or global IPv6 address, less 80, rounded down to an IB MTU; 4096 if there is none.
+expected_active_mtu() {
+  ip -j addr show up | /usr/bin/python3 -c '
+import json, sys
+smallest = 4096 + 80
+for link in json.load(sys.stdin):
+    if "LOOPBACK" in link.get("flags", []):
+        continue
+    if any(a["family"] == "inet" or (a["family"] == "inet6" and a.get("scope") == "global") for a in link.get("addr_info", [])):
+        smallest = min(smallest, link["mtu"])
+print(next((m for m in (4096, 2048, 1024, 512) if smallest >= m + 80), 256))'
+}

@@ -16,10 +16,11 @@ check "ibv_devices lists softverbs0" grep -qE '^\s+softverbs0\s+0253' <<<"$out"
 
 out=$(timeout 20 ibv_devinfo -v 2>&1); rc=$?
 check "ibv_devinfo -v exits 0" test $rc -eq 0
+active_mtu=$(expected_active_mtu)  # by rxe's rule, from this namespace's interfaces
 for pattern in 'hca_id:\s+softverbs0' 'transport:\s+InfiniBand' 'vendor_id:\s+0x5356' \
     'phys_port_cnt:\s+1' 'max_qp:\s+65536' 'max_qp_wr:\s+32768' 'max_sge:\s+32' \
     'max_cqe:\s+1048575' 'max_qp_rd_atom:\s+16' 'atomic_cap:\s+ATOMIC_HCA' 'max_pkeys:\s+1' \
-    'state:\s+PORT_ACTIVE \(4\)' 'max_mtu:\s+4096' 'active_mtu:\s+4096' 'link_layer:\s+Ethernet' \
+    'state:\s+PORT_ACTIVE \(4\)' 'max_mtu:\s+4096' "active_mtu:\\s+$active_mtu" 'link_layer:\s+Ethernet' \
     'gid_tbl_len:\s+64' 'GID\[\s+0\]:\s+fe80::253:56' 'GID\[\s+1\]:\s+::ffff:127\.0\.0\.1, RoCE v2'; do
   check "ibv_devinfo -v shows /$pattern/" grep -qE "$pattern" <<<"$out"
 done

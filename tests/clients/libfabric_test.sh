@@ -26,7 +26,8 @@ check "fi_info -p verbs lists softverbs0 for MSG" grep -q "domain: softverbs0$" 
 check "fi_info -p verbs lists softverbs0-dgram for DGRAM" grep -q "name: softverbs0-dgram" <<<"$info"
 check "fi_info: the link is Ethernet" grep -q "network_type: Ethernet" <<<"$info"
 check "fi_info: the link is up" grep -q "state: FI_LINK_UP" <<<"$info"
-check "fi_info: MTU 4096" grep -q "mtu: 4096" <<<"$info"
+active_mtu=$(expected_active_mtu)  # the port's MTU by rxe's rule, from this namespace's interfaces
+check "fi_info: MTU $active_mtu (the port's)" grep -q "mtu: $active_mtu" <<<"$info"
 check "fi_info -p 'verbs;ofi_rxm' lists an RDM endpoint" \
   grep -q "type: FI_EP_RDM" <<<"$(timeout 60 "$sv" run -- fi_info -p 'verbs;ofi_rxm' 2>&1)"
 

@@ -36,7 +36,7 @@ trap cleanup EXIT
 pass=0 fail=0
 check() {  # check <description> <condition...>
   local what=$1; shift
-  if "$@"; then pass=$((pass + 1)); echo "ok   $what"; else fail=$((fail + 1)); echo "FAIL $what"; fi
+  if "$@"; then pass=$((pass + 1)); echo "ok   $what"; else fail=$((fail + 1)); echo "FAIL $what"; return 1; fi
 }
 
 ip netns add "$ns_a" && ip netns add "$ns_b" || { echo "FAIL cannot create network namespaces"; echo "0 passed, 1 failed"; exit 1; }
@@ -72,8 +72,11 @@ pingpong() {
   crc=$?
   wait "$server"
   src=$?
-  check "$what (server rc=$src, client rc=$crc)" \
-    bash -c "[ $src -eq 0 ] && [ $crc -eq 0 ] && grep -q 'iters in' '$logs/client' && grep -q 'iters in' '$logs/server'"
+  if ! check "$what (server rc=$src, client rc=$crc)" \
+    bash -c "[ $src -eq 0 ] && [ $crc -eq 0 ] && grep -q 'iters in' '$logs/client' && grep -q 'iters in' '$logs/server'"; then
+    tail -n 15 "$logs/server" | sed 's/^/  server: /'
+    tail -n 15 "$logs/client" | sed 's/^/  client: /'
+  fi
 }
 pingpong "ibv_ud_pingpong across namespaces over IPv4 GIDs" ibv_ud_pingpong "$gid_a" "$gid_b" 10.77.0.1 -n 500
 # (the pingpongs exchange QP numbers and GIDs over TCP on IPv4; the datagrams use the GIDs given)
@@ -97,6 +100,13 @@ if command -v tshark >/dev/null; then
   # Each side sends and receives at least 20 UD SEND_ONLY packets (opcode 0x64): 80 records.
   check "tshark dissects the captures as UD SEND_ONLY packets ($sends records in $(ls "$logs"/ud-*.pcap | wc -l) files)" \
     test "$sends" -ge 80
+  # Source ports spread QPs over 0xc000.. (as rxe's, for ECMP); the destination is always 4791.
+  entropy=0
+  for f in "$logs"/ud-*.pcap; do
+    n=$(timeout 60 tshark -n -r "$f" -Y 'udp.srcport >= 49152 && udp.dstport == 4791' 2>/dev/null | wc -l)
+    entropy=$((entropy + n))
+  done
+  check "the packets leave from a per-QP source port >= 0xc000 to port 4791 ($entropy records)" test "$entropy" -ge 80
 fi
 
 # SOFTVERBS_FAULTS corrupts every datagram the server receives: the ICRC check drops each one
@@ -117,15 +127,89 @@ pingpong "ibv_rc_pingpong over IPv6 GIDs, 65536-byte messages with events" ibv_r
   10.77.0.1 -n 100 -s 65536 -e
 pingpong "ibv_srq_pingpong across namespaces" ibv_srq_pingpong "$gid_a" "$gid_b" 10.77.0.1 -n 200
 
+# On the wire itself (a capture on the veth, not softverbs' own pcap): RoCEv2 over IPv4 carries
+# IPv4 ID 0, the value its ICRC covers. (UDP GSO would number a batch's segments 0, 1, 2..., which
+# rxe drops for a bad ICRC; tests/interop shows it against a real rxe.)
+if command -v tshark >/dev/null; then
+  ip netns exec "$ns_a" env -u LD_PRELOAD timeout 60 tshark -n -i "$veth_a" -f 'udp dst port 4791' -c 400 -w "$logs/wire.pcap" \
+    >"$logs/tshark" 2>&1 &
+  capture=$!
+  # tshark takes seconds to start: traffic waits for its capture. (Never with the sanitizers'
+  # runtimes preloaded, as the ASan stage does for our libraries: its capture then never starts.)
+  for _ in $(seq 1 300); do grep -q 'Capturing on' "$logs/tshark" 2>/dev/null && break; sleep 0.1; done
+  pingpong "ibv_rc_pingpong with a capture on the veth (4096-byte messages in 1024-byte packets)" ibv_rc_pingpong \
+    "$gid_a" "$gid_b" 10.77.0.1 -n 100
+  wait "$capture"
+  total=$(timeout 60 tshark -n -r "$logs/wire.pcap" -Y 'udp.dstport == 4791' 2>/dev/null | wc -l)
+  nonzero=$(timeout 60 tshark -n -r "$logs/wire.pcap" -Y 'udp.dstport == 4791 && ip.id != 0' 2>/dev/null | wc -l)
+  check "RoCEv2 packets on the veth carry IPv4 ID 0 ($nonzero of $total do not)" \
+    bash -c "[ $total -ge 100 ] && [ $nonzero -eq 0 ]"
+fi
+
+# Two RC pairs at once between the same two addresses: every response to namespace b comes from
+# 10.77.0.1:4791 to 10.77.0.2:4791, and the kernel hands all of them to ONE of the two client
+# processes' sockets (SO_REUSEPORT hashes the 4-tuple). The other client's ACKs reach it only
+# because the receiving process forwards them through the host (docs/wire.md, "Demultiplexing");
+# without that it would retry and fail.
+port1=$(free_port) port2=$(free_port)
+for p in "$port1" "$port2"; do
+  ip netns exec "$ns_a" timeout 60 ibv_rc_pingpong -g "$gid_a" -p "$p" -n 100 >"$logs/server-$p" 2>&1 &
+done
+sleep 0.5
+for p in "$port1" "$port2"; do
+  ip netns exec "$ns_b" timeout 60 ibv_rc_pingpong -g "$gid_b" -p "$p" -n 100 10.77.0.1 >"$logs/client-$p" 2>&1 &
+done
+wait
+check "two ibv_rc_pingpong pairs at once between the same addresses (responses forwarded to their process)" \
+  bash -c "grep -q 'iters in' '$logs/client-$port1' && grep -q 'iters in' '$logs/client-$port2' &&
+           grep -q 'iters in' '$logs/server-$port1' && grep -q 'iters in' '$logs/server-$port2'"
+
+# `softverbs status` asks each live process of the namespace for its wire counters.
+port=$(free_port)
+ip netns exec "$ns_a" timeout 30 ib_write_bw -d softverbs0 -x "$gid_a" -p "$port" -D 3 >"$logs/server" 2>&1 &
+server=$!
+sleep 0.5
+ip netns exec "$ns_b" timeout 30 ib_write_bw -d softverbs0 -x "$gid_b" -p "$port" -D 3 10.77.0.1 >"$logs/client" 2>&1 &
+client=$!
+sleep 2
+ip netns exec "$ns_b" "$build/bin/softverbs" status >"$logs/status-b" 2>&1
+ip netns exec "$ns_b" "$build/bin/softverbs" status --json >"$logs/status-b.json" 2>&1
+ip netns exec "$ns_a" "$build/bin/softverbs" status >"$logs/status-a" 2>&1
+ip netns exec "$ns_a" "$build/bin/softverbs" status --json >"$logs/status-a.json" 2>&1
+wait "$server" "$client"
+check "softverbs status shows the writer's device and per-QP requester counters" \
+  bash -c "grep -qE 'device sent=[1-9]' '$logs/status-b' && grep -qE 'qp 0x[0-9a-f]+ requester packets=[1-9]' '$logs/status-b'"
+check "softverbs status shows the target QP's responder counters (packets, ACKs)" \
+  bash -c "grep -qE 'qp 0x[0-9a-f]+ responder packets=[1-9][0-9]* .*acks=[1-9]' '$logs/status-a'"
+# The same as JSON (docs/device.md, "softverbs status"): the writer's RC QP in RTS with its
+# requester counters, the target's with its responder counters, each process's device counters.
+status_json() {  # status_json <file> <side> <counter> <states>: an RC QP in one of <states> (a,b) counted <counter> > 0 on <side>
+  /usr/bin/python3 -c '
+import json, sys
+doc = json.load(open(sys.argv[1]))
+side, counter, states = sys.argv[2], sys.argv[3], sys.argv[4].split(",")
+procs = [p for p in doc["processes"] if p["wire"] and p["wire"]["counters"]["sent"] > 0]
+qps = [q for q in doc["qps"] if q["type"] == "RC" and q["state"] in states and q["counters"].get(side, {}).get(counter, 0) > 0]
+sys.exit(0 if procs and qps and any(q["pid"] == p["pid"] for q in qps for p in procs) else 1)' "$@"
+}
+check "status --json: the writer's RC QP (RTS) with requester packets, its process's device counters" \
+  status_json "$logs/status-b.json" requester packets RTS || { cat "$logs/status-b" "$logs/status-b.json"; }
+# (perftest leaves a WRITE target in RTR, Ready To Receive, all a responder needs: status shows it so.)
+check "status --json: the target's RC QP (RTR or RTS) with responder ACKs" \
+  status_json "$logs/status-a.json" responder acks RTR,RTS ||
+  { cat "$logs/status-a" "$logs/status-a.json"; }
+
 # perftest <program> [args]: server and client exit 0 and the client prints its result row.
+# REVERSE=1: the server in namespace b, the client in a.
 perftest() {
-  local prog=$1 port server src crc
+  local prog=$1 port server src crc sns=$ns_a cns=$ns_b sgid=$gid_a cgid=$gid_b saddr=10.77.0.1
   shift
+  [ "${REVERSE:-0}" = 1 ] && sns=$ns_b cns=$ns_a sgid=$gid_b cgid=$gid_a saddr=10.77.0.2
   port=$(free_port)
-  ip netns exec "$ns_a" timeout 60 "$prog" -d softverbs0 -x "$gid_a" -p "$port" "$@" >"$logs/server" 2>&1 &
+  ip netns exec "$sns" timeout 60 "$prog" -d softverbs0 -x "$sgid" -p "$port" "$@" >"$logs/server" 2>&1 &
   server=$!
   sleep 0.5
-  ip netns exec "$ns_b" timeout 60 "$prog" -d softverbs0 -x "$gid_b" -p "$port" "$@" 10.77.0.1 >"$logs/client" 2>&1
+  ip netns exec "$cns" timeout 60 "$prog" -d softverbs0 -x "$cgid" -p "$port" "$@" "$saddr" >"$logs/client" 2>&1
   crc=$?
   wait "$server"
   src=$?
@@ -146,6 +230,17 @@ perftest ib_read_lat -n 200
 perftest ib_atomic_lat -n 200
 perftest ib_write_bw -n 300 -c UC
 perftest ib_send_bw -n 300 -c UD
+perftest ib_write_bw -n 200 -q 4
+perftest ib_send_bw -n 200 -b
+REVERSE=1 perftest ib_read_bw -n 200 -q 2
+
+# An ordinary 1500-byte Ethernet MTU: the port reports IBV_MTU_1024 as rxe does (1500 - 80 bytes
+# of headers, rounded down), so perftest, which takes the port's MTU, sends packets that fit.
+ip -n "$ns_a" link set "$veth_a" mtu 1500
+ip -n "$ns_b" link set "$veth_b" mtu 1500
+mtu_line=$(ip netns exec "$ns_b" ibv_devinfo -d softverbs0 | grep -m1 active_mtu | tr -s ' \t' ' ')
+check "on a 1500-byte link the port's active MTU is 1024 ($mtu_line)" bash -c "grep -q '1024' <<<'$mtu_line'"
+perftest ib_write_bw -n 200 -s 65536
 if [ "$fail" -ne 0 ]; then
   sed 's/^/  server: /' "$logs/server" | tail -5
   sed 's/^/  client: /' "$logs/client" | tail -8

@@ -40,7 +40,9 @@ for prog in ibv_rc_pingpong ibv_uc_pingpong ibv_srq_pingpong; do
   done
 done
 run ibv_ud_pingpong -g 1 -n 10000
-for size in 1 2048; do
+# ibv_ud_pingpong refuses a message larger than the port's MTU, which follows this namespace's
+# interfaces as rxe's does (1024 next to a 1500-byte Ethernet): the largest UD message it allows.
+for size in 1 "$(expected_active_mtu)"; do
   run ibv_ud_pingpong -g 1 -n 10000 -s "$size"
   run ibv_ud_pingpong -g 1 -n 2000 -s "$size" -e
 done
@@ -62,13 +64,7 @@ else
   fail=$((fail + 1)); echo "FAIL ibv_rc_pingpong without -g (server rc=$src, client rc=$crc)"
 fi
 
-# XRC is not offered yet: ibv_xsrq_pingpong must stop at XRCD open, promptly.
-out=$(timeout 20 ibv_xsrq_pingpong -g 1 -n 10 2>&1); rc=$?
-if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && grep -q "XRC Domain" <<<"$out"; then
-  pass=$((pass + 1)); echo "ok   ibv_xsrq_pingpong fails cleanly at XRCD open"
-else
-  fail=$((fail + 1)); echo "FAIL ibv_xsrq_pingpong (rc=$rc): $out"
-fi
+# XRC (ibv_xsrq_pingpong, perftest -c XRC): xrc_test.sh.
 
 rm -f "/dev/shm/softverbs-$(id -u)-"*"-$SOFTVERBS_HOST"
 echo "pingpong: $pass passed, $fail failed"

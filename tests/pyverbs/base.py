@@ -44,6 +44,27 @@ from pyverbs.pyverbs_error import PyverbsRDMAError  # noqa: E402
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr, QPInitAttrEx  # noqa: E402
 from pyverbs.wr import SGE, RecvWR, SendWR  # noqa: E402
 
+
+def expected_active_mtu():
+    """The ibv_mtu softverbs0's port reports in this network namespace, by rxe's rule
+    (core::ActiveMtu): the smallest MTU among the up, non-loopback interfaces holding an IPv4 or
+    global IPv6 address, less 80 bytes, rounded down to an IB MTU; 4096 if there is none."""
+    import json
+    links = json.loads(subprocess.run(['ip', '-j', 'addr', 'show', 'up'], capture_output=True, text=True,
+                                      check=True).stdout)
+    smallest = 4096 + 80
+    for link in links:
+        if 'LOOPBACK' in link.get('flags', []):
+            continue
+        if any(a['family'] == 'inet' or (a['family'] == 'inet6' and a.get('scope') == 'global')
+               for a in link.get('addr_info', [])):
+            smallest = min(smallest, link['mtu'])
+    for size, mtu in ((4096, e.IBV_MTU_4096), (2048, e.IBV_MTU_2048), (1024, e.IBV_MTU_1024),
+                      (512, e.IBV_MTU_512)):
+        if smallest >= size + 80:
+            return mtu
+    return e.IBV_MTU_256
+
 DEV_NAME = 'softverbs0'
 PORT = 1
 

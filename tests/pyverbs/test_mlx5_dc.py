@@ -50,10 +50,13 @@ class IdentityTest(unittest.TestCase):
         words = on.stdout.split()
         self.assertEqual(words[0], 'opened', on.stdout)
         self.assertEqual(words[1:3], ['0x2c9', '4123'])  # Mellanox, ConnectX-6
-        # Both asked-for blocks answered; packet-based credit offered; no DCI streams, no DC ODP.
+        # Both asked-for blocks answered; packet-based credit offered; no DCI streams; DC ODP as
+        # RC's (one key rule on every transport: test_odp.py).
         self.assertEqual(int(words[3]), dve.MLX5DV_CONTEXT_MASK_DCI_STREAMS | dve.MLX5DV_CONTEXT_MASK_DC_ODP_CAPS)
         self.assertEqual(int(words[4]), dve.MLX5DV_CONTEXT_FLAGS_PACKET_BASED_CREDIT_MODE)
-        self.assertEqual(words[5:7], ['0', '0'])
+        dc_odp = (e.IBV_ODP_SUPPORT_SEND | e.IBV_ODP_SUPPORT_RECV | e.IBV_ODP_SUPPORT_WRITE |
+                  e.IBV_ODP_SUPPORT_READ | e.IBV_ODP_SUPPORT_ATOMIC | e.IBV_ODP_SUPPORT_SRQ_RECV)
+        self.assertEqual(words[5:7], ['0', str(dc_odp)])
 
 
 class CreateTest(base.SoftverbsTestCase):

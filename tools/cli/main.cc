@@ -4,22 +4,22 @@
 //                                       device view (sysfs / /dev nodes) shown to it
 //   softverbs sysfs-view [DIR]          print the device view, or write it into DIR
 //   softverbs devices                   list the device and its GID table
-//   softverbs status                    what the host registry holds (QPs, keys, SRQs by process)
+//   softverbs status [--json]           what the host holds: processes, QPs (type, state, peer), keys,
+//                                       SRQs, XRC domains, wire counters (tools/cli/status.h)
 //   softverbs version
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <string>
 #include <vector>
 
 #include <arpa/inet.h>
 
 #include "core/device.h"
+#include "tools/cli/status.h"
 #include "tools/cli/sysfs_view.h"
 #include "fabric/host/host_registry.h"
 
@@ -28,8 +28,10 @@ namespace {
 
 bool Exists(const std::string& path) { return access(path.c_str(), R_OK) == 0; }
 
-// Where the drop-in libraries are: $SOFTVERBS_LIBDIR, else next to this binary in the build tree
-// (bin/../lib) or in an install (bin/../<libdir>/softverbs).
+// Where the drop-in libraries are: $SOFTVERBS_LIBDIR, else next to this binary in an install
+// (bin/../<libdir>/softverbs: the Debian package's /usr/lib/softverbs, packaging/package.cmake)
+// or in the build tree (bin/../lib). The private directory comes first: next to an installed
+// /usr/bin, ../lib may hold the system's own libibverbs.so.1.
 std::string LibDir() {
   if (const char* env = getenv("SOFTVERBS_LIBDIR"); env && *env) return env;
   char self[PATH_MAX];
@@ -38,7 +40,7 @@ std::string LibDir() {
   self[n] = '\0';
   std::string bindir(self);
   bindir.resize(bindir.rfind('/'));
-  for (const std::string& candidate : {bindir + "/../lib", bindir + "/../" SOFTVERBS_INSTALL_LIBDIR}) {
+  for (const std::string& candidate : {bindir + "/../" SOFTVERBS_INSTALL_LIBDIR, bindir + "/../lib"}) {
     if (Exists(candidate + "/libibverbs.so.1")) {
       char real[PATH_MAX];
       return realpath(candidate.c_str(), real) ? std::string(real) : candidate;
@@ -53,7 +55,7 @@ int Usage(FILE* out) {
           "  run -- <program> [args]  run an unmodified RDMA program over softverbs0\n"
           "  sysfs-view [DIR]         print the device view run shows (or write it into DIR)\n"
           "  devices                  show softverbs0 and its GID table\n"
-          "  status                   show what this host's registry holds\n"
+          "  status [--json]          show what this host holds (processes, QPs, counters)\n"
           "  version                  print the version\n"
           "environment: SOFTVERBS_LOG=error|warn|info|debug|trace explains every refused verb;\n"
           "             SOFTVERBS_HOST=<name> makes a separate host;\n"
@@ -148,41 +150,20 @@ int Devices() {
   return 0;
 }
 
-int Status() {
+int StatusCommand(int argc, char** argv) {
+  const bool json = argc > 0 && strcmp(argv[0], "--json") == 0;
+  if (argc > (json ? 1 : 0)) {
+    fprintf(stderr, "softverbs status: unknown argument '%s' (usage: softverbs status [--json])\n", argv[json ? 1 : 0]);
+    return 2;
+  }
   auto reg = fabric::HostRegistry::Get();
   if (!reg.ok()) {
     fprintf(stderr, "softverbs status: %s\n", reg.status().rule().c_str());
     return 1;
   }
-  fabric::HostRegistry& r = *reg.value();
-  // Entries of dead processes are reclaimed first: what is listed is what lives.
-  uint32_t reclaimed = r.ReclaimDead();
-  printf("host registry /dev/shm%s\n", r.name().c_str());
-  struct stat st {};
-  if (stat(("/dev/shm" + r.name()).c_str(), &st) == 0)
-    printf("  size         %lld KiB allocated (capacity %lld KiB)\n", static_cast<long long>(st.st_blocks) / 2,
-           static_cast<long long>(st.st_size) / 1024);
-  if (reclaimed != 0) printf("  reclaimed    %u entries of dead processes\n", reclaimed);
-  struct Row {
-    const char* what;
-    fabric::SlotTable* table;
-  } rows[] = {{"processes", &r.processes()}, {"QPs", &r.qps()}, {"memory keys", &r.keys()}, {"SRQs", &r.srqs()}};
-  std::map<uint64_t, bool> alive;  // by token: one /proc read per process
-  for (const Row& row : rows) {
-    std::map<pid_t, int> live;
-    for (uint32_t i = 0; i < row.table->extent(); ++i) {
-      uint64_t owner = row.table->slot(i).owner.load(std::memory_order_acquire);
-      if (owner == 0) continue;
-      // One that died since the reclaim above is left for the next one, not listed.
-      auto [it, fresh] = alive.try_emplace(owner, false);
-      if (fresh) it->second = fabric::ProcessToken(owner).IsAlive();
-      if (it->second) live[fabric::ProcessToken(owner).pid()]++;
-    }
-    printf("  %-12s", row.what);
-    if (live.empty()) printf(" none");
-    for (auto [pid, n] : live) printf(" pid %d: %d", pid, n);
-    printf("\n");
-  }
+  HostStatus status = CollectStatus(*reg.value());
+  if (json) printf("%s", StatusJson(status, DeviceJson(LibDir())).c_str());
+  else PrintStatusText(status);
   return 0;
 }
 
@@ -196,7 +177,7 @@ int main(int argc, char** argv) {
   if (cmd == "run") return Run(argc - 2, argv + 2);
   if (cmd == "devices") return Devices();
   if (cmd == "sysfs-view") return SysfsView(argc - 2, argv + 2);
-  if (cmd == "status") return Status();
+  if (cmd == "status") return StatusCommand(argc - 2, argv + 2);
   if (cmd == "version" || cmd == "--version") return printf("softverbs %s\n", SOFTVERBS_VERSION) < 0;
   if (cmd == "help" || cmd == "--help" || cmd == "-h") return Usage(stdout);
   fprintf(stderr, "softverbs: unknown command '%s'\n", cmd.c_str());

@@ -1,13 +1,15 @@
 #include "transport/host/host_link.h"
 
+#include "transport/codes.h"
 #include "transport/grh.h"
+#include "transport/host/xrc_target.h"
 #include "transport/mcast_table.h"
 #include "transport/responder.h"
 
 namespace softverbs::transport {
 namespace {
 
-constexpr uint32_t kRc = 2, kUd = 4;
+using qp_type::kRc, qp_type::kUd;
 
 }  // namespace
 
@@ -15,6 +17,7 @@ Reply HostLink::Carry(const Request& r) {
   auto target = HostTarget::Find(local_, r.dest_qp, &hint_);
   // No such QP: nobody answers (IBA 9.6.1.1 / C9-54: a packet for an unknown QP is discarded).
   if (!target.ok()) return Reply::Of(r.qp_type == kRc ? ReplyCode::kNoAnswer : ReplyCode::kDropped);
+  if (r.xrc) return XrcTarget::Execute(local_, *target, r);  // its SRQ receives it (host/xrc_target.h)
   if (r.qp_type != kUd || r.addressing == nullptr) return Responder::Execute(*target, r);
   uint8_t grh[kGrhBytes];
   BuildGrh(grh, *r.addressing, static_cast<uint32_t>(r.length));

@@ -27,8 +27,19 @@ Result<HostTarget> HostTarget::Find(fabric::LocalProcess& local, uint32_t qpn, P
   // the table's extent was never a QP, and reading its slot would allocate a page of the sparse
   // registry (docs/data-path.md, "Sized by use").
   if (qpn < 0x100 || qpn - 0x100 >= registry.qps().extent()) return Status(ENOENT, "no such QP number");
-  auto& slot = registry.qps().slot(qpn - 0x100);
-  auto& entry = fabric::EntryOf<fabric::QpEntry>(slot);
+  return FindEntry(local, fabric::EntryOf<fabric::QpEntry>(registry.qps().slot(qpn - 0x100)), qpn, hint);
+}
+
+Result<HostTarget> HostTarget::FindXrcSrq(fabric::LocalProcess& local, uint32_t srqn) {
+  // SRQ numbers are SRQ-table slots plus 1 (core/srq.h); bounded by the extent as QP numbers.
+  fabric::HostRegistry& registry = local.registry();
+  if (srqn == 0 || srqn - 1 >= registry.srqs().extent()) return Status(ENOENT, "no such SRQ number");
+  return FindEntry(local, fabric::EntryOf<fabric::QpEntry>(registry.srqs().slot(srqn - 1)), srqn, nullptr);
+}
+
+Result<HostTarget> HostTarget::FindEntry(fabric::LocalProcess& local, fabric::QpEntry& entry, uint32_t qpn,
+                                         PeerHint* hint) {
+  fabric::HostRegistry& registry = local.registry();
   if (entry.qp_num.load(std::memory_order_acquire) != qpn) return Status(ENOENT, "no QP with that number");
   const uint32_t process_slot = entry.process_slot.load(std::memory_order_relaxed);
   const fabric::SharedRef block = entry.block;
@@ -85,6 +96,16 @@ Status HostTarget::Move(bool write, const iovec* local, size_t nl, const PinnedP
   // (transport/host/mapped_copy.h), process_vm_writev/readv otherwise. The one place where bytes
   // of another process move.
   // Either way in bounded chunks, stopping when the access is revoked (mapped_copy.h).
+  Status s = MoveBounded(write, local, nl, remote);
+  // Cut short because the QP itself was destroyed meanwhile (not a key withdrawn): a destroyed
+  // QP answers nothing, as packets to a QP that no longer exists are discarded (IBA 9.6.1.1);
+  // the requester's retries end in RETRY_EXC_ERR, as with a NIC -- not a remote access error.
+  if (s.code() == ECANCELED && std::atomic_ref<uint32_t>(endpoint_->qp_num).load(std::memory_order_acquire) != qpn_)
+    return Status(ESRCH, "the target QP was destroyed while it was accessed: it answers nothing (IBA 9.6.1.1)");
+  return s;
+}
+
+Status HostTarget::MoveBounded(bool write, const iovec* local, size_t nl, const PinnedPieces& remote) const {
   auto revoked = [this, &remote] { return Revoked(remote); };
   fabric::BackingMaps& maps = fabric::BackingMaps::ForThisProcess();
   if (MappedPieces mapped; mapped.Map(local_->registry(), maps, peer_.get(), remote)) {

@@ -36,6 +36,9 @@ class HostTarget final : public TargetQp {
   // its process died -- seen within Peer::kLivenessPeriodMs, without a system call per work
   // request: a NIC peer's QPs vanish with its process, and the requester then times out).
   static Result<HostTarget> Find(fabric::LocalProcess& local, uint32_t qpn, PeerHint* hint = nullptr);
+  // The receive endpoint of XRC SRQ `srqn` (core::Srq::CreateXrc publishes it in the SRQ table);
+  // ENOENT if there is none.
+  static Result<HostTarget> FindXrcSrq(fabric::LocalProcess& local, uint32_t srqn);
 
   QpEndpoint& endpoint() const override { return *endpoint_; }
   uint32_t process_slot() const override { return process_slot_; }
@@ -53,11 +56,16 @@ class HostTarget final : public TargetQp {
   HostTarget(fabric::LocalProcess& local, uint32_t slot, uint32_t qpn, std::shared_ptr<fabric::Peer> peer,
              QpEndpoint* e, std::atomic<uint64_t>* word)
       : local_(&local), process_slot_(slot), qpn_(qpn), peer_(std::move(peer)), endpoint_(e), users_word_(word) {}
+  // Move's copy, in bounded chunks that stop when the access is revoked (ECANCELED).
+  Status MoveBounded(bool write, const iovec* local, size_t nl, const PinnedPieces& remote) const;
   void Release() {
     if (users_word_ != nullptr) fabric::Unpin(users_word_, local_->pinner_id());
     users_word_ = nullptr;
     endpoint_ = nullptr;
   }
+  // The object of `entry` (numbered `number`) in its owner's arena, pinned.
+  static Result<HostTarget> FindEntry(fabric::LocalProcess& local, fabric::QpEntry& entry, uint32_t number,
+                                      PeerHint* hint);
   // Pins `e` (its `users` line, per process: fabric/host/pin_line.h) for the life of this target;
   // nullptr if it no longer is QP `qpn`.
   static std::atomic<uint64_t>* Pin(fabric::LocalProcess& local, QpEndpoint* e, uint32_t qpn);

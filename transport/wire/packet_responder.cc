@@ -3,14 +3,15 @@
 #include <endian.h>
 
 #include "base/log.h"
+#include "transport/codes.h"
 #include "transport/responder.h"
 
 namespace softverbs::transport {
 namespace {
 
 namespace packet = fabric::packet;
-constexpr uint32_t kUc = 3;
-constexpr uint32_t kSendInProgress = 1, kWriteInProgress = 2;
+using qp_type::kUc;
+using qp_state::kRtr, qp_state::kSqe;  // a QP receives from RTR to SQE
 
 // The request the packet's headers make; its payload is `piece`.
 Request RequestOf(const packet::ParsedPacket& p, const QpEndpoint& e, iovec* piece) {
@@ -62,6 +63,13 @@ void SendPacket(const TargetQp& t, WireReceive& w, const packet::OpcodeInfo& inf
 void WritePacket(const TargetQp& t, WireReceive& w, const packet::ParsedPacket& p, const Request& r) {
   const packet::OpcodeInfo& info = *p.info;
   if (info.starts_message()) {
+    // The whole message is checked at its first packet (rxe check_rkey): one that would end
+    // outside the MR is dropped before a byte lands (UC: silently, IBA 9.8.3).
+    if (p.hdr.reth.length > (1ull << 31) ||
+        Responder::CheckRange(t, p.hdr.reth.rkey, p.hdr.reth.va, p.hdr.reth.length, true).code != ReplyCode::kAck) {
+      w.message = 0;
+      return;
+    }
     w.va = p.hdr.reth.va;
     w.rkey = p.hdr.reth.rkey;
     w.dma_length = p.hdr.reth.length;
@@ -96,11 +104,19 @@ void PacketResponder::ReceiveUc(const TargetQp& t, const packet::ParsedPacket& p
   const packet::OpcodeInfo& info = *p.info;
   const QpEndpoint& e = t.endpoint();
   WireReceive& w = t.endpoint().wire;
+  // IBA 9.6.1.1 / rxe check_type_state: a UC packet for a QP of another transport (or one not
+  // receiving, 10.3.1) is discarded before it touches the QP's receive state. An RC QP's
+  // expected PSN shares that state: a stray UC packet used to move it, and the RC requester's
+  // next message was then taken for a duplicate and never delivered.
+  const uint32_t state = e.state.load(std::memory_order_acquire);
+  if (e.type != kUc || state < kRtr || state > kSqe) return;
   fabric::RobustLock lock(w.lock);
   const uint32_t psn = p.hdr.bth.psn;
+  w.counters.packets.fetch_add(1, std::memory_order_relaxed);
   // IBA 9.8.3: out of sequence, the message in progress is lost; a message start is taken at any
   // PSN and restarts the sequence (rxe check_psn, IB_QPT_UC).
   if (!info.starts_message() && (w.message == 0 || psn != w.epsn)) {
+    if (w.message != 0) w.counters.dropped.fetch_add(1, std::memory_order_relaxed);
     w.message = 0;
     return;
   }
@@ -110,7 +126,10 @@ void PacketResponder::ReceiveUc(const TargetQp& t, const packet::ParsedPacket& p
     return;
   }
   w.epsn = (psn + 1) & packet::kPsnMask;
-  if (info.starts_message() && w.message != 0) w.message = 0;  // the previous message never ended
+  if (info.starts_message() && w.message != 0) {  // the previous message never ended
+    w.counters.dropped.fetch_add(1, std::memory_order_relaxed);
+    w.message = 0;
+  }
   iovec piece;
   const Request r = RequestOf(p, e, &piece);
   if (!LengthFits(info, p.payload.size(), e.mtu)) {

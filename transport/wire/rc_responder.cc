@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "base/log.h"
+#include "transport/codes.h"
 #include "transport/responder.h"
 #include "transport/wire/wire_packets.h"
 
@@ -12,13 +13,15 @@ namespace softverbs::transport {
 namespace {
 
 namespace packet = fabric::packet;
-constexpr uint32_t kRc = 2;
-constexpr uint32_t kRtr = 2, kSqe = 5;
-constexpr uint32_t kSendInProgress = 1, kWriteInProgress = 2;
+using qp_type::kRc;
+using qp_state::kRtr, qp_state::kSqe;
 constexpr uint32_t kReadResource = 1, kAtomicResource = 2;
-constexpr size_t kMaxPacket = 4096 + 128;
+// IBA 9.4.4 / rxe (resp check_rkey): a message carries at most 2^31 bytes.
+constexpr uint64_t kMaxMessage = 1ull << 31;
+// A READ's data is fetched this much at a time (a whole number of packets of any path MTU).
+constexpr uint64_t kReadChunk = 64 * 1024;
 
-int32_t PsnDiff(uint32_t a, uint32_t b) { return static_cast<int32_t>((a - b) << 8) >> 8; }
+using fabric::packet::PsnDiff;
 
 uint8_t SyndromeOf(ReplyCode code) {
   switch (code) {
@@ -54,16 +57,38 @@ class Packet {
     r.length = p_.payload.size();
     return r;
   }
-  void Send(std::span<const uint8_t> bytes) { (void)path_.send(bytes); }
+  void Send(std::span<const uint8_t> bytes) {
+    const iovec one{const_cast<uint8_t*>(bytes.data()), bytes.size()};
+    (void)path_.send({&one, 1});
+  }
   void Ack(uint8_t syn, uint32_t psn) {
+    Count(syn);
     uint8_t buffer[64];
-    if (auto n = BuildAck(e_.dest_qp_num, psn, syn, w_.msn, path_.flow, buffer); n.ok()) Send({buffer, *n});
+    auto n = BuildAck(e_.dest_qp_num, psn, syn, w_.msn, path_.flow, buffer);
+    if (!n.ok()) return;
+    if (syn == syndrome::kAck && path_.coalesce_ack)
+      path_.coalesce_ack({buffer, *n});
+    else
+      Send({buffer, *n});
+  }
+  void Count(uint8_t syn) {
+    WireResponderCounters& c = w_.counters;
+    const uint8_t kind = syn & 0x60;  // IBA 9.7.5.2.1: AETH syndrome bits 6:5 (00 ACK, 01 RNR, 11 NAK)
+    auto& n = kind == 0 ? c.acks : kind == syndrome::kRnr ? c.naks_rnr
+              : syn == syndrome::kPsnSequence ? c.naks_sequence : c.naks_error;
+    n.fetch_add(1, std::memory_order_relaxed);
   }
   // A NAK with an error syndrome: the message is lost and the QP enters ERR (the responder's
   // own failure already moved it there, IBA 9.9.3.1).
   void Nak(ReplyCode code) {
     w_.message = 0;
     Ack(SyndromeOf(code), p_.hdr.bth.psn);
+  }
+  // A class C error this front end finds itself (opcode sequence, lengths; IBA 9.9.3.1.2, rxe
+  // do_class_ac_error): NAK invalid request, and the QP enters ERR as rxe's and a NIC's do.
+  void Invalid() {
+    Responder::EnterError(t_);
+    Nak(ReplyCode::kInvalidRequest);
   }
   void Advance() {
     w_.epsn = (p_.hdr.bth.psn + 1) & packet::kPsnMask;
@@ -119,6 +144,11 @@ void Packet::SendPacket() {
 void Packet::WritePacket() {
   const Request r = RequestOf();
   if (info_.starts_message()) {
+    // The whole message is checked at its first packet (rxe check_rkey): one that would end
+    // outside the MR writes nothing at all.
+    if (p_.hdr.reth.length > kMaxMessage) return Invalid();
+    const Reply range = Responder::CheckRange(t_, p_.hdr.reth.rkey, p_.hdr.reth.va, p_.hdr.reth.length, true);
+    if (range.code != ReplyCode::kAck) return Nak(range.code);
     w_.va = p_.hdr.reth.va;
     w_.rkey = p_.hdr.reth.rkey;
     w_.dma_length = p_.hdr.reth.length;
@@ -127,7 +157,7 @@ void Packet::WritePacket() {
   }
   // IBA 9.7.4.1.5 / rxe: the packets carry exactly the RETH's DMA length.
   if (w_.offset + r.length > w_.dma_length || (info_.ends_message() && w_.offset + r.length != w_.dma_length))
-    return Nak(ReplyCode::kInvalidRequest);
+    return Invalid();
   Request write = r;
   write.opcode = WrOpcode::kRdmaWrite;
   write.remote_addr = w_.va + w_.offset;
@@ -151,32 +181,59 @@ void Packet::WritePacket() {
 void Packet::ReadRequest(bool duplicate) {
   const uint64_t length = p_.hdr.reth.length;
   const uint32_t mtu = e_.mtu ? e_.mtu : 4096;
-  std::vector<uint8_t> data(length);
-  iovec into{data.data(), data.size()};
-  Request r;
-  r.qp_type = kRc;
-  r.opcode = WrOpcode::kRdmaRead;
-  r.dest_qp = e_.qp_num;
-  r.local = &into;
-  r.local_count = 1;
-  r.length = length;
-  r.remote_addr = p_.hdr.reth.va;
-  r.rkey = p_.hdr.reth.rkey;
-  // IBA 9.7.5.1.1: a duplicate READ is executed again (its data may have changed).
-  if (const Reply done = Responder::Execute(t_, r); done.code != ReplyCode::kAck) {
-    if (done.code == ReplyCode::kNoAnswer) return;
-    return Nak(done.code);
-  }
+  // Checked whole before a byte is fetched or a buffer sized by the RETH is allocated.
+  if (length > kMaxMessage) return Invalid();
+  const Reply range = Responder::CheckRange(t_, p_.hdr.reth.rkey, p_.hdr.reth.va, length, false);
+  if (range.code != ReplyCode::kAck) return Nak(range.code);
   const uint32_t packets = length == 0 ? 1 : static_cast<uint32_t>((length + mtu - 1) / mtu);
   if (!duplicate) {
     WireResource& res = NewResource();
-    res = {kReadResource, p_.hdr.bth.psn, packets, r.rkey, r.remote_addr, length, 0};
+    res = {kReadResource, p_.hdr.bth.psn, packets, p_.hdr.reth.rkey, p_.hdr.reth.va, length, 0};
     w_.epsn = (p_.hdr.bth.psn + packets) & packet::kPsnMask;
     ++w_.msn;  // C9-148: a READ counts when it is received
   }
-  uint8_t buffer[kMaxPacket];
-  (void)BuildReadResponse(e_.dest_qp_num, p_.hdr.bth.psn, w_.msn, data, mtu, path_.flow, buffer,
-                          [this](std::span<const uint8_t> bytes) { return path_.send(bytes); });
+  // IBA 9.7.5.1.1: a duplicate READ is executed again (its data may have changed). The data is
+  // fetched a chunk at a time; each chunk's packets are built in this thread's arena and sent in
+  // batches, in as few system calls as the kernel allows (as the requester's messages are).
+  constexpr size_t kBatch = 64;
+  thread_local std::vector<uint8_t> arena(kBatch * kPacketSlot);
+  std::vector<uint8_t> data(std::min<uint64_t>(length, kReadChunk / mtu * mtu));
+  uint32_t index = 0;
+  uint64_t at = 0;
+  do {
+    const uint64_t n = std::min<uint64_t>(data.size(), length - at);
+    iovec into{data.data(), n};
+    Request r;
+    r.qp_type = kRc;
+    r.opcode = WrOpcode::kRdmaRead;
+    r.dest_qp = e_.qp_num;
+    r.local = &into;
+    r.local_count = 1;
+    r.length = n;
+    r.remote_addr = p_.hdr.reth.va + at;
+    r.rkey = p_.hdr.reth.rkey;
+    if (const Reply done = Responder::Execute(t_, r); done.code != ReplyCode::kAck) {
+      if (done.code == ReplyCode::kNoAnswer) return;
+      return Nak(done.code);
+    }
+    iovec datagrams[kBatch];
+    size_t built = 0;
+    uint64_t off = 0;
+    do {  // (a zero-length READ: one empty ONLY response)
+      const std::span<const uint8_t> piece(data.data() + off, std::min<uint64_t>(mtu, n - off));
+      uint8_t* slot = arena.data() + built * kPacketSlot;
+      auto one = BuildReadResponsePacket(e_.dest_qp_num, (p_.hdr.bth.psn + index) & packet::kPsnMask, w_.msn,
+                                         index == 0, index + 1 == packets, piece, path_.flow, {slot, kPacketSlot});
+      if (one.ok()) datagrams[built++] = {slot, *one};
+      ++index;
+      off += mtu;
+      if (built == kBatch || (off >= n && built > 0)) {
+        if (!path_.send({datagrams, built}).ok()) return;  // lost: the requester reads again
+        built = 0;
+      }
+    } while (off < n);
+    at += n;
+  } while (at < length);
 }
 
 void Packet::Atomic() {
@@ -208,7 +265,13 @@ void Packet::Duplicate() {
     for (const WireResource& res : w_.resource) {
       if (res.kind == 0 || PsnDiff(psn, res.psn) < 0 || PsnDiff(psn, res.psn) >= static_cast<int32_t>(res.packets))
         continue;
-      if (res.kind == kReadResource) return ReadRequest(/*duplicate=*/true);
+      if (res.kind == kReadResource) {
+        // rxe duplicate_request: served again only within the READ it repeats, with its R_Key.
+        const uint64_t va = p_.hdr.reth.va, len = p_.hdr.reth.length;
+        if (p_.hdr.reth.rkey != res.rkey || va < res.va || len > res.length || va - res.va > res.length - len)
+          return;
+        return ReadRequest(/*duplicate=*/true);
+      }
       uint8_t buffer[96];  // an atomic is never executed twice: its result is replayed
       if (auto n = BuildAtomicAck(e_.dest_qp_num, res.psn, w_.msn, res.original, path_.flow, buffer); n.ok())
         Send({buffer, *n});
@@ -224,7 +287,12 @@ void Packet::Duplicate() {
 void Packet::Receive() {
   const uint32_t state = e_.state.load(std::memory_order_acquire);
   if (e_.type != kRc || e_.dct || state < kRtr || state > kSqe) return;  // IBA 10.3.1: not receiving
+  // A responder error moved the QP to ERR (its owner applies it at its next verb): nothing more
+  // is executed or answered meanwhile, as rxe's QP in ERR drops what arrives.
+  if (e_.remote_error.load(std::memory_order_acquire) != 0) return;
   const int32_t diff = PsnDiff(p_.hdr.bth.psn, w_.epsn);
+  w_.counters.packets.fetch_add(1, std::memory_order_relaxed);
+  if (diff != 0) (diff > 0 ? w_.counters.out_of_sequence : w_.counters.duplicates).fetch_add(1, std::memory_order_relaxed);
   if (diff > 0) {  // a gap: one sequence NAK naming the PSN expected (IBA 9.7.5.1.1; rxe)
     if (!w_.nak_sent) Ack(syndrome::kPsnSequence, w_.epsn);
     w_.nak_sent = 1;
@@ -237,10 +305,10 @@ void Packet::Receive() {
   // IBA 9.8.2 / rxe check_op_seq: MIDDLE and LAST continue a message of their kind; a new one
   // starts only between messages.
   const uint32_t kind = send ? kSendInProgress : write ? kWriteInProgress : 0;
-  if (info_.starts_message() ? w_.message != 0 : w_.message != kind) return Nak(ReplyCode::kInvalidRequest);
+  if (info_.starts_message() ? w_.message != 0 : w_.message != kind) return Invalid();
   // IBA 9.4 / rxe check_length: FIRST and MIDDLE carry exactly the MTU, LAST and ONLY at most it.
   const size_t n = p_.payload.size();
-  if ((send || write) && (info_.ends_message() ? n > e_.mtu : n != e_.mtu)) return Nak(ReplyCode::kInvalidRequest);
+  if ((send || write) && (info_.ends_message() ? n > e_.mtu : n != e_.mtu)) return Invalid();
   if (send) return SendPacket();
   if (write) return WritePacket();
   if (info_.operation == packet::Operation::kRdmaReadRequest) return ReadRequest(false);

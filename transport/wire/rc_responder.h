@@ -7,6 +7,8 @@
 // State: the endpoint's WireReceive, under its lock (transport/qp_endpoint.h).
 #pragma once
 
+#include <sys/uio.h>
+
 #include <functional>
 #include <span>
 
@@ -17,10 +19,15 @@
 namespace softverbs::transport {
 
 // Where the responder's packets go: built for `flow` (this host's address to the requester's),
-// sent by `send`.
+// sent by `send` (datagrams, one built packet each, in order: a READ response's packets leave
+// in batches).
 struct ResponsePath {
   fabric::packet::IpUdpInfo flow;
-  std::function<Status(std::span<const uint8_t>)> send;
+  std::function<Status(std::span<const iovec>)> send;
+  // Optional: takes a plain ACK that may be held and replaced by a later ACK of the same QP until
+  // the receive batch ends (ACK coalescing: an ACK acknowledges every request up to its PSN, IBA
+  // 9.7.5.1.1). NAKs, RNR NAKs, READ responses and atomic ACKs always go through `send`.
+  std::function<void(std::span<const uint8_t>)> coalesce_ack;
 };
 
 class RcResponder {

@@ -1,9 +1,12 @@
 #include "transport/wire/wire_fabric.h"
 
 #include <arpa/inet.h>
+#include <poll.h>
+#include <time.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -21,6 +24,15 @@
 
 namespace softverbs::transport {
 namespace {
+// Set while this thread handles a receive batch (Drain): a QP destroyed from there (never by the
+// library itself, but a callback could) must not wait for its own batch.
+thread_local bool t_draining = false;
+struct ScopedFlag {
+  explicit ScopedFlag(bool& flag) : flag_(flag), old_(flag) { flag_ = true; }
+  ~ScopedFlag() { flag_ = old_; }
+  bool& flag_;
+  const bool old_;
+};
 
 namespace packet = fabric::packet;
 using fabric::wire::UdpAddress;
@@ -47,6 +59,18 @@ packet::IpUdpInfo FlowOf(const Gid16& src, const Gid16& dst, uint16_t src_port, 
   return f;
 }
 
+// The fabric busy pollers use, with the fork generation it belongs to (a child of fork() must
+// not read its parent's sockets).
+std::atomic<WireFabric*> g_receiving{nullptr};
+std::atomic<uint32_t> g_receiving_generation{0};
+
+bool BusyPollingWanted() {
+  static const bool wanted = [] {
+    const char* env = getenv("SOFTVERBS_WIRE_POLL");
+    return env == nullptr || strcmp(env, "0") != 0;
+  }();
+  return wanted;
+}
 }  // namespace
 
 UdpAddress AddressOfGid(const Gid16& gid, uint16_t port) {
@@ -76,9 +100,12 @@ Gid16 GidOfAddress(const UdpAddress& a) {
 }
 
 uint16_t WireFabric::RocePort() {
-  const char* env = getenv("SOFTVERBS_ROCE_PORT");
-  const long port = env != nullptr ? strtol(env, nullptr, 10) : 0;
-  return port > 0 && port < 65536 ? static_cast<uint16_t>(port) : fabric::wire::kRoceV2Port;
+  static const uint16_t port = [] {  // read once: every packet sent and received asks
+    const char* env = getenv("SOFTVERBS_ROCE_PORT");
+    const long p = env != nullptr ? strtol(env, nullptr, 10) : 0;
+    return p > 0 && p < 65536 ? static_cast<uint16_t>(p) : fabric::wire::kRoceV2Port;
+  }();
+  return port;
 }
 
 WireFabric& WireFabric::Get(fabric::LocalProcess& local) {
@@ -95,7 +122,8 @@ WireFabric& WireFabric::Get(fabric::LocalProcess& local) {
   return *instance;
 }
 
-WireFabric::WireFabric(fabric::LocalProcess& local) : local_(local), epoll_(epoll_create1(EPOLL_CLOEXEC)) {
+WireFabric::WireFabric(fabric::LocalProcess& local)
+    : local_(local), generation_(fabric::LocalProcess::ForkGeneration()), epoll_(epoll_create1(EPOLL_CLOEXEC)) {
   if (const char* path = getenv("SOFTVERBS_PCAP"); path != nullptr && *path != '\0') {
     std::string name = path;
     if (size_t at = name.find("%p"); at != std::string::npos) name.replace(at, 2, std::to_string(getpid()));
@@ -104,6 +132,18 @@ WireFabric::WireFabric(fabric::LocalProcess& local) : local_(local), epoll_(epol
       pcap_ = std::move(writer.value());
     else
       SV_LOG(kError, "SOFTVERBS_PCAP=%s: %s", path, writer.status().rule().c_str());
+  }
+  auto channel = fabric::ProcessChannel::Open(local.registry().name(), local.slot());
+  if (channel.ok()) {
+    channel_ = std::move(channel.value());
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.ptr = nullptr;  // the channel; ports carry their Port*
+    epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, channel_->fd(), &ev);
+  } else {
+    SV_LOG(kError, "softverbs0: this process's channel is unavailable (%s): RoCEv2 responses the kernel hands "
+           "to another process of this host are lost, and `softverbs status` cannot ask this process",
+           channel.status().rule().c_str());
   }
   thread_ = std::thread([this] { Run(); });
   thread_.detach();
@@ -119,6 +159,9 @@ void WireFabric::Listen(std::span<const Gid16> gids) {
     if (known) continue;
     fabric::wire::UdpPortOptions options;
     options.local = AddressOfGid(gid, RocePort());
+    // IPv4: no GSO, whose segments carry IPv4 IDs 0, 1, 2... that the ICRC did not cover (rxe
+    // drops them; fabric/wire/udp_port.h). Batches still leave in one sendmmsg.
+    options.gso = !IsIpv4MappedGid(gid.data());
     auto udp = fabric::wire::UdpPort::Open(std::move(options));
     if (!udp.ok()) {
       SV_LOG(kError, "softverbs0: RoCEv2 on %s is unavailable: %s", GidString(gid).c_str(), udp.status().rule().c_str());
@@ -135,6 +178,10 @@ void WireFabric::Listen(std::span<const Gid16> gids) {
     SV_LOG(kDebug, "softverbs0: receiving RoCEv2 on %s", port->udp->local().ToString().c_str());
     ports_.push_back(std::move(port));
   }
+  if (!ports_.empty() && BusyPollingWanted()) {
+    g_receiving_generation.store(generation_, std::memory_order_relaxed);
+    g_receiving.store(this, std::memory_order_release);
+  }
 }
 
 WireFabric::Port* WireFabric::Find(const Gid16& gid) {
@@ -144,18 +191,70 @@ WireFabric::Port* WireFabric::Find(const Gid16& gid) {
   return nullptr;
 }
 
-Status WireFabric::Send(const Gid16& sgid, const Gid16& dgid, std::span<const iovec> pieces) {
+uint16_t WireFabric::SourcePortFor(const Gid16& sgid, uint32_t qpn) {
+  Port* port = Find(sgid);
+  if (port == nullptr) return RocePort();
+  const uint16_t wanted = static_cast<uint16_t>(0xc000 | ((qpn * 0x9e3779b1u) >> 26));
+  std::lock_guard lock(port->mu);
+  return port->udp->UsableSourcePort(wanted);
+}
+
+Status WireFabric::Send(const Gid16& sgid, const Gid16& dgid, std::span<const iovec> pieces, uint16_t src_port) {
+  // One datagram gathered from `pieces`.
   Port* port = Find(sgid);
   if (port == nullptr)
     return Status(ENETUNREACH, "no RoCEv2 port on " + GidString(sgid) + " (the source GID of the address vector)");
+  const UdpAddress to = AddressOfGid(dgid, RocePort());
   {
     std::lock_guard lock(port->mu);
-    SV_RETURN_IF_ERROR(port->udp->Send(AddressOfGid(dgid, RocePort()), 0, pieces));
+    SV_RETURN_IF_ERROR(port->udp->Send(to, src_port, pieces));
   }
   counters_.sent.fetch_add(1, std::memory_order_relaxed);
   if (pcap_ != nullptr && pieces.size() == 1)
-    Record(sgid, dgid, RocePort(), {static_cast<const uint8_t*>(pieces[0].iov_base), pieces[0].iov_len});
+    Record(sgid, dgid, src_port != 0 ? src_port : RocePort(),
+           {static_cast<const uint8_t*>(pieces[0].iov_base), pieces[0].iov_len});
   return Status::Ok();
+}
+
+Status WireFabric::SendBatch(const Gid16& sgid, const Gid16& dgid, std::span<const iovec> datagrams,
+                             uint16_t src_port) {
+  Port* port = Find(sgid);
+  if (port == nullptr)
+    return Status(ENETUNREACH, "no RoCEv2 port on " + GidString(sgid) + " (the source GID of the address vector)");
+  return SendDatagrams(*port, AddressOfGid(dgid, RocePort()), datagrams, src_port);
+}
+
+Status WireFabric::SendDatagrams(Port& port, const UdpAddress& to, std::span<const iovec> datagrams,
+                                 uint16_t src_port) {
+  constexpr size_t kMax = 64;
+  fabric::wire::TxDatagram batch[kMax];
+  size_t done = 0;
+  Status result = Status::Ok();
+  for (int waits = 0; done < datagrams.size();) {
+    const size_t n = std::min(kMax, datagrams.size() - done);
+    for (size_t i = 0; i < n; ++i) batch[i] = {&to, src_port, datagrams.subspan(done + i, 1)};
+    Result<size_t> sent = 0;
+    {
+      std::lock_guard lock(port.mu);
+      sent = port.udp->SendBatch({batch, n});
+    }
+    if (sent.ok() && *sent > 0) {
+      done += *sent;
+      continue;
+    }
+    if (sent.ok() || sent.status().code() != EAGAIN || ++waits > 20) {
+      result = sent.ok() ? Status(EAGAIN, "send: the socket buffer stays full") : sent.status();
+      break;
+    }
+    pollfd p{port.udp->fd(), POLLOUT, 0};
+    (void)poll(&p, 1, 1);  // the socket buffer drains as the peer receives
+  }
+  counters_.sent.fetch_add(done, std::memory_order_relaxed);
+  if (pcap_ != nullptr)
+    for (const iovec& d : datagrams.first(done))
+      Record(port.gid, GidOfAddress(to), src_port != 0 ? src_port : RocePort(),
+             {static_cast<const uint8_t*>(d.iov_base), d.iov_len});
+  return result;
 }
 
 void WireFabric::Register(uint32_t qpn, WireLink* link) {
@@ -164,19 +263,22 @@ void WireFabric::Register(uint32_t qpn, WireLink* link) {
 }
 
 void WireFabric::Unregister(uint32_t qpn, WireLink* link) {
-  std::lock_guard lock(links_mu_);
-  if (auto it = links_.find(qpn); it != links_.end() && it->second == link) links_.erase(it);
-}
-
-Status WireFabric::SendTo(const Port& port, const UdpAddress& to, std::span<const iovec> pieces) {
   {
-    std::lock_guard lock(const_cast<Port&>(port).mu);
-    SV_RETURN_IF_ERROR(port.udp->Send(to, 0, pieces));
+    std::lock_guard lock(links_mu_);
+    if (auto it = links_.find(qpn); it != links_.end() && it->second == link) links_.erase(it);
   }
-  counters_.sent.fetch_add(1, std::memory_order_relaxed);
-  if (pcap_ != nullptr && pieces.size() == 1)
-    Record(port.gid, GidOfAddress(to), RocePort(), {static_cast<const uint8_t*>(pieces[0].iov_base), pieces[0].iov_len});
-  return Status::Ok();
+  // A receive batch in progress may hold this QP's ACK (HoldAck) after its receive completion is
+  // already visible: an application that saw its last completion and destroyed its QPs and
+  // exited took the ACK with it, and its peer's send ended in RETRY_EXC_ERR. rxe's destroy, too,
+  // waits for the QP's responder task, so its last ACK goes out. Wait for the batch to end.
+  // (Ports are never removed; a batch takes mu_ under rx_mu, so mu_ is not held while waiting.)
+  if (t_draining) return;
+  std::vector<Port*> ports;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& port : ports_) ports.push_back(port.get());
+  }
+  for (Port* port : ports) std::lock_guard rx(port->rx_mu);
 }
 
 void WireFabric::Record(const Gid16& src, const Gid16& dst, uint16_t src_port, std::span<const uint8_t> packet) {
@@ -184,28 +286,238 @@ void WireFabric::Record(const Gid16& src, const Gid16& dst, uint16_t src_port, s
   if (pcap_->Append(FlowOf(src, dst, src_port, RocePort()), packet).ok()) (void)pcap_->Flush();
 }
 
+namespace {
+int64_t MonotonicNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // vDSO: no system call
+  return ts.tv_sec * 1000000000ll + ts.tv_nsec;
+}
+// A poller that polled this recently is spinning on its CQ and takes the datagrams itself.
+constexpr int64_t kSpinningNs = 30000;
+}  // namespace
+
 void WireFabric::Run() {
-  constexpr size_t kBatch = 16;
-  constexpr uint32_t kBytes = 9216;  // a jumbo frame's datagram
-  std::vector<uint8_t> storage(kBatch * kBytes);
   epoll_event events[8];
   for (;;) {
     const int n = epoll_wait(epoll_.get(), events, 8, -1);
+    // An application spinning on its CQ takes its datagrams itself (PollOnce). While one does,
+    // this thread keeps out of its way -- on two cores, waking to race it for each datagram
+    // costs the spinner its core -- and looks again shortly. One that polls only now and then
+    // (ib_write_lat watches memory, not its CQ) is not waited for. The channel (forwarded
+    // responses, questions) is this thread's alone: served either way.
+    const bool spinning = MonotonicNs() - last_poll_ns_.load(std::memory_order_relaxed) < kSpinningNs;
     for (int i = 0; i < n; ++i) {
+      if (events[i].data.ptr == nullptr) {
+        ServeChannel();
+        continue;
+      }
+      if (spinning) continue;
       auto* port = static_cast<Port*>(events[i].data.ptr);
-      for (;;) {
-        fabric::wire::RxDatagram slots[kBatch];
-        for (size_t s = 0; s < kBatch; ++s) slots[s] = {storage.data() + s * kBytes, kBytes};
-        Result<size_t> got = 0;
-        {
-          std::lock_guard lock(port->mu);
-          got = port->udp->ReceiveBatch(slots);
-        }
-        if (!got.ok() || *got == 0) break;
-        for (size_t s = 0; s < *got; ++s) Deliver({slots[s].buf, slots[s].length}, slots[s].source, *port);
+      while (Drain(*port, /*wait=*/true) != 0) {
       }
     }
+    if (spinning) usleep(50);  // datagrams still pending wake epoll_wait at once: looked at again
   }
+}
+
+size_t WireFabric::Drain(Port& port, bool wait) {
+  const ScopedFlag draining(t_draining);
+  constexpr size_t kBatch = 16;
+  constexpr uint32_t kBytes = 9216;  // a jumbo frame's datagram
+  std::unique_lock rx(port.rx_mu, std::defer_lock);
+  if (wait)
+    rx.lock();
+  else if (!rx.try_lock())
+    return 0;
+  if (port.storage.empty()) port.storage.resize(kBatch * kBytes);
+  fabric::wire::RxDatagram slots[kBatch];
+  for (size_t s = 0; s < kBatch; ++s) slots[s] = {port.storage.data() + s * kBytes, kBytes};
+  Result<size_t> got = 0;
+  {
+    std::lock_guard lock(port.mu);
+    got = port.udp->ReceiveBatch(slots);
+  }
+  if (!got.ok()) return 0;
+  for (size_t s = 0; s < *got; ++s) Deliver({slots[s].buf, slots[s].length}, slots[s].source, port);
+  SendHeldAcks(port);
+  return *got;
+}
+
+void WireFabric::HoldAck(Port& port, const UdpAddress& to, std::span<const uint8_t> ack) {
+  if (ack.size() > sizeof(Port::HeldAck::bytes) || ack.size() < 8) return;
+  const uint32_t qpn = uint32_t{ack[5]} << 16 | uint32_t{ack[6]} << 8 | ack[7];  // BTH DestQP (IBA 9.2)
+  Port::HeldAck* held = nullptr;
+  for (auto& h : port.held_acks)
+    if (h.qpn == qpn && h.to == to) held = &h;
+  if (held == nullptr) {
+    held = &port.held_acks.emplace_back();
+    held->to = to;
+    held->qpn = qpn;
+  } else {
+    counters_.acks_coalesced.fetch_add(1, std::memory_order_relaxed);
+  }
+  memcpy(held->bytes, ack.data(), ack.size());
+  held->length = ack.size();
+}
+
+void WireFabric::SendHeldAcks(Port& port) {
+  for (const auto& h : port.held_acks) {
+    const iovec one{const_cast<uint8_t*>(h.bytes), h.length};
+    (void)SendDatagrams(port, h.to, {&one, 1});  // a lost ACK is made up by the next one or a retry
+  }
+  port.held_acks.clear();
+}
+
+WireFabric* WireFabric::Receiving() {
+  WireFabric* f = g_receiving.load(std::memory_order_acquire);
+  if (f == nullptr || g_receiving_generation.load(std::memory_order_relaxed) != fabric::LocalProcess::ForkGeneration())
+    return nullptr;
+  return f;
+}
+
+bool WireFabric::PollOnce() {
+  last_poll_ns_.store(MonotonicNs(), std::memory_order_relaxed);  // the receive thread watches it
+  Port* ports[8];
+  size_t count = 0;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& p : ports_)
+      if (count < std::size(ports)) ports[count++] = p.get();
+  }
+  size_t handled = 0;
+  for (size_t i = 0; i < count; ++i) handled += Drain(*ports[i], /*wait=*/false);
+  return handled != 0;
+}
+
+void WireFabric::DeliverResponse(const packet::ParsedPacket& p, std::span<const uint8_t> datagram,
+                                 uint32_t owner_slot) {
+  // A response for a requester: its link matches it (transport/wire/wire_link.h). The kernel
+  // gives a datagram to any member of the UDP 4791 group (fabric/wire/README.md): one for a
+  // QP of another process goes on to that process through its channel (docs/wire.md).
+  if (owner_slot != local_.slot() && channel_ != nullptr) {
+    if (channel_->Send(local_.registry().name(), owner_slot, fabric::ChannelKind::kForward, datagram).ok()) {
+      counters_.forwarded.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+  } else {
+    std::lock_guard lock(links_mu_);
+    if (auto link = links_.find(p.hdr.bth.dest_qp); link != links_.end()) return link->second->OnResponse(p);
+  }
+  counters_.misdelivered.fetch_add(1, std::memory_order_relaxed);  // a loss: RC retries
+}
+
+void WireFabric::SetQp1Handler(Qp1Handler* handler) {
+  std::lock_guard lock(qp1_mu_);
+  qp1_handler_ = handler;
+}
+
+void WireFabric::DeliverQp1(const packet::ParsedPacket& p, const UdpAddress& from, const Gid16& source,
+                            const Gid16& local) {
+  if (Status ok = CheckQp1Packet(p); !ok.ok()) {
+    counters_.qp1_refused.fetch_add(1, std::memory_order_relaxed);  // rxe drops it silently
+    SV_LOG(kTrace, "softverbs0: dropped a datagram from %s: %s", from.ToString().c_str(), ok.rule().c_str());
+    return;
+  }
+  std::lock_guard lock(qp1_mu_);
+  if (qp1_handler_ == nullptr) {
+    counters_.qp1_unhandled.fetch_add(1, std::memory_order_relaxed);  // IBA 9.6.1.1: discarded
+    SV_LOG(kTrace, "softverbs0: dropped a MAD from %s: no CM agent in this process", from.ToString().c_str());
+    return;
+  }
+  Qp1Datagram d;
+  d.sgid = source;
+  d.dgid = local;
+  d.from = from;
+  d.src_qp = p.hdr.deth.src_qp;
+  d.pkey = p.hdr.bth.pkey;
+  d.mad = p.payload;
+  counters_.qp1_received.fetch_add(1, std::memory_order_relaxed);
+  qp1_handler_->OnMad(d);
+}
+
+Status WireFabric::SendMad(const Gid16& sgid, const Gid16& dgid, std::span<const uint8_t> mad) {
+  Port* port = Find(sgid);
+  if (port == nullptr)
+    return Status(ENETUNREACH, "no RoCEv2 port on " + GidString(sgid) + " to send a MAD from");
+  uint16_t src_port;
+  {
+    std::lock_guard lock(port->mu);
+    src_port = port->udp->UsableSourcePort(kQp1SourcePort);
+  }
+  uint8_t buffer[kMadBytes + 64];
+  auto built = BuildMadPacket(mad, qp1_psn_.fetch_add(1, std::memory_order_relaxed),
+                              FlowOf(sgid, dgid, src_port, RocePort()), buffer);
+  if (!built.ok()) return built.status();
+  const iovec one{buffer, *built};
+  SV_RETURN_IF_ERROR(Send(sgid, dgid, {&one, 1}, src_port));
+  counters_.qp1_sent.fetch_add(1, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+void WireFabric::ServeChannel() {
+  std::vector<uint8_t> buffer(fabric::ProcessChannel::kMaxMessage);
+  for (;;) {
+    fabric::ChannelMessage m;
+    auto got = channel_->Receive(buffer, &m);
+    if (!got.ok() || !*got) return;
+    if (m.kind == fabric::ChannelKind::kQuestion) {
+      const std::string report = Report();
+      (void)channel_->Answer(m, {reinterpret_cast<const uint8_t*>(report.data()), report.size()});
+      continue;
+    }
+    if (m.kind != fabric::ChannelKind::kForward) continue;
+    // Checked by the member that received it (ICRC included); parsed again, as anything written
+    // to this socket may be (a local user can send here what it could send to UDP 4791).
+    auto parsed = packet::Parse(m.body);
+    if (!parsed.ok() || parsed->info->transport != packet::Transport::kRc) {
+      counters_.malformed.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    DeliverResponse(*parsed, m.body, local_.slot());
+  }
+}
+
+std::string WireFabric::Report() {
+  auto line = [](std::string* out, const char* fmt, auto... v) {
+    char b[512];
+    snprintf(b, sizeof b, fmt, v...);
+    *out += b;
+  };
+  std::string out;
+  const WireCounters& c = counters_;
+  auto n = [](const std::atomic<uint64_t>& a) { return static_cast<unsigned long long>(a.load(std::memory_order_relaxed)); };
+  line(&out, "pid %d\n", static_cast<int>(getpid()));
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& p : ports_) line(&out, "  port %s\n", p->udp->local().ToString().c_str());
+  }
+  line(&out, "  device sent=%llu received=%llu icrc_errors=%llu malformed=%llu unknown_qp=%llu unsupported=%llu "
+       "forwarded=%llu misdelivered=%llu acks_coalesced=%llu\n", n(c.sent), n(c.received), n(c.icrc_errors),
+       n(c.malformed), n(c.unknown_qp), n(c.unsupported), n(c.forwarded), n(c.misdelivered), n(c.acks_coalesced));
+  line(&out, "  qp1 received=%llu refused=%llu unhandled=%llu sent=%llu\n", n(c.qp1_received), n(c.qp1_refused),
+       n(c.qp1_unhandled), n(c.qp1_sent));
+  std::lock_guard lock(links_mu_);
+  for (const auto& [qpn, link] : links_) {
+    const WireRequesterCounters& r = link->counters();
+    line(&out, "  qp 0x%x requester packets=%llu retransmitted=%llu acks=%llu read_responses=%llu atomic_acks=%llu "
+         "naks_sequence=%llu naks_rnr=%llu naks_error=%llu\n", qpn, n(r.packets), n(r.retransmitted), n(r.acks),
+         n(r.read_responses), n(r.atomic_acks), n(r.naks_sequence), n(r.naks_rnr), n(r.naks_error));
+  }
+  // The responder side of this process's QPs (counted by whichever process received).
+  fabric::HostRegistry& registry = local_.registry();
+  for (uint32_t i = 0; i < registry.qps().extent(); ++i) {
+    auto& entry = fabric::EntryOf<fabric::QpEntry>(registry.qps().slot(i));
+    const uint32_t qpn = entry.qp_num.load(std::memory_order_acquire);
+    if (qpn == 0 || entry.process_slot.load(std::memory_order_relaxed) != local_.slot()) continue;
+    const auto* e = static_cast<const QpEndpoint*>(local_.At(entry.block));
+    if (e == nullptr || e->qp_num != qpn) continue;
+    const WireResponderCounters& w = e->wire.counters;
+    if (n(w.packets) == 0) continue;
+    line(&out, "  qp 0x%x responder packets=%llu out_of_sequence=%llu duplicates=%llu acks=%llu naks_sequence=%llu "
+         "naks_rnr=%llu naks_error=%llu dropped=%llu\n", qpn, n(w.packets), n(w.out_of_sequence), n(w.duplicates),
+         n(w.acks), n(w.naks_sequence), n(w.naks_rnr), n(w.naks_error), n(w.dropped));
+  }
+  return out;
 }
 
 void WireFabric::Deliver(std::span<const uint8_t> datagram, const UdpAddress& from, const Port& to) {
@@ -227,6 +539,9 @@ void WireFabric::Deliver(std::span<const uint8_t> datagram, const UdpAddress& fr
     SV_LOG(kTrace, "softverbs0: dropped a datagram from %s: %s", from.ToString().c_str(), parsed.status().rule().c_str());
     return;
   }
+  // QP1 is the GSI QP of the port, not a QP of the host registry (rxe_recv.c hdr_check: "qpn == 1"
+  // selects port->qp_gsi_index).
+  if (parsed->hdr.bth.dest_qp == kQp1) return DeliverQp1(*parsed, from, source, to.gid);
   auto target = HostTarget::Find(local_, parsed->hdr.bth.dest_qp);
   if (!target.ok()) {
     counters_.unknown_qp.fetch_add(1, std::memory_order_relaxed);  // IBA 9.6.1.1: discarded
@@ -237,26 +552,19 @@ void WireFabric::Deliver(std::span<const uint8_t> datagram, const UdpAddress& fr
     const packet::Operation op = parsed->info->operation;
     if (op == packet::Operation::kAcknowledge || op == packet::Operation::kAtomicAcknowledge ||
         op == packet::Operation::kRdmaReadResponse) {
-      // A response for one of our requesters: its link matches it (transport/wire/wire_link.h).
-      std::lock_guard lock(links_mu_);
-      auto link = links_.find(parsed->hdr.bth.dest_qp);
-      if (link == links_.end()) {
-        // Its QP is another process's: responses are not forwarded yet (docs/wire.md).
-        counters_.misdelivered.fetch_add(1, std::memory_order_relaxed);
-        return;
-      }
-      link->second->OnResponse(*parsed);
-      return;
+      return DeliverResponse(*parsed, datagram, target->process_slot());
     }
     // Responses go to the requester's address at port 4791, whatever its source port was
     // (IBA annex A17.2.1: the destination port is always the RoCEv2 port).
     ResponsePath path;
     path.flow = FlowOf(to.gid, source, RocePort(), RocePort());
     const UdpAddress back = AddressOfGid(source, RocePort());
-    path.send = [this, &to, &back](std::span<const uint8_t> bytes) {
-      const iovec piece{const_cast<uint8_t*>(bytes.data()), bytes.size()};
-      return SendTo(to, back, {&piece, 1});
+    Port& port = const_cast<Port&>(to);
+    path.send = [this, &port, &back](std::span<const iovec> datagrams) {
+      SendHeldAcks(port);  // responses leave in the order they were made
+      return SendDatagrams(port, back, datagrams);
     };
+    path.coalesce_ack = [this, &port, &back](std::span<const uint8_t> ack) { HoldAck(port, back, ack); };
     return RcResponder::Receive(*target, *parsed, path);
   }
   WireRequest w;

@@ -2,10 +2,12 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "base/log.h"
+#include "transport/codes.h"
 #include "transport/grh.h"
 #include "transport/wire/wire_packets.h"
 
@@ -13,9 +15,7 @@ namespace softverbs::transport {
 namespace {
 
 namespace packet = fabric::packet;
-constexpr uint32_t kRc = 2, kUd = 4;
-// The largest packet: a 4096-byte MTU, its headers and ICRC.
-constexpr size_t kMaxPacket = 4096 + 128;
+using qp_type::kRc, qp_type::kUd;
 
 Gid16 ToGid(const uint8_t* g) {
   Gid16 out;
@@ -24,7 +24,7 @@ Gid16 ToGid(const uint8_t* g) {
 }
 
 // 24-bit serial-number order (IBA 9.7.1; rxe's psn_compare): negative when a precedes b.
-int32_t PsnDiff(uint32_t a, uint32_t b) { return static_cast<int32_t>((a - b) << 8) >> 8; }
+using fabric::packet::PsnDiff;
 
 uint32_t Packets(const Request& r) {
   if (r.opcode == WrOpcode::kAtomicCmpSwp || r.opcode == WrOpcode::kAtomicFetchAdd) return 1;
@@ -63,27 +63,34 @@ Reply WireLink::Carry(const Request& r) {
     return silence;
   }
   const Gid16 sgid = ToGid(r.addressing->sgid), dgid = ToGid(r.addressing->dgid);
+  if (qpn_ == 0) {  // responses (RC) and `softverbs status` (all) find the link by its QP
+    qpn_ = r.src_qp;
+    fabric_.Register(qpn_, this);
+  }
+  if (src_port_ == 0 || sgid != src_port_gid_) {
+    src_port_ = fabric_.SourcePortFor(sgid, r.src_qp);
+    src_port_gid_ = sgid;
+  }
   packet::IpUdpInfo flow = IsIpv4MappedGid(sgid.data())
-                               ? packet::IpUdpInfo::V4(sgid.data() + 12, dgid.data() + 12, WireFabric::RocePort())
-                               : packet::IpUdpInfo::V6(sgid.data(), dgid.data(), WireFabric::RocePort());
+                               ? packet::IpUdpInfo::V4(sgid.data() + 12, dgid.data() + 12, src_port_)
+                               : packet::IpUdpInfo::V6(sgid.data(), dgid.data(), src_port_);
   flow.dst_port = WireFabric::RocePort();
   flow.traffic_class = r.addressing->traffic_class;
   Status s = Status::Ok();
   if (r.qp_type == kRc) {
     s = SendRc(r, flow);
     if (s.ok()) return Reply::Of(ReplyCode::kPending);
-  } else {
-    uint8_t buffer[kMaxPacket];
-    auto send = [&](std::span<const uint8_t> p) {
-      const iovec piece{const_cast<uint8_t*>(p.data()), p.size()};
-      return fabric_.Send(sgid, dgid, {&piece, 1});
-    };
-    if (r.qp_type == kUd) {
-      auto built = BuildDatagram(r, r.psn, flow, buffer);
-      s = built.ok() ? send({buffer, *built}) : built.status();
-    } else {
-      s = BuildMessage(r, flow, buffer, send);  // UC: no acknowledgement follows (IBA 9.8)
+  } else if (r.qp_type == kUd) {
+    uint8_t buffer[kPacketSlot];
+    auto built = BuildDatagram(r, r.psn, flow, buffer);
+    s = built.status();
+    if (built.ok()) {
+      const iovec piece{buffer, *built};
+      counters_.packets.fetch_add(1, std::memory_order_relaxed);
+      s = fabric_.Send(sgid, dgid, {&piece, 1}, src_port_);
     }
+  } else {
+    s = SendMessage(r, flow, sgid, dgid);  // UC: no acknowledgement follows (IBA 9.8)
   }
   if (!s.ok() && !explained_.exchange(true))
     SV_LOG(kError, "ibv_post_send(qp 0x%x): message to QP 0x%x not sent: %s", r.src_qp, r.dest_qp, s.rule().c_str());
@@ -91,10 +98,6 @@ Reply WireLink::Carry(const Request& r) {
 }
 
 Status WireLink::SendRc(const Request& r, const packet::IpUdpInfo& flow) {
-  if (qpn_ == 0) {
-    qpn_ = r.src_qp;
-    fabric_.Register(qpn_, this);
-  }
   {
     // Go-back-N: a message carried again takes back its place, and whatever followed it will be
     // carried again after it (the requester rewinds them all).
@@ -108,12 +111,21 @@ Status WireLink::SendRc(const Request& r, const packet::IpUdpInfo& flow) {
     o.mtu = r.mtu;
     o.next_response = r.psn;
     outstanding_.push_back(o);
+    // Go-back-N carries PSNs already sent (IBA 9.7.4.1.2): count them as retransmissions.
+    const uint32_t after = (o.last_psn + 1) & packet::kPsnMask;
+    if (sent_any_ && PsnDiff(r.psn, next_psn_) < 0) {
+      const int32_t again = std::min<int32_t>(-PsnDiff(r.psn, next_psn_), PsnDiff(after, r.psn));
+      counters_.retransmitted.fetch_add(static_cast<uint64_t>(again), std::memory_order_relaxed);
+    }
+    if (!sent_any_ || PsnDiff(after, next_psn_) > 0) next_psn_ = after;
+    sent_any_ = true;
   }
   const Gid16 sgid = ToGid(r.addressing->sgid), dgid = ToGid(r.addressing->dgid);
-  uint8_t buffer[kMaxPacket];
+  uint8_t buffer[kPacketSlot];
   auto send = [&](std::span<const uint8_t> p) {
     const iovec piece{const_cast<uint8_t*>(p.data()), p.size()};
-    return fabric_.Send(sgid, dgid, {&piece, 1});
+    counters_.packets.fetch_add(1, std::memory_order_relaxed);
+    return fabric_.Send(sgid, dgid, {&piece, 1}, src_port_);
   };
   Result<size_t> one = 0;
   switch (r.opcode) {
@@ -125,10 +137,28 @@ Status WireLink::SendRc(const Request& r, const packet::IpUdpInfo& flow) {
       one = BuildAtomic(r, flow, buffer);
       break;
     default:
-      return BuildMessage(r, flow, buffer, send);
+      return SendMessage(r, flow, sgid, dgid);
   }
   if (!one.ok()) return one.status();
   return send({buffer, *one});
+}
+
+Status WireLink::SendMessage(const Request& r, const packet::IpUdpInfo& flow, const Gid16& sgid, const Gid16& dgid) {
+  // Built in batches in this thread's arena, each batch sent in as few system calls as the
+  // kernel allows (GSO): a 1 MiB WRITE at a 4096-byte MTU is 256 packets.
+  constexpr size_t kBatch = 64;
+  thread_local std::vector<uint8_t> arena(kBatch * kPacketSlot);
+  const uint64_t total = MessagePackets(r);
+  for (uint64_t first = 0; first < total; first += kBatch) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kBatch, total - first));
+    size_t lengths[kBatch];
+    SV_RETURN_IF_ERROR(BuildMessagePackets(r, flow, first, arena, {lengths, n}));
+    iovec datagrams[kBatch];
+    for (size_t i = 0; i < n; ++i) datagrams[i] = {arena.data() + i * kPacketSlot, lengths[i]};
+    counters_.packets.fetch_add(n, std::memory_order_relaxed);
+    SV_RETURN_IF_ERROR(fabric_.SendBatch(sgid, dgid, {datagrams, n}, src_port_));
+  }
+  return Status::Ok();
 }
 
 bool WireLink::AcknowledgeBefore(uint32_t psn, std::vector<Event>* events) {
@@ -145,6 +175,17 @@ bool WireLink::AcknowledgeBefore(uint32_t psn, std::vector<Event>* events) {
   return true;
 }
 
+void WireLink::Count(uint8_t op, uint8_t syn) {
+  WireRequesterCounters& c = counters_;
+  auto& n = op == packet::op::kAtomicAcknowledge ? c.atomic_acks
+            : op != packet::op::kAcknowledge     ? c.read_responses
+            : (syn >> 5) == 0                    ? c.acks
+            : (syn >> 5) == 1                    ? c.naks_rnr
+            : syn == syndrome::kPsnSequence      ? c.naks_sequence
+                                                 : c.naks_error;
+  n.fetch_add(1, std::memory_order_relaxed);
+}
+
 void WireLink::OnResponse(const packet::ParsedPacket& p) {
   std::vector<Event> events;
   std::vector<std::pair<uint64_t, std::pair<uint64_t, std::span<const uint8_t>>>> data;
@@ -152,6 +193,7 @@ void WireLink::OnResponse(const packet::ParsedPacket& p) {
   const uint8_t op = p.hdr.bth.opcode & 0x1f;
   {
     std::lock_guard lock(mu_);
+    Count(op, p.hdr.aeth.syndrome);
     if (op == packet::op::kAcknowledge) {
       const uint8_t syn = p.hdr.aeth.syndrome;
       if ((syn >> 5) == 0) {  // ACK: everything through psn
@@ -159,9 +201,18 @@ void WireLink::OnResponse(const packet::ParsedPacket& p) {
       } else if (AcknowledgeBefore(psn, &events) && !outstanding_.empty() &&
                  PsnDiff(outstanding_.front().first_psn, psn) <= 0) {
         // An RNR NAK or a NAK names the message holding its PSN (IBA 9.7.5.2).
-        const Reply reply = (syn >> 5) == 1 ? Reply::Rnr(syn & 0x1f) : Reply::Of(NakCode(syn));
-        events.push_back({outstanding_.front().ticket, reply});
-        outstanding_.clear();  // the requester carries everything again, or fails
+        const Outstanding& o = outstanding_.front();
+        Reply reply = (syn >> 5) == 1 ? Reply::Rnr(syn & 0x1f) : Reply::Of(NakCode(syn));
+        bool stale = false;
+        if (syn == syndrome::kPsnSequence) {
+          stale = o.ticket == nak_ticket_ && PsnDiff(psn, nak_psn_) <= 0;
+          reply.progress = o.ticket == nak_ticket_ || PsnDiff(psn, o.first_psn) > 0;
+          if (!stale) nak_ticket_ = o.ticket, nak_psn_ = psn;
+        }
+        if (!stale) {
+          events.push_back({o.ticket, reply});
+          outstanding_.clear();  // the requester carries everything again, or fails
+        }
       }
     } else if (AcknowledgeBefore(psn, &events) && !outstanding_.empty()) {
       Outstanding& o = outstanding_.front();
@@ -172,14 +223,22 @@ void WireLink::OnResponse(const packet::ParsedPacket& p) {
         events.push_back({o.ticket, reply});
         outstanding_.pop_front();
       } else if (o.opcode == WrOpcode::kRdmaRead && psn == o.next_response) {
-        // READ response packets in order; one out of order waits for the retry (IBA 9.7.6.1.4).
+        // READ response packets in order (IBA 9.7.6.1.4); a gap is handled below.
         data.push_back({o.ticket, {static_cast<uint64_t>(PsnDiff(psn, o.first_psn)) * o.mtu, p.payload}});
         o.next_response = (psn + 1) & packet::kPsnMask;
+        read_retry_ticket_ = 0;
         const uint8_t kind = op;
         if (kind == packet::op::kRdmaReadResponseLast || kind == packet::op::kRdmaReadResponseOnly) {
           events.push_back({o.ticket, Reply::Of(ReplyCode::kAck)});
           outstanding_.pop_front();
         }
+      } else if (o.opcode == WrOpcode::kRdmaRead && PsnDiff(psn, o.next_response) > 0 &&
+                 PsnDiff(psn, o.last_psn) <= 0 && o.ticket != read_retry_ticket_) {
+        // A response packet of the READ is missing (lost or overtaken): the READ is requested
+        // again at once, not after the ACK timeout (rxe check_psn: COMPST_ERROR_RETRY).
+        events.push_back({o.ticket, Reply::Of(ReplyCode::kSequenceError)});
+        read_retry_ticket_ = o.ticket;
+        outstanding_.clear();
       }
     }
   }

@@ -19,6 +19,18 @@
 
 namespace softverbs::transport {
 
+// What a QP's requester saw on the wire (`softverbs status`).
+struct WireRequesterCounters {
+  std::atomic<uint64_t> packets{0};        // request packets sent, retransmissions included
+  std::atomic<uint64_t> retransmitted{0};  // RC: packets sent again (timeout, RNR, sequence NAK)
+  std::atomic<uint64_t> acks{0};           // RC: ACKs received
+  std::atomic<uint64_t> read_responses{0}; // RC: READ response packets received
+  std::atomic<uint64_t> atomic_acks{0};    // RC: atomic ACKs received
+  std::atomic<uint64_t> naks_sequence{0};  // RC: PSN sequence error NAKs received
+  std::atomic<uint64_t> naks_rnr{0};       // RC: RNR NAKs received
+  std::atomic<uint64_t> naks_error{0};     // RC: invalid request / remote access / operational
+};
+
 class WireLink final : public Link {
  public:
   explicit WireLink(WireFabric& fabric) : fabric_(fabric) {}
@@ -31,6 +43,9 @@ class WireLink final : public Link {
   void CarryMulticast(const Request&, uint32_t) override {}
   // A response packet (ACKNOWLEDGE, ATOMIC ACKNOWLEDGE, RDMA READ response) for this link's QP.
   void OnResponse(const fabric::packet::ParsedPacket& p);
+  // The QP this link carries for (0 before its first message) and what it counted.
+  uint32_t qpn() const { return qpn_; }
+  const WireRequesterCounters& counters() const { return counters_; }
 
  private:
   // An RC message carried and not answered yet.
@@ -47,16 +62,32 @@ class WireLink final : public Link {
     Reply reply;
   };
   Status SendRc(const Request& r, const fabric::packet::IpUdpInfo& flow);
+  // An RC/UC SEND or WRITE, cut into packets by the path MTU and sent in batches.
+  Status SendMessage(const Request& r, const fabric::packet::IpUdpInfo& flow, const Gid16& sgid, const Gid16& dgid);
   // Completes (as acknowledged) the SENDs and WRITEs that end before `psn`; false if a READ or
   // atomic still waits for its own response before it.
   bool AcknowledgeBefore(uint32_t psn, std::vector<Event>* events);
+  void Count(uint8_t opcode, uint8_t syndrome);
 
   WireFabric& fabric_;
   ReplySink* sink_ = nullptr;
   uint32_t qpn_ = 0;  // registered with the fabric on the first RC message
   std::mutex mu_;
   std::deque<Outstanding> outstanding_;
+  // The last PSN sequence NAK taken, and the message it named: the responder NAKs a gap once
+  // (until a packet in sequence arrives), so one not beyond it is a duplicate or a late copy.
+  uint64_t nak_ticket_ = 0;
+  uint32_t nak_psn_ = 0;
+  // The READ asked for again because a response overtook the one expected: until one of its
+  // responses arrives in order, later gaps are stragglers of the earlier attempts (rxe's
+  // started_retry), left to the ACK timeout.
+  uint64_t read_retry_ticket_ = 0;
   std::atomic<bool> explained_{false};
+  uint16_t src_port_ = 0;  // this QP's UDP source port from src_port_gid_ (WireFabric::SourcePortFor)
+  Gid16 src_port_gid_{};
+  uint32_t next_psn_ = 0;  // RC: the PSN after the last one sent (tells retransmissions apart)
+  bool sent_any_ = false;
+  WireRequesterCounters counters_;
 };
 
 }  // namespace softverbs::transport

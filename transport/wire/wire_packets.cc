@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <vector>
 
+#include "transport/codes.h"
+
 namespace softverbs::transport {
 namespace {
 
 namespace packet = fabric::packet;
-constexpr uint32_t kRc = 2, kUd = 4;
+using qp_type::kRc, qp_type::kUd;
 
 // The opcode of packet `index` of `count` of message `r` (IBA 9.2 table 38).
 uint8_t MessageOpcode(const Request& r, uint64_t index, uint64_t count) {
@@ -50,11 +52,21 @@ std::vector<packet::ConstBuffer> Slice(const Request& r, uint64_t offset, uint64
 
 }  // namespace
 
-Status BuildMessage(const Request& r, const packet::IpUdpInfo& flow, std::span<uint8_t> buffer,
-                    const std::function<Status(std::span<const uint8_t>)>& emit) {
+uint64_t MessagePackets(const Request& r) {
   const uint64_t mtu = r.mtu ? r.mtu : 4096;
-  const uint64_t count = r.length == 0 ? 1 : (r.length + mtu - 1) / mtu;
-  for (uint64_t i = 0; i < count; ++i) {
+  return r.length == 0 ? 1 : (r.length + mtu - 1) / mtu;
+}
+
+Status BuildMessagePackets(const Request& r, const packet::IpUdpInfo& flow, uint64_t first, std::span<uint8_t> arena,
+                           std::span<size_t> lengths) {
+  const uint64_t mtu = r.mtu ? r.mtu : 4096;
+  const uint64_t count = MessagePackets(r);
+  // One packet may be built into a buffer of any size (Build checks it fits); a batch takes slots.
+  const size_t slot = lengths.size() == 1 ? arena.size() : kPacketSlot;
+  if (first + lengths.size() > count || arena.size() < lengths.size() * slot)
+    return Invalid("BuildMessagePackets: packets beyond the message or the arena");
+  for (size_t k = 0; k < lengths.size(); ++k) {
+    const uint64_t i = first + k;
     packet::PacketHeaders h;
     h.bth.opcode = MessageOpcode(r, i, count);
     h.bth.dest_qp = r.dest_qp & packet::kQpnMask;
@@ -67,9 +79,20 @@ Status BuildMessage(const Request& r, const packet::IpUdpInfo& flow, std::span<u
     h.ieth.rkey = r.invalidate_rkey;
     const uint64_t offset = i * mtu;
     const auto payload = Slice(r, offset, std::min(mtu, r.length - std::min(r.length, offset)));
-    auto n = packet::Build(h, payload, flow, buffer);
+    auto n = packet::Build(h, payload, flow, arena.subspan(k * slot, slot));
     if (!n.ok()) return n.status();
-    SV_RETURN_IF_ERROR(emit({buffer.data(), *n}));
+    lengths[k] = *n;
+  }
+  return Status::Ok();
+}
+
+Status BuildMessage(const Request& r, const packet::IpUdpInfo& flow, std::span<uint8_t> buffer,
+                    const std::function<Status(std::span<const uint8_t>)>& emit) {
+  const uint64_t count = MessagePackets(r);
+  for (uint64_t i = 0; i < count; ++i) {
+    size_t length = 0;
+    SV_RETURN_IF_ERROR(BuildMessagePackets(r, flow, i, buffer, {&length, 1}));
+    SV_RETURN_IF_ERROR(emit({buffer.data(), length}));
   }
   return Status::Ok();
 }
@@ -118,22 +141,28 @@ Result<size_t> BuildAtomicAck(uint32_t dest_qp, uint32_t psn, uint32_t msn, uint
   return packet::Build(h, {}, flow, out);
 }
 
+Result<size_t> BuildReadResponsePacket(uint32_t dest_qp, uint32_t psn, uint32_t msn, bool first, bool last,
+                                       std::span<const uint8_t> piece, const packet::IpUdpInfo& flow,
+                                       std::span<uint8_t> out) {
+  namespace op = packet::op;
+  const uint8_t code = first && last ? op::kRdmaReadResponseOnly
+                       : first       ? op::kRdmaReadResponseFirst
+                       : last        ? op::kRdmaReadResponseLast
+                                     : op::kRdmaReadResponseMiddle;
+  packet::PacketHeaders h = Headers(op::kRc | code, dest_qp, psn);
+  h.aeth = {syndrome::kAck, msn & packet::kQpnMask};
+  const packet::ConstBuffer buffer{piece.data(), piece.size()};
+  return packet::Build(h, {&buffer, piece.empty() ? 0u : 1u}, flow, out);
+}
+
 Status BuildReadResponse(uint32_t dest_qp, uint32_t psn, uint32_t msn, std::span<const uint8_t> data, uint32_t mtu,
                          const packet::IpUdpInfo& flow, std::span<uint8_t> buffer,
                          const std::function<Status(std::span<const uint8_t>)>& emit) {
-  namespace op = packet::op;
   const uint64_t count = data.empty() ? 1 : (data.size() + mtu - 1) / mtu;
   for (uint64_t i = 0; i < count; ++i) {
-    const bool first = i == 0, last = i + 1 == count;
-    const uint8_t code = first && last ? op::kRdmaReadResponseOnly
-                         : first       ? op::kRdmaReadResponseFirst
-                         : last        ? op::kRdmaReadResponseLast
-                                       : op::kRdmaReadResponseMiddle;
-    packet::PacketHeaders h = Headers(op::kRc | code, dest_qp, static_cast<uint32_t>(psn + i));
-    h.aeth = {syndrome::kAck, msn & packet::kQpnMask};
     const size_t offset = i * mtu;
-    const packet::ConstBuffer piece{data.data() + offset, std::min<size_t>(mtu, data.size() - offset)};
-    auto n = packet::Build(h, {&piece, data.empty() ? 0u : 1u}, flow, buffer);
+    auto n = BuildReadResponsePacket(dest_qp, static_cast<uint32_t>(psn + i), msn, i == 0, i + 1 == count,
+                                     data.subspan(offset, std::min<size_t>(mtu, data.size() - offset)), flow, buffer);
     if (!n.ok()) return n.status();
     SV_RETURN_IF_ERROR(emit({buffer.data(), *n}));
   }

@@ -30,9 +30,19 @@ bool RequestOfPacket(const fabric::packet::ParsedPacket& p, WireRequest* out);
 Result<size_t> BuildDatagram(const Request& r, uint32_t psn, const fabric::packet::IpUdpInfo& flow,
                              std::span<uint8_t> out);
 
+// Room for any packet: a 4096-byte MTU, its headers and ICRC.
+inline constexpr size_t kPacketSlot = 4096 + 128;
+
 // The packets of an RC/UC SEND or RDMA WRITE `r`, cut by r.mtu (IBA 9.4: FIRST and MIDDLE carry
-// exactly the MTU; ONLY/LAST the rest), PSNs from r.psn on, each built into `buffer` and handed
-// to `emit`. The first error stops it.
+// exactly the MTU; ONLY/LAST the rest), PSNs from r.psn on: how many there are, and packets
+// [first, first + lengths.size()) built into `arena` (packet k at k * kPacketSlot; a single packet
+// may take a smaller buffer), their sizes in
+// `lengths` (so a batch goes out in one system call).
+uint64_t MessagePackets(const Request& r);
+Status BuildMessagePackets(const Request& r, const fabric::packet::IpUdpInfo& flow, uint64_t first,
+                           std::span<uint8_t> arena, std::span<size_t> lengths);
+// The same, one packet at a time: each built into `buffer` (kPacketSlot bytes) and handed to
+// `emit`. The first error stops it.
 Status BuildMessage(const Request& r, const fabric::packet::IpUdpInfo& flow, std::span<uint8_t> buffer,
                     const std::function<Status(std::span<const uint8_t>)>& emit);
 
@@ -52,6 +62,10 @@ Result<size_t> BuildAtomicAck(uint32_t dest_qp, uint32_t psn, uint32_t msn, uint
 Status BuildReadResponse(uint32_t dest_qp, uint32_t psn, uint32_t msn, std::span<const uint8_t> data, uint32_t mtu,
                          const fabric::packet::IpUdpInfo& flow, std::span<uint8_t> buffer,
                          const std::function<Status(std::span<const uint8_t>)>& emit);
+// One READ response packet: `first` and `last` of its message choose the opcode (both: ONLY).
+Result<size_t> BuildReadResponsePacket(uint32_t dest_qp, uint32_t psn, uint32_t msn, bool first, bool last,
+                                       std::span<const uint8_t> piece, const fabric::packet::IpUdpInfo& flow,
+                                       std::span<uint8_t> out);
 
 // AETH syndromes (IBA 9.7.5.1 table 44).
 namespace syndrome {

@@ -29,7 +29,7 @@ TEST_F(MrTest, AccessFlagsFollowIbvRegMr) {
   EXPECT_EQ(Errno(Mr::Register(*pd_, Layout(kRemoteAtomic | kRemoteRead))), EINVAL);
   EXPECT_EQ(Errno(Mr::Register(*pd_, Layout(kRemoteRead))), 0);
   EXPECT_EQ(Errno(Mr::Register(*pd_, Layout(kMwBind))), 0);  // memory windows may bind to it
-  EXPECT_EQ(Errno(Mr::Register(*pd_, Layout(kOnDemand))), EOPNOTSUPP);
+  EXPECT_EQ(Errno(Mr::Register(*pd_, Layout(kOnDemand))), 0);  // ODP: core/mr.h
   // Optional-range bits are hints a device may ignore; bits beyond it are invalid.
   EXPECT_EQ(Errno(Mr::Register(*pd_, Layout(kRelaxedOrdering | (1u << 25)))), 0);
   EXPECT_EQ(Errno(Mr::Register(*pd_, Layout(1u << 12))), EINVAL);
@@ -55,6 +55,48 @@ TEST_F(MrTest, LayoutMustBeMappedAndNonEmpty) {
   EXPECT_EQ(Errno(Mr::Register(*pd_, first)), 0);
   munmap(p, page);
   munmap(p + 2 * page, page);
+}
+
+// Issue 13 item 2: an ODP MR pins nothing, so a range not mapped yet registers; the implicit
+// MR (NULL, SIZE_MAX) covers every address and needs ON_DEMAND and iova 0 (mlx5).
+TEST_F(MrTest, OnDemandRegistersUnmappedRangesAndImplicit) {
+  long page = sysconf(_SC_PAGESIZE);
+  auto* p = static_cast<uint8_t*>(mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(p, MAP_FAILED);
+  ASSERT_EQ(munmap(p, 2 * page), 0);
+  const uint64_t at = reinterpret_cast<uint64_t>(p);
+  EXPECT_EQ(Errno(Mr::Register(*pd_, MrLayout{at, static_cast<uint64_t>(2 * page), at, access::kLocalWrite})), EFAULT);
+  EXPECT_EQ(Errno(Mr::Register(*pd_, MrLayout{at, static_cast<uint64_t>(2 * page), at,
+                                              access::kLocalWrite | access::kOnDemand})), 0);
+  const uint32_t odp = access::kLocalWrite | access::kRemoteWrite | access::kOnDemand;
+  auto implicit = Mr::Register(*pd_, MrLayout{0, UINT64_MAX, 0, odp});
+  ASSERT_TRUE(implicit.ok()) << implicit.status().rule();
+  EXPECT_TRUE(IsImplicit((*implicit)->layout()));
+  EXPECT_EQ(Errno(Mr::Register(*pd_, MrLayout{0, UINT64_MAX, 0, access::kLocalWrite})), EINVAL);
+  EXPECT_EQ(Errno(Mr::Register(*pd_, MrLayout{0, UINT64_MAX, 0x1000, odp})), EINVAL);
+}
+
+// ibv_advise_mr(3) checked as mlx5_ib_advise_mr: advice, flags, keys, then (FLUSH) the range.
+TEST_F(MrTest, AdviseChecksKeysRangesAndAdvice) {
+  const uint64_t at = reinterpret_cast<uint64_t>(buf_.data());
+  auto odp = Mr::Register(*pd_, MrLayout{at, buf_.size(), at, access::kOnDemand});
+  auto plain = Mr::Register(*pd_, MrLayout{at, buf_.size(), at, access::kLocalWrite});
+  ASSERT_TRUE(odp.ok() && plain.ok());
+  const uint32_t key = (*odp)->lkey();
+  AdviseRange in{at + 8, 100, key};
+  EXPECT_EQ(AdviseMr(*pd_, 0, kAdviseFlush, &in, 1).code(), 0);
+  EXPECT_EQ(AdviseMr(*pd_, 2, 0, &in, 1).code(), 0);
+  EXPECT_EQ(AdviseMr(*pd_, 3, 0, &in, 1).code(), EOPNOTSUPP);
+  EXPECT_EQ(AdviseMr(*pd_, 0, 2, &in, 1).code(), EINVAL);
+  EXPECT_EQ(AdviseMr(*pd_, 0, 0, &in, 0).code(), EINVAL);
+  EXPECT_EQ(AdviseMr(*pd_, 1, 0, &in, 1).code(), EINVAL);  // PREFETCH_WRITE on a read-only ODP MR
+  AdviseRange non_odp{at, 8, (*plain)->lkey()};
+  EXPECT_EQ(AdviseMr(*pd_, 0, 0, &non_odp, 1).code(), EINVAL);
+  AdviseRange unknown{at, 8, 0x7fffff00};
+  EXPECT_EQ(AdviseMr(*pd_, 0, kAdviseFlush, &unknown, 1).code(), EINVAL);
+  AdviseRange beyond{at + buf_.size() - 4, 8, key};
+  EXPECT_EQ(AdviseMr(*pd_, 0, kAdviseFlush, &beyond, 1).code(), EFAULT);
+  EXPECT_EQ(AdviseMr(*pd_, 0, 0, &beyond, 1).code(), 0);  // dropped, as mlx5's deferred prefetch
 }
 
 // Issue 17 item 12: ib_uverbs_reg_mr refuses an iova whose page offset differs from the

@@ -6,10 +6,12 @@
 
 #include <vector>
 
+#include "transport/codes.h"
+
 namespace softverbs::transport {
 namespace {
 
-constexpr uint32_t kRc = 2, kUc = 3;
+using transport::qp_type::kRc, transport::qp_type::kUc;
 
 struct FakeQp : RequesterHost {
   void Complete(const Completion& c) override { completions.push_back(c); }
@@ -117,6 +119,23 @@ TEST_F(CompleterTest, RetryExceededAfterRetryCntPlusOneTimeouts) {
   }
   EXPECT_EQ(timeouts, 4);
   EXPECT_EQ(qp_.completions.back().status, wc_status::kRetryExcErr);
+}
+
+TEST_F(CompleterTest, SequenceNaksWithProgressNeverExhaustTheRetryCount) {
+  // retry_cnt bounds attempts that get nowhere: a sequence NAK further into the message than
+  // the last (the responder took packets since) starts the count again, as rxe resets its
+  // counters on every response that advances. A lossy path then slows a long message down but
+  // does not fail it; the same NAK without progress still does after retry_cnt retries.
+  Configure(kRc, 2, 0);
+  RetryState r = completer_.Budget();
+  Reply progress = Reply::Of(ReplyCode::kSequenceError);
+  progress.progress = true;
+  for (int i = 0; i < 10; ++i)
+    ASSERT_EQ(completer_.OnReply(Wr(1), r, progress, 0).kind, Completer::Verdict::kRetry) << i;
+  EXPECT_EQ(completer_.OnReply(Wr(1), r, Reply::Of(ReplyCode::kSequenceError), 0).kind, Completer::Verdict::kRetry);
+  EXPECT_EQ(completer_.OnReply(Wr(1), r, Reply::Of(ReplyCode::kSequenceError), 0).kind, Completer::Verdict::kFailed);
+  ASSERT_EQ(qp_.completions.size(), 1u);
+  EXPECT_EQ(qp_.completions[0].status, wc_status::kRetryExcErr);
 }
 
 TEST_F(CompleterTest, TimeoutZeroNeverGivesUp) {

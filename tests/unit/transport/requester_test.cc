@@ -14,6 +14,7 @@
 
 #include "core/mr.h"
 #include "tests/unit/core/test_context.h"
+#include "transport/codes.h"
 
 namespace softverbs::core {
 namespace {
@@ -24,8 +25,8 @@ using transport::Request;
 using transport::SendWr;
 using transport::WrOpcode;
 
-constexpr uint32_t kRc = 2, kUd = 4;
-constexpr uint32_t kRts = 3;
+using transport::qp_type::kRc, transport::qp_type::kUd;
+using transport::qp_state::kRts;
 
 struct FakeLink : transport::Link {
   Reply Carry(const Request& r) override {
@@ -304,6 +305,51 @@ TEST_F(AsyncRequesterTest, SequenceNakCarriesEverythingAgainWithTheSamePsns) {
   EXPECT_EQ(qp_.completions.size(), 2u);
 }
 
+TEST_F(AsyncRequesterTest, ReadResponseBytesStartTheRetryCountAgain) {
+  // rxe resets its retry counters on every READ response: a READ whose responses keep getting
+  // overtaken on a reordering path retries as long as each attempt gets further; only
+  // retry_cnt + 1 attempts in a row without a byte fail it.
+  Configure(14, 1);
+  ASSERT_TRUE(requester_.Post(Wr(7, WrOpcode::kRdmaRead, 6), kRts).ok());
+  const uint8_t data[] = {'r', 'e', 's', 'p', 'o', 'n'};
+  for (size_t attempt = 0; attempt < 5; ++attempt) {
+    ASSERT_EQ(wire_.count(), attempt + 1);
+    wire_.sink->OnResponseData(wire_.at(attempt).ticket, 0, {data, 3});
+    wire_.sink->OnReply(wire_.at(attempt).ticket, Reply::Of(ReplyCode::kSequenceError));
+  }
+  EXPECT_TRUE(qp_.completions.empty());  // each retry followed bytes: never more than 1 in a row
+  wire_.sink->OnReply(wire_.at(5).ticket, Reply::Of(ReplyCode::kSequenceError));  // no byte: the 2nd in a row
+  ASSERT_EQ(qp_.completions.size(), 1u);
+  EXPECT_EQ(qp_.completions[0].status, transport::wc_status::kRetryExcErr);
+}
+
+TEST_F(AsyncRequesterTest, AnAckGivesTheNextMessageAWholeTimeout) {
+  // IBA 9.7.6.1.3 / rxe: the ACK timer restarts with every response. Deadlines only, from the
+  // monotonic clock: the second message's is at least one timeout after the first's ACK.
+  Configure(14);
+  ASSERT_TRUE(requester_.Post(Wr(1, WrOpcode::kRdmaWrite), kRts).ok());
+  ASSERT_TRUE(requester_.Post(Wr(2, WrOpcode::kRdmaWrite), kRts).ok());
+  ASSERT_EQ(wire_.count(), 2u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const auto acked = std::chrono::steady_clock::now();
+  wire_.sink->OnReply(wire_.at(0).ticket, Reply::Of(ReplyCode::kAck));
+  EXPECT_GE(requester_.Progress(), acked + transport::AckTimeout(14));
+  EXPECT_EQ(wire_.count(), 2u);
+}
+
+TEST_F(AsyncRequesterTest, AtMostMaxRdAtomicReadsAreOutstanding) {
+  // IBA 9.7.5.1.4: the responder keeps max_dest_rd_atomic READ/atomic resources to answer
+  // duplicates; a requester with more outstanding would lose its oldest READ for good.
+  Configure();  // max_rd_atomic 4
+  for (uint64_t id = 1; id <= 6; ++id) ASSERT_TRUE(requester_.Post(Wr(id, WrOpcode::kRdmaRead, 6), kRts).ok());
+  ASSERT_TRUE(requester_.Post(Wr(7, WrOpcode::kRdmaWrite), kRts).ok());
+  EXPECT_EQ(wire_.count(), 4u);  // the fifth READ waits, and the WRITE behind it
+  wire_.sink->OnReply(wire_.at(0).ticket, Reply::Of(ReplyCode::kAck));
+  EXPECT_EQ(wire_.count(), 5u);
+  for (size_t i = 1; i < 5; ++i) wire_.sink->OnReply(wire_.at(i).ticket, Reply::Of(ReplyCode::kAck));
+  EXPECT_EQ(wire_.count(), 7u);
+}
+
 TEST_F(AsyncRequesterTest, ReadResponseBytesLandInTheLocalBuffer) {
   Configure();
   ASSERT_TRUE(requester_.Post(Wr(7, WrOpcode::kRdmaRead, 6), kRts).ok());
@@ -327,6 +373,23 @@ TEST_F(AsyncRequesterTest, AtomicOriginalArrivesWithItsAcknowledgement) {
   EXPECT_EQ(got, 0xabcdefu);
   ASSERT_EQ(qp_.completions.size(), 1u);
   EXPECT_EQ(qp_.completions[0].byte_len, 8u);
+}
+
+TEST_F(AsyncRequesterTest, AnAcknowledgementRestartsTheTimerOfWhatRemains) {
+  // rxe re-arms its retransmission timer on each ACK that leaves requests outstanding
+  // (rxe_comp.c): the next request's timeout counts from that ACK, not from when it was sent.
+  Configure(/*timeout=*/20);  // about 4 s: nothing expires during the test
+  ASSERT_TRUE(requester_.Post(Wr(1, WrOpcode::kSend), kRts).ok());
+  ASSERT_TRUE(requester_.Post(Wr(2, WrOpcode::kSend), kRts).ok());
+  ASSERT_EQ(wire_.count(), 2u);  // both in flight
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const auto before_ack = std::chrono::steady_clock::now();
+  wire_.sink->OnReply(wire_.at(0).ticket, Reply::Of(ReplyCode::kAck));
+  ASSERT_EQ(qp_.completions.size(), 1u);
+  // Progress() answers when the head (the second message) is next due: a full timeout after
+  // the acknowledgement, no earlier.
+  EXPECT_GE(requester_.Progress(), before_ack + transport::AckTimeout(20));
+  EXPECT_EQ(wire_.count(), 2u);
 }
 
 TEST_F(AsyncRequesterTest, SilenceEndsInRetryExceededAndFlushesTheRest) {

@@ -10,6 +10,7 @@
 #include "core/mr.h"
 #include "tests/unit/core/test_context.h"
 #include "tests/unit/transport/fake_target.h"
+#include "transport/codes.h"
 #include "transport/key_table.h"
 
 namespace softverbs::core {
@@ -20,8 +21,8 @@ using transport::ReplyCode;
 using transport::Request;
 using transport::WrOpcode;
 
-constexpr uint32_t kRc = 2, kUc = 3, kUd = 4;
-constexpr uint32_t kRts = 3, kInit = 1;
+using transport::qp_type::kRc, transport::qp_type::kUc, transport::qp_type::kUd;
+using transport::qp_state::kRts, transport::qp_state::kInit;
 
 class ResponderTest : public CoreTest {
  protected:

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/unit/fabric/wire/wire_test_util.h"
+
 namespace softverbs::fabric::wire {
 namespace {
 
@@ -14,7 +16,8 @@ FaultInjector Injector(const std::string& text) {
   return FaultInjector(spec.ok() ? spec.value() : FaultSpec());
 }
 
-// A datagram with a BTH for `qpn` and a 32-bit sequence number after it.
+// A datagram with a BTH for `qpn` and a 32-bit sequence number after it (read back with
+// wire_test_util.h's SeqOf).
 Datagram Packet(uint32_t qpn, uint32_t seq) {
   Datagram dg;
   dg.bytes.assign(20, 0);
@@ -23,12 +26,6 @@ Datagram Packet(uint32_t qpn, uint32_t seq) {
   dg.bytes[7] = static_cast<uint8_t>(qpn);
   for (int i = 0; i < 4; ++i) dg.bytes[12 + i] = static_cast<uint8_t>(seq >> (8 * i));
   return dg;
-}
-
-uint32_t SeqOf(const Datagram& dg) {
-  uint32_t s = 0;
-  for (int i = 0; i < 4; ++i) s |= uint32_t{dg.bytes[12 + i]} << (8 * i);
-  return s;
 }
 
 // Everything that leaves for `n` packets of QP 0x11 and 0x22 alternating, one per microsecond,
@@ -65,7 +62,7 @@ TEST(FaultInjectorTest, AQpsDecisionsIgnoreOtherQpsTraffic) {
   std::vector<uint32_t> kept_alone, kept_mixed;
   std::vector<Datagram> out;
   for (uint32_t i = 0; i < 500; ++i) alone.Process(Direction::kRx, Packet(0x11, i), 0, out);
-  for (const Datagram& d : out) kept_alone.push_back(SeqOf(d));
+  for (const Datagram& d : out) kept_alone.push_back(testing_util::SeqOf(d.bytes));
   out.clear();
   for (uint32_t i = 0; i < 500; ++i) {
     mixed.Process(Direction::kRx, Packet(0x77, 1000 + i), 0, out);
@@ -73,7 +70,7 @@ TEST(FaultInjectorTest, AQpsDecisionsIgnoreOtherQpsTraffic) {
     mixed.Process(Direction::kRx, Packet(0x11, i), 0, out);
   }
   for (const Datagram& d : out)
-    if (SeqOf(d) < 1000) kept_mixed.push_back(SeqOf(d));
+    if (testing_util::SeqOf(d.bytes) < 1000) kept_mixed.push_back(testing_util::SeqOf(d.bytes));
   EXPECT_EQ(kept_alone, kept_mixed);
   EXPECT_LT(kept_alone.size(), 450u);
 }
@@ -129,10 +126,10 @@ TEST(FaultInjectorTest, DelayHoldsUntilTheDeadline) {
   EXPECT_TRUE(out.empty());
   f.ReleaseDue(Direction::kTx, 201'000, out);
   ASSERT_EQ(out.size(), 1u);
-  EXPECT_EQ(SeqOf(out[0]), 1u);
+  EXPECT_EQ(testing_util::SeqOf(out[0].bytes), 1u);
   f.ReleaseDue(Direction::kTx, 300'000, out);
   ASSERT_EQ(out.size(), 2u);
-  EXPECT_EQ(SeqOf(out[1]), 2u);
+  EXPECT_EQ(testing_util::SeqOf(out[1].bytes), 2u);
   EXPECT_EQ(f.NextDeadline(), UINT64_MAX);
 }
 
@@ -148,7 +145,7 @@ TEST(FaultInjectorTest, ReorderedDatagramsFollowLaterOnesAndNoneIsLost) {
   f.ReleaseDue(Direction::kTx, 1'000'000, out);
   ASSERT_EQ(out.size(), 1000u);
   std::vector<uint32_t> seqs;
-  for (const Datagram& d : out) seqs.push_back(SeqOf(d));
+  for (const Datagram& d : out) seqs.push_back(testing_util::SeqOf(d.bytes));
   EXPECT_FALSE(std::is_sorted(seqs.begin(), seqs.end()));
   std::map<uint32_t, size_t> position;
   for (size_t i = 0; i < seqs.size(); ++i) position[seqs[i]] = i;

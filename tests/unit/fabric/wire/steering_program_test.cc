@@ -56,7 +56,7 @@ uint32_t Interpret(const std::vector<sock_filter>& prog, std::span<const uint8_t
 
 // A BTH (12 bytes) with `qpn` in DestQP (bytes 5..7), byte 4 (reserved) set to `reserved`,
 // followed by `extra` payload bytes.
-std::vector<uint8_t> Bth(uint32_t qpn, uint8_t reserved = 0, size_t extra = 4) {
+std::vector<uint8_t> SteeringBth(uint32_t qpn, uint8_t reserved = 0, size_t extra = 4) {
   std::vector<uint8_t> p(12 + extra, 0xa5);
   p[0] = 0x04;  // RC SEND_ONLY
   p[4] = reserved;
@@ -66,7 +66,7 @@ std::vector<uint8_t> Bth(uint32_t qpn, uint8_t reserved = 0, size_t extra = 4) {
   return p;
 }
 
-uint32_t Steer(const std::vector<sock_filter>& prog, uint32_t qpn) { return Interpret(prog, Bth(qpn)); }
+uint32_t Steer(const std::vector<sock_filter>& prog, uint32_t qpn) { return Interpret(prog, SteeringBth(qpn)); }
 
 TEST(SteeringProgramTest, EmptyTableFallsBackToTheHashForEveryQpn) {
   const auto prog = BuildSteeringProgram({});
@@ -85,8 +85,8 @@ TEST(SteeringProgramTest, RangesSteerToTheirSlotAndGapsFallBack) {
 
 TEST(SteeringProgramTest, OnlyTheTwentyFourDestQpBitsCount) {
   const auto prog = BuildSteeringProgram({{0x123, 0x123, 5}});
-  EXPECT_EQ(Interpret(prog, Bth(0x123, /*reserved=*/0xff)), 5u);  // the reserved byte 4 is masked off
-  EXPECT_EQ(Interpret(prog, Bth(0x124, 0xff)), kSteerFallback);
+  EXPECT_EQ(Interpret(prog, SteeringBth(0x123, /*reserved=*/0xff)), 5u);  // the reserved byte 4 is masked off
+  EXPECT_EQ(Interpret(prog, SteeringBth(0x124, 0xff)), kSteerFallback);
 }
 
 TEST(SteeringProgramTest, DatagramsTooShortForDestQpFallBackInsteadOfSlotZero) {

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -277,6 +278,29 @@ TEST_F(HostTargetTest, DestroyWaitsForAStoppedSender) {
 
 // Issue 17 item 6: a bogus QP number or key from a peer, beyond the table's extent, is refused
 // without reading its slot: the sparse registry gets no page for it.
+// A delivery that finds its QP destroyed while it holds the pin (ibv_destroy_qp waits for it)
+// stops and answers nothing (ESRCH, silence: IBA 9.6.1.1), as a packet to a QP that no longer
+// exists -- not a remote access error, which is for a key withdrawn mid-transfer. ibv_srq_pingpong
+// across namespaces saw REM_ACCESS_ERR for a SEND that met its target QP's teardown.
+TEST_F(HostTargetTest, AccessCutShortByTheQpsDestructionAnswersNothing) {
+  const uint32_t qpn = qp_->qp_num();
+  auto found = HostTarget::Find(context_->local(), qpn);
+  ASSERT_TRUE(found.ok()) << found.status().rule();
+  std::optional<HostTarget> target(std::move(found.value()));
+  std::thread destroy([this] { qp_.reset(); });  // waits for our pin
+  EXPECT_TRUE(Eventually([&] {
+    return std::atomic_ref<uint32_t>(target->endpoint().qp_num).load(std::memory_order_acquire) != qpn;
+  }));
+  uint8_t byte = 0;
+  const iovec local{&byte, 1};
+  transport::PinnedPieces nothing;
+  nothing.Add(iovec{&byte, 1});
+  const Status s = target->Move(/*write=*/true, &local, 1, nothing);
+  EXPECT_EQ(s.code(), ESRCH) << s.rule();
+  target.reset();  // unpins: the destruction completes
+  destroy.join();
+}
+
 TEST_F(HostTargetTest, NumbersBeyondTheExtentTouchNoPageOfTheRegistry) {
   fabric::HostRegistry& registry = context_->registry();
   const long page = sysconf(_SC_PAGESIZE);

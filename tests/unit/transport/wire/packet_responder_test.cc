@@ -11,6 +11,7 @@
 #include "core/mr.h"
 #include "tests/unit/core/test_context.h"
 #include "tests/unit/transport/fake_target.h"
+#include "transport/codes.h"
 #include "transport/wire/wire_packets.h"
 
 namespace softverbs::core {
@@ -20,7 +21,8 @@ namespace packet = fabric::packet;
 using transport::Request;
 using transport::WrOpcode;
 
-constexpr uint32_t kUc = 3, kRts = 3;
+using transport::qp_type::kUc;
+using transport::qp_state::kRts;
 
 class PacketResponderTest : public CoreTest {
  protected:
@@ -157,6 +159,37 @@ TEST_F(PacketResponderTest, AWriteLongerThanItsRethIsDropped) {
   Receive(packets[2]);
   EXPECT_EQ(buf_[1000 + 256], 0);  // nothing beyond the first packet landed
   EXPECT_EQ(memcmp(buf_ + 1000, message_, 256), 0);
+}
+
+TEST_F(PacketResponderTest, AWriteWhoseRethEndsPastTheMrWritesNothing) {
+  // rxe check_rkey checks the RETH's whole range at the FIRST packet: a UC message that would
+  // end outside the MR is dropped before its first packet lands (it used to write the packets
+  // inside the MR and drop only the one that crossed its end).
+  auto packets = Packets(WrOpcode::kRdmaWrite, 600, 0);
+  auto p = packet::Parse(packets[0], &flow_);
+  ASSERT_TRUE(p.ok());
+  // The same FIRST, its RETH moved so the message ends 100 bytes past the MR (8192 bytes).
+  packet::PacketHeaders h = p->hdr;
+  h.reth.va = reinterpret_cast<uint64_t>(buf_) + sizeof(buf_) - 500;
+  std::vector<uint8_t> first(512);
+  const packet::ConstBuffer piece{p->payload.data(), p->payload.size()};
+  auto n = packet::Build(h, {&piece, 1}, flow_, first);
+  ASSERT_TRUE(n.ok());
+  first.resize(*n);
+  Receive(first);
+  Receive(packets[1]);
+  for (size_t i = sizeof(buf_) - 500; i < sizeof(buf_); ++i) ASSERT_EQ(buf_[i], 0) << i;
+}
+
+TEST_F(PacketResponderTest, AUcPacketForAnRcQpLeavesItsSequenceAlone) {
+  // rxe check_type_state: the opcode's transport must be the QP's. An RC QP's expected PSN
+  // lives in the same receive state, and a stray UC FIRST used to restart it.
+  target_.e_.type = 2;  // RC
+  target_.e_.wire.epsn = 40;
+  for (auto& p : Packets(WrOpcode::kRdmaWrite, 600, 7)) Receive(p);
+  EXPECT_EQ(target_.e_.wire.epsn, 40u);
+  EXPECT_EQ(target_.e_.wire.message, 0u);
+  EXPECT_EQ(buf_[1000], 0);
 }
 
 }  // namespace

@@ -9,11 +9,13 @@
 #include <random>
 #include <vector>
 
+#include "transport/codes.h"
+
 namespace softverbs::transport {
 namespace {
 
 namespace packet = fabric::packet;
-constexpr uint32_t kUd = 4, kRc = 2;
+using transport::qp_type::kUd, transport::qp_type::kRc;
 
 class WirePacketsTest : public ::testing::Test {
  protected:

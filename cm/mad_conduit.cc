@@ -1,0 +1,109 @@
+#include "cm/mad_conduit.h"
+
+#include <cerrno>
+
+namespace softverbs::cm {
+
+Result<std::unique_ptr<MadConduit>> MadConduit::Create(MadSender send, const Gid& local_gid, const Gid& remote_gid,
+                                                       const mad::MadContext& context) {
+  auto ready = EventFd::Create();
+  if (!ready.ok()) return ready.status();
+  return std::unique_ptr<MadConduit>(
+      new MadConduit(std::move(send), local_gid, remote_gid, context, std::move(ready.value())));
+}
+
+MadConduit::MadConduit(MadSender send, const Gid& local_gid, const Gid& remote_gid, const mad::MadContext& context,
+                       EventFd ready)
+    : send_(std::move(send)), local_gid_(local_gid), remote_gid_(remote_gid), context_(context),
+      ready_(std::move(ready)) {
+  context_.remote_gid = remote_gid;
+}
+
+Status MadConduit::Send(const Message& message) {
+  std::array<uint8_t, mad::kMadBytes> bytes;
+  {
+    std::lock_guard lock(mu_);
+    auto mad = mad::MadOfMessage(message, context_);
+    if (!mad.ok()) return mad.status();
+    auto encoded = mad::EncodeMad(*mad);
+    if (!encoded.ok()) return encoded.status();
+    bytes = *encoded;
+    // What the CM retransmits until answered (REQ until REP/REJ, REP until RTU, DREQ until DREP).
+    const bool awaits_answer = message.type == MessageType::kReq || message.type == MessageType::kRep ||
+                               message.type == MessageType::kDreq || message.type == MessageType::kSidrReq;
+    if (awaits_answer) {
+      last_ = bytes;
+      has_last_ = true;
+    }
+  }
+  return SendBytes(bytes);
+}
+
+Status MadConduit::SendBytes(std::span<const uint8_t> mad) { return send_(local_gid_, remote_gid_, mad); }
+
+Status MadConduit::Retransmit() {
+  std::array<uint8_t, mad::kMadBytes> bytes;
+  {
+    std::lock_guard lock(mu_);
+    if (!has_last_) return Invalid("nothing to retransmit: no REQ, REP or DREQ was sent");
+    bytes = last_;
+  }
+  return SendBytes(bytes);
+}
+
+Status MadConduit::Deliver(const mad::Mad& mad, const Gid& sgid) {
+  std::lock_guard lock(mu_);
+  if (const auto* mra = std::get_if<mad::Mra>(&mad.body)) {
+    mra_timeout_ = mra->service_timeout;  // the sender's timer waits that much longer
+    return Status::Ok();
+  }
+  mad::MadContext learnt;
+  auto message = mad::MessageOfMad(mad, &learnt);
+  if (!message.ok()) return message.status();
+  if (message->type != MessageType::kReq && message->type != MessageType::kSidrReq) message->gid = sgid;
+  switch (message->type) {
+    case MessageType::kReq:
+    case MessageType::kSidrReq:
+      context_.remote_comm_id = learnt.remote_comm_id;
+      context_.tid = learnt.tid;  // cm.c: the REP reuses the REQ's TID
+      context_.path_mtu = learnt.path_mtu;
+      context_.remote_qpn = message->qpn;  // a DREQ from this side names it
+      break;
+    case MessageType::kRep:
+      context_.remote_comm_id = learnt.remote_comm_id;
+      context_.remote_qpn = message->qpn;
+      break;
+    default:
+      break;
+  }
+  // An answer ends the retransmission of what it answers.
+  if (message->type != MessageType::kReq && message->type != MessageType::kDreq) has_last_ = false;
+  inbox_.push_back(*message);
+  ready_.Signal();
+  return Status::Ok();
+}
+
+Status MadConduit::Receive(Message* message, bool* closed) {
+  *closed = false;  // the MAD path has no EOF: a dead peer shows as its host's DREQ or as timeouts
+  std::lock_guard lock(mu_);
+  if (inbox_.empty()) {
+    ready_.Clear();
+    return Status(EAGAIN, "no CM message pending");
+  }
+  *message = inbox_.front();
+  inbox_.pop_front();
+  if (inbox_.empty()) ready_.Clear();
+  return Status::Ok();
+}
+
+mad::MadContext MadConduit::context() const {
+  std::lock_guard lock(mu_);
+  return context_;
+}
+
+int MadConduit::mra_service_timeout() const {
+  std::lock_guard lock(mu_);
+  return mra_timeout_;
+}
+
+}  // namespace softverbs::cm

@@ -1,0 +1,63 @@
+// The MAD path of one identifier (docs/cm.md, "Across hosts"; skeleton): its messages leave as
+// IB CM MADs (cm/mad.h) through a sender the layer above binds to WireFabric::SendMad, and the
+// MADs the host's CM agent finds addressed to it (by comm ID, or the listener's service ID)
+// arrive through Deliver(). It keeps what a MAD needs and a Message lacks (comm IDs, TID,
+// service ID, the peer's CA GUID and GID: mad::MadContext) and the last REQ/REP/DREQ for the
+// retransmission timer. Not yet: the host-wide comm ID space, the agent's dispatch, the timers.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+
+#include "base/event_fd.h"
+#include "cm/conduit.h"
+#include "cm/mad.h"
+
+namespace softverbs::cm {
+
+// Sends one 256-byte MAD from local GID `sgid` to QP1 of `dgid`.
+using MadSender = std::function<Status(const Gid& sgid, const Gid& dgid, std::span<const uint8_t> mad)>;
+
+class MadConduit : public Conduit {
+ public:
+  // `context`: the local comm ID and TID (active side: (hi_tid << 32) | comm ID, as cm.c
+  // cm_form_tid), the service ID and this host's CA GUID; the rest is learnt from the peer.
+  static Result<std::unique_ptr<MadConduit>> Create(MadSender send, const Gid& local_gid, const Gid& remote_gid,
+                                                    const mad::MadContext& context);
+
+  Status Send(const Message& message) override;
+  Status Receive(Message* message, bool* closed) override;
+  int fd() const override { return ready_.fd(); }
+
+  // A MAD the agent found for this identifier, from `sgid`. Any thread. A REQ or REP teaches
+  // the peer's comm ID (a passive side also adopts the REQ's TID, which its REP and DREP reuse,
+  // as rxe's capture shows); an MRA only records its service timeout. Refused (logged by the
+  // caller): a MAD this conduit cannot map (cm/mad.h MessageOfMad).
+  Status Deliver(const mad::Mad& mad, const Gid& sgid);
+  // Sends the last REQ, REP or DREQ again (IBA 12.7: the CM's retransmission on timeout).
+  Status Retransmit();
+
+  mad::MadContext context() const;
+  // The service timeout of the last MRA received (IBA 12.6.6), or -1.
+  int mra_service_timeout() const;
+
+ private:
+  MadConduit(MadSender send, const Gid& local_gid, const Gid& remote_gid, const mad::MadContext& context,
+             EventFd ready);
+  Status SendBytes(std::span<const uint8_t> mad);
+
+  const MadSender send_;
+  const Gid local_gid_, remote_gid_;
+  mutable std::mutex mu_;
+  mad::MadContext context_;         // under mu_
+  std::deque<Message> inbox_;       // under mu_
+  std::array<uint8_t, mad::kMadBytes> last_{};  // the last REQ / REP / DREQ sent, under mu_
+  bool has_last_ = false;
+  int mra_timeout_ = -1;
+  EventFd ready_;  // readable while inbox_ is not empty
+};
+
+}  // namespace softverbs::cm

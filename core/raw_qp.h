@@ -1,0 +1,87 @@
+// The Ethernet side of an IBV_QPT_RAW_PACKET QP (issue 14): its sends are whole frames on the
+// port's interface and its receives are the frames that flow rules steer to it
+// (transport/raw/). Owned by its core::Qp, which keeps the state machine, the queues and the
+// CQs; this holds the port and turns frames into work completions.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "base/status.h"
+#include "core/pd.h"
+#include "core/types.h"
+#include "transport/raw/raw_port.h"
+#include "transport/raw/raw_receive.h"
+#include "transport/raw/raw_send.h"
+
+namespace softverbs::core {
+
+class Context;
+class Qp;
+class RwqIndTable;
+struct QpInitAttributes;
+
+class RawQp final : public transport::raw::RawSink {
+ public:
+  // Opens this process's port on the interface owning the GIDs: EPERM without CAP_NET_RAW in
+  // the QP's network namespace (as the kernel requires of raw QPs on mlx5), ENODEV without one.
+  static Result<std::unique_ptr<RawQp>> Open(Context& context, const QpInitAttributes& init);
+  ~RawQp() override;
+
+  // Called once the QP exists: its number and the QP the frames complete on.
+  void Attach(Qp* qp, uint32_t qpn);
+  // ibv_post_send of one WR in `state` (sends from RTS on; flushed in ERR).
+  Status PostSend(const transport::SendWr& wr, QpState state);
+  // Sends what PostSend queued (one sendmmsg for a whole ibv_post_send list).
+  void Flush();
+
+  // ibv_post_recv posted WQEs: frames waiting in the receive buffer take them now.
+  void DrainBacklog();
+
+  // Flow rules (core/flow.h).
+  transport::raw::RawPort& port() { return *port_; }
+  UseCount& flows() { return flows_; }
+
+  // transport::raw::RawSink: a steered frame (the port's thread, or a sender's loopback).
+  void OnFrame(std::span<const uint8_t> frame, const fabric::raw::FrameView& view,
+               const transport::raw::FlowMark& mark) override;
+
+ private:
+  RawQp(Context& context, std::shared_ptr<transport::raw::RawPort> port, const QpInitAttributes& init);
+  void Complete(const transport::SendWr& wr, uint32_t status);
+  // IBV_WR_TSO: the segments of `wr` into pending_ (under send_mu_); a wc status.
+  uint32_t BuildSegments(const transport::SendWr& wr);
+  // Places one frame in the next WQE (under rx_mu_); false if none is posted.
+  bool Deliver(std::span<const uint8_t> frame, const fabric::raw::FrameView& view,
+               const transport::raw::FlowMark& mark);
+
+  // The port's receive buffer: frames that found no WQE wait here, in order, for the next
+  // ibv_post_recv, as a NIC's buffer with link-level flow control holds them instead of
+  // dropping. Beyond kMaxBacklog frames it drops (out_of_buffer).
+  static constexpr size_t kMaxBacklog = 4096;
+  struct Held {
+    std::vector<uint8_t> frame;
+    transport::raw::FlowMark mark;
+  };
+
+  Context& context_;
+  std::shared_ptr<transport::raw::RawPort> port_;
+  Qp* qp_ = nullptr;
+  transport::raw::RawSendConfig send_;
+  transport::raw::RawReceiveConfig receive_;
+  bool sq_sig_all_ = false;
+  std::mutex send_mu_;
+  std::vector<std::vector<uint8_t>> pending_;  // built frames not yet handed to the socket
+  UseCount flows_;
+  std::mutex rx_mu_;
+  std::deque<Held> backlog_;
+  // An RSS QP: the table whose WQs receive, and the hash that picks one.
+  RwqIndTable* ind_table_ = nullptr;
+  std::vector<uint8_t> hash_key_;
+  uint64_t hash_fields_ = 0;
+  uint16_t max_tso_header_ = 0;  // ibv_qp_init_attr_ex.max_tso_header
+};
+
+}  // namespace softverbs::core

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# An impairment softverbs does not control (issue 11, section 3): two namespaces A and B joined
+# through a third, M, that routes between them (two veth pairs). In M, softverbs-relay
+# --transparent takes every UDP 4791 datagram M forwards (policy routing delivers them to it)
+# and passes it on with its addresses unchanged (the ICRC covers them), dropping, duplicating
+# and reordering them (--faults). No SOFTVERBS_FAULTS: softverbs does not know. ibv_rc_pingpong
+# and ib_write_bw must complete through it, and the relay must have seen and impaired the
+# traffic of both directions.
+# Needs root (namespaces, IP_TRANSPARENT); skipped otherwise. Everything started is bounded by a
+# timeout and removed by the names chosen here. Usage: netns_relay_test.sh <build dir>
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/common.sh"
+build=${1:?build dir}
+if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null; then
+  echo "skip: needs root and iproute2 to create network namespaces"
+  echo "0 passed, 0 failed, 1 skipped"
+  exit 0
+fi
+export LD_LIBRARY_PATH="$build/lib"
+export SOFTVERBS_HOST="clients-relay-$$"
+ns_a="sv-ra-$$" ns_m="sv-rm-$$" ns_b="sv-rb-$$"
+ip_a=10.81.1.1 ip_ma=10.81.1.2 ip_mb=10.81.2.2 ip_b=10.81.2.1
+logs=$(mktemp -d)
+relay=
+cleanup() {
+  [ -n "$relay" ] && kill -9 "$relay" 2>/dev/null
+  for ns in "$ns_a" "$ns_m" "$ns_b"; do ip netns del "$ns" 2>/dev/null; done
+  rm -f /dev/shm/softverbs-"$(id -u)"-*-"$SOFTVERBS_HOST"
+  rm -rf "$logs"
+}
+trap cleanup EXIT
+pass=0 fail=0
+check() {  # check <description> <condition...>
+  local what=$1; shift
+  if "$@"; then pass=$((pass + 1)); echo "ok   $what"; else fail=$((fail + 1)); echo "FAIL $what"; fi
+}
+
+for ns in "$ns_a" "$ns_m" "$ns_b"; do
+  ip netns add "$ns" || { echo "FAIL cannot create network namespaces"; echo "0 passed, 1 failed"; exit 1; }
+  ip -n "$ns" link set lo up
+done
+ip link add "ra$$" netns "$ns_a" type veth peer name "rma$$" netns "$ns_m"
+ip link add "rb$$" netns "$ns_b" type veth peer name "rmb$$" netns "$ns_m"
+ip -n "$ns_a" addr add $ip_a/24 dev "ra$$"
+ip -n "$ns_m" addr add $ip_ma/24 dev "rma$$"
+ip -n "$ns_m" addr add $ip_mb/24 dev "rmb$$"
+ip -n "$ns_b" addr add $ip_b/24 dev "rb$$"
+for l in "$ns_a ra$$" "$ns_m rma$$" "$ns_m rmb$$" "$ns_b rb$$"; do
+  set -- $l
+  ip -n "$1" link set "$2" mtu 9000 up
+done
+ip -n "$ns_a" route add default via $ip_ma
+ip -n "$ns_b" route add default via $ip_mb
+# M routes (the pingpongs' TCP exchange goes through it untouched) and delivers the RoCEv2
+# datagrams it would forward to the relay instead (the "AnyIP" local route; rp_filter off).
+ip netns exec "$ns_m" sysctl -qw net.ipv4.ip_forward=1 net.ipv4.conf.all.rp_filter=0 \
+  net.ipv4.conf.default.rp_filter=0 "net.ipv4.conf.rma$$.rp_filter=0" "net.ipv4.conf.rmb$$.rp_filter=0"
+ip -n "$ns_m" route add local 0.0.0.0/0 dev lo table 100
+for dev in "rma$$" "rmb$$"; do ip -n "$ns_m" rule add pref 100 iif "$dev" ipproto udp dport 4791 lookup 100; done
+
+faults="loss=5%,dup=5%,reorder=25%,seed=5"
+ip netns exec "$ns_m" timeout 120 "$build/bin/softverbs-relay" --transparent $ip_a --listen 0.0.0.0:4791 \
+  --faults "$faults" --max-seconds 100 >"$logs/relay.out" 2>"$logs/relay.err" &
+relay=$!
+for _ in $(seq 1 100); do grep -q ready "$logs/relay.out" 2>/dev/null && break; sleep 0.05; done
+check "softverbs-relay --transparent is ready in the middle namespace" grep -q ready "$logs/relay.out"
+
+gid_index() {
+  ip netns exec "$1" "$build/bin/softverbs" devices | sed -n "s/^ *GID\[ *\([0-9]*\)\] $2\$/\1/p"
+}
+gid_a=$(gid_index "$ns_a" ::ffff:$ip_a) gid_b=$(gid_index "$ns_b" ::ffff:$ip_b)
+
+# run <what> <program> <timeout> <success pattern> [args]: server in A, client in B.
+run() {
+  local what=$1 prog=$2 bound=$3 pattern=$4 port server src crc gflag
+  shift 4
+  port=$(free_port)
+  case "$prog" in ib_*) gflag=(-d softverbs0 -x) ;; *) gflag=(-g) ;; esac
+  ip netns exec "$ns_a" timeout "$bound" "$prog" "${gflag[@]}" "$gid_a" -p "$port" "$@" >"$logs/server" 2>&1 &
+  server=$!
+  sleep 0.5
+  ip netns exec "$ns_b" timeout "$bound" "$prog" "${gflag[@]}" "$gid_b" -p "$port" "$@" $ip_a >"$logs/client" 2>&1
+  crc=$?
+  wait "$server"
+  src=$?
+  check "$what through the impairing relay (server rc=$src, client rc=$crc)" \
+    bash -c "[ $src -eq 0 ] && [ $crc -eq 0 ] && grep -qE '$pattern' '$logs/client'"
+  if [ "$src" -ne 0 ] || [ "$crc" -ne 0 ]; then
+    sed 's/^/  server: /' "$logs/server" | tail -4
+    sed 's/^/  client: /' "$logs/client" | tail -4
+  fi
+}
+run "ibv_rc_pingpong -n 200 -s 8192" ibv_rc_pingpong 40 'iters in' -n 200 -s 8192 -m 1024
+run "ib_write_bw -n 200 -s 16384" ib_write_bw 40 '^ +[0-9]+ +[0-9]+ ' -n 200 -s 16384
+
+kill -TERM "$relay" 2>/dev/null
+wait "$relay" 2>/dev/null
+relay=
+# "softverbs-relay tx: seen N lost N duplicated N reordered N ..." per direction.
+relay_stat() { sed -n "s/^softverbs-relay $1:.* $2 \([0-9]*\).*/\1/p" "$logs/relay.err"; }
+for d in tx rx; do
+  seen=$(relay_stat $d seen) lost=$(relay_stat $d lost) dup=$(relay_stat $d duplicated) reo=$(relay_stat $d reordered)
+  check "the relay impaired direction $d (seen ${seen:-?}, lost ${lost:-?}, duplicated ${dup:-?}, reordered ${reo:-?})" \
+    bash -c "[ '${seen:-0}' -gt 100 ] && [ '${lost:-0}' -gt 0 ] && [ '${dup:-0}' -gt 0 ] && [ '${reo:-0}' -gt 0 ]"
+done
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

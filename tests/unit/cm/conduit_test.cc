@@ -1,0 +1,208 @@
+// The conduits an identifier's messages travel (cm/conduit.h, cm/mad_conduit.h): the same-host
+// socket, and two MAD conduits joined back to back through their senders (what the wire and the
+// CM agents would do between two hosts).
+#include "cm/mad_conduit.h"
+
+#include <arpa/inet.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <cstring>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace softverbs::cm {
+namespace {
+
+bool HasInput(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return poll(&p, 1, 0) == 1;
+}
+
+sockaddr_storage V4(const char* ip, uint16_t port) {
+  sockaddr_storage s{};
+  auto* sin = reinterpret_cast<sockaddr_in*>(&s);
+  sin->sin_family = AF_INET;
+  sin->sin_port = htons(port);
+  inet_pton(AF_INET, ip, &sin->sin_addr);
+  return s;
+}
+
+Gid Mapped(const char* ip) {
+  Gid g{};
+  g[10] = g[11] = 0xff;
+  inet_pton(AF_INET, ip, g.data() + 12);
+  return g;
+}
+
+TEST(SocketConduitTest, CarriesMessagesAndSeesThePeerGo) {
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+  SocketConduit a{UniqueFd(sv[0])};
+  auto b = std::make_unique<SocketConduit>(UniqueFd(sv[1]));
+  Message m;
+  m.type = MessageType::kRep;
+  m.qpn = 0x123;
+  m.psn = 0x456;
+  m.private_data_len = 3;
+  m.private_data[0] = 'a';
+  ASSERT_TRUE(a.Send(m).ok());
+  ASSERT_TRUE(HasInput(b->fd()));
+  Message got;
+  bool closed = true;
+  ASSERT_TRUE(b->Receive(&got, &closed).ok());
+  EXPECT_FALSE(closed);
+  EXPECT_EQ(got.type, MessageType::kRep);
+  EXPECT_EQ(got.qpn, 0x123u);
+  EXPECT_EQ(got.private_data[0], 'a');
+  b.reset();
+  ASSERT_TRUE(a.Receive(&got, &closed).ok());
+  EXPECT_TRUE(closed);
+}
+
+class MadConduitTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    mad::MadContext a_ctx;
+    a_ctx.local_comm_id = 0x11111111;
+    a_ctx.tid = uint64_t{2} << 32 | a_ctx.local_comm_id;
+    a_ctx.service_id = mad::ServiceId(mad::PortSpace::kTcp, 7174);
+    a_ctx.local_ca_guid = 0xaaaa;
+    auto a = MadConduit::Create(Wire(&b_, gid_a_, &sent_by_a_), gid_a_, gid_b_, a_ctx);
+    mad::MadContext b_ctx;
+    b_ctx.local_comm_id = 0x22222222;
+    b_ctx.local_ca_guid = 0xbbbb;
+    auto b = MadConduit::Create(Wire(&a_, gid_b_, &sent_by_b_), gid_b_, gid_a_, b_ctx);
+    ASSERT_TRUE(a.ok() && b.ok());
+    a_ = std::move(a.value());
+    b_ = std::move(b.value());
+  }
+  // A sender that checks where the MAD goes, keeps its bytes, decodes it as the peer's agent
+  // would and delivers it to `to`.
+  MadSender Wire(std::unique_ptr<MadConduit>* to, const Gid& from, std::vector<std::vector<uint8_t>>* log) {
+    return [this, to, from, log](const Gid& sgid, const Gid& dgid, std::span<const uint8_t> bytes) {
+      EXPECT_EQ(sgid, from);
+      EXPECT_EQ(dgid, from == gid_a_ ? gid_b_ : gid_a_);
+      log->emplace_back(bytes.begin(), bytes.end());
+      auto mad = mad::DecodeMad(bytes);
+      if (!mad.ok()) return mad.status();
+      return (*to)->Deliver(*mad, sgid);
+    };
+  }
+  Message Take(MadConduit& c) {
+    EXPECT_TRUE(HasInput(c.fd()));
+    Message m;
+    bool closed = true;
+    Status s = c.Receive(&m, &closed);
+    EXPECT_TRUE(s.ok()) << s.rule();
+    EXPECT_FALSE(closed);
+    return m;
+  }
+
+  const Gid gid_a_ = Mapped("10.0.0.1"), gid_b_ = Mapped("10.0.0.2");
+  std::unique_ptr<MadConduit> a_, b_;
+  std::vector<std::vector<uint8_t>> sent_by_a_, sent_by_b_;
+};
+
+TEST_F(MadConduitTest, ReqRepRtuDreqDrep) {
+  Message req;
+  req.type = MessageType::kReq;
+  req.qpn = 0x100;
+  req.psn = 0xabcdef;
+  req.responder_resources = 1;
+  req.initiator_depth = 1;
+  req.retry_count = 7;
+  req.rnr_retry_count = 7;
+  req.gid = gid_a_;
+  req.src = V4("10.0.0.1", 40000);
+  req.dst = V4("10.0.0.2", 7174);
+  req.private_data_len = 5;
+  memcpy(req.private_data.data(), "hello", 5);
+  ASSERT_TRUE(a_->Send(req).ok());
+  // On the wire: rping's REQ shape.
+  ASSERT_EQ(sent_by_a_.size(), 1u);
+  auto wire = mad::DecodeMad(sent_by_a_[0]);
+  ASSERT_TRUE(wire.ok());
+  const mad::Req& r = std::get<mad::Req>(wire->body);
+  EXPECT_EQ(r.service_id, 0x01061C06u);
+  EXPECT_EQ(r.local_comm_id, 0x11111111u);
+  EXPECT_EQ(r.primary.local_gid, gid_a_);
+  EXPECT_EQ(r.primary.remote_gid, gid_b_);
+  EXPECT_EQ(r.primary.local_lid, 0xffff);
+  EXPECT_EQ(wire->hdr.tid, (uint64_t{2} << 32) | 0x11111111);
+  // At B: the REQ, and what B learnt.
+  Message got = Take(*b_);
+  EXPECT_EQ(got.type, MessageType::kReq);
+  EXPECT_EQ(got.qpn, 0x100u);
+  EXPECT_EQ(got.psn, 0xabcdefu);
+  EXPECT_EQ(memcmp(got.private_data.data(), "hello", 5), 0);
+  EXPECT_EQ(got.gid, gid_a_);
+  EXPECT_EQ(ntohs(reinterpret_cast<const sockaddr_in*>(&got.src)->sin_port), 40000);
+  EXPECT_EQ(b_->context().remote_comm_id, 0x11111111u);
+  EXPECT_FALSE(HasInput(b_->fd()));
+  // A retransmits its REQ byte for byte until answered.
+  ASSERT_TRUE(a_->Retransmit().ok());
+  EXPECT_EQ(sent_by_a_.back(), sent_by_a_[0]);
+  (void)Take(*b_);  // the duplicate (the agent's duplicate rule is not here yet)
+  // B's REP reuses the REQ's TID and names both comm IDs.
+  Message rep;
+  rep.type = MessageType::kRep;
+  rep.qpn = 0x200;
+  rep.psn = 0x123;
+  ASSERT_TRUE(b_->Send(rep).ok());
+  auto rep_wire = mad::DecodeMad(sent_by_b_.back());
+  ASSERT_TRUE(rep_wire.ok());
+  EXPECT_EQ(rep_wire->hdr.tid, (uint64_t{2} << 32) | 0x11111111);
+  EXPECT_EQ(std::get<mad::Rep>(rep_wire->body).remote_comm_id, 0x11111111u);
+  EXPECT_EQ(std::get<mad::Rep>(rep_wire->body).local_ca_guid, 0xbbbbu);
+  got = Take(*a_);
+  EXPECT_EQ(got.type, MessageType::kRep);
+  EXPECT_EQ(got.qpn, 0x200u);
+  EXPECT_EQ(got.gid, gid_b_);  // from the datagram's source
+  EXPECT_EQ(a_->context().remote_comm_id, 0x22222222u);
+  EXPECT_EQ(a_->Retransmit().code(), EINVAL);  // the REP answered the REQ
+  // RTU, then DREQ / DREP.
+  Message rtu;
+  rtu.type = MessageType::kRtu;
+  ASSERT_TRUE(a_->Send(rtu).ok());
+  EXPECT_EQ(Take(*b_).type, MessageType::kRtu);
+  EXPECT_EQ(b_->Retransmit().code(), EINVAL);  // the RTU answered the REP
+  Message dreq;
+  dreq.type = MessageType::kDreq;
+  ASSERT_TRUE(a_->Send(dreq).ok());
+  auto dreq_wire = mad::DecodeMad(sent_by_a_.back());
+  ASSERT_TRUE(dreq_wire.ok());
+  EXPECT_EQ(std::get<mad::Dreq>(dreq_wire->body).remote_qpn, 0x200u);  // the REP's QPN
+  EXPECT_EQ(Take(*b_).type, MessageType::kDreq);
+  Message drep;
+  drep.type = MessageType::kDrep;
+  ASSERT_TRUE(b_->Send(drep).ok());
+  EXPECT_EQ(Take(*a_).type, MessageType::kDrep);
+  Message none;
+  bool closed = true;
+  EXPECT_EQ(a_->Receive(&none, &closed).code(), EAGAIN);
+  EXPECT_FALSE(closed);
+}
+
+TEST_F(MadConduitTest, AnMraOnlyExtendsTheTimer) {
+  mad::Mad mra;
+  mra.body = mad::Mra{0x22222222, 0x11111111, 0, 24, {}};
+  EXPECT_EQ(a_->mra_service_timeout(), -1);
+  ASSERT_TRUE(a_->Deliver(mra, gid_b_).ok());
+  EXPECT_EQ(a_->mra_service_timeout(), 24);
+  EXPECT_FALSE(HasInput(a_->fd()));
+}
+
+TEST_F(MadConduitTest, APrivateDataTooLongIsRefusedBeforeSending) {
+  Message req;
+  req.type = MessageType::kReq;
+  req.src = V4("10.0.0.1", 1);
+  req.dst = V4("10.0.0.2", 2);
+  req.private_data_len = 57;  // 92 - 36 = 56 (rdma_connect(3))
+  EXPECT_EQ(a_->Send(req).code(), EINVAL);
+  EXPECT_TRUE(sent_by_a_.empty());
+}
+
+}  // namespace
+}  // namespace softverbs::cm
