@@ -215,8 +215,15 @@ size_t SignalNew(pid_t self, const char** why) {
       *why = "more than 1024 threads";
       return SIZE_MAX;
     }
+    // Only ESRCH means the thread is gone. EAGAIN (the queue of real-time signals is full:
+    // RLIMIT_SIGPENDING, signal(7)) or EPERM (a seccomp filter) leave it running: refuse.
+    const bool sent = syscall(SYS_tgkill, getpid(), tid, ParkSignal()) == 0;
+    if (!sent && errno != ESRCH) {
+      *why = errno == EAGAIN ? "the park signal could not be queued (RLIMIT_SIGPENDING)" : "tgkill refused";
+      return SIZE_MAX;
+    }
     g_roster.tids[g_roster.n] = tid;
-    g_roster.done[g_roster.n] = syscall(SYS_tgkill, getpid(), tid, ParkSignal()) != 0;  // ESRCH: gone
+    g_roster.done[g_roster.n] = !sent;
     ++g_roster.n;
     ++added;
   }
