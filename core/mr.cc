@@ -148,6 +148,9 @@ Mr::~Mr() {
   fabric::ClearBacking(registry, slot_);
   registry.keys().Free(slot_, fabric::ProcessToken::Self());
   pd_->users().Release();
+  // A move of private pages (issue 16) this key kept from moving back (an ODP MR, one on the
+  // process_vm path over moved pages) may move back now; with a backing, its release does it.
+  if (!backing_) transport::RetryMovesBack();
 }
 
 Status Mr::Reregister(uint32_t flags, Pd* new_pd, const MrLayout& layout) {
@@ -183,8 +186,10 @@ Status Mr::Reregister(uint32_t flags, Pd* new_pd, const MrLayout& layout) {
   }
   layout_ = next;  // the keys stay (ibv_rereg_mr(3): "the lkey and rkey are not changed")
   fabric::ClearBacking(pd_->context().registry(), slot_);
+  const bool had_backing = backing_.has_value();
   backing_ = std::move(backing);
   Publish();
+  if (!had_backing) transport::RetryMovesBack();  // as at deregistration: the old range is free
   return Status::Ok();
 }
 

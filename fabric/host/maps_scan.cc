@@ -136,6 +136,23 @@ size_t ScanFileBacked(uint64_t lo, uint64_t hi, uint32_t dev, uint64_t ino, uint
   return (!read || overflow) ? SIZE_MAX : n;
 }
 
+size_t ScanFileMappings(uint32_t dev, uint64_t ino, MapsPiece* pieces) {
+  size_t n = 0;
+  bool overflow = false;
+  const bool read = ForEachLine("/proc/self/maps", [&](std::string_view line) {
+    MapsLine m;
+    if (!ParseMapsLine(line, &m) || !m.shared || m.ino != ino || EncodeDev(makedev(m.dev_major, m.dev_minor)) != dev)
+      return true;
+    if (n == kMaxMapsPieces) {
+      overflow = true;
+      return false;
+    }
+    pieces[n++] = {m.lo, m.hi, ProtOf(m, line), m.offset};
+    return true;
+  });
+  return (!read || overflow) ? SIZE_MAX : n;
+}
+
 bool FileMapped(uint32_t dev, uint64_t ino) {
   bool found = false;
   const bool read = ForEachLine("/proc/self/maps", [&](std::string_view line) {

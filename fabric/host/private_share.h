@@ -53,6 +53,10 @@ bool PrivateShareEnabled();
 // then they stay shared and the move back is tried again at the next release of any move.
 std::optional<SharedBacking> SharePrivate(uint64_t addr, uint64_t length, RangeBusyFn busy, void* ctx);
 
+// Moves back the moves whose registrations are all gone but which a live key of `busy` kept
+// shared (lingering): call when a registration that was not a move's own goes away.
+void RetryMovesBack();
+
 struct PrivateShareCounters {
   size_t moved = 0;       // ranges moved into a memfd
   size_t reused = 0;      // registrations that found their pages already moved

@@ -19,4 +19,6 @@ std::optional<fabric::SharedBacking> RegistrationBacking(fabric::HostRegistry& r
   return fabric::FindSharedBacking(addr, length);
 }
 
+void RetryMovesBack() { fabric::RetryMovesBack(); }
+
 }  // namespace softverbs::transport

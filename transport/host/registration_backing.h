@@ -18,4 +18,9 @@ namespace softverbs::transport {
 std::optional<fabric::SharedBacking> RegistrationBacking(fabric::HostRegistry& registry, uint64_t addr,
                                                          uint64_t length);
 
+// Call after a registration of this process went away or changed its range (its key no longer
+// touches the old pages): moves kept shared because that key touched their pages (lingering,
+// fabric/host/private_share.h) are moved back now. Cheap when none lingers.
+void RetryMovesBack();
+
 }  // namespace softverbs::transport
