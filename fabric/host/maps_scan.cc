@@ -54,16 +54,22 @@ int ProtOf(const MapsLine& m, std::string_view line) {
 
 bool Anonymous(const MapsLine& m) { return m.ino == 0 && (m.path.empty() || m.path == "[heap]"); }
 
-// Flags of smaps' VmFlags line that make a mapping immovable (proc(5)).
-bool ImmovableFlag(std::string_view flags) {
-  static constexpr std::string_view kRefused[] = {"lo", "wf", "dc", "gd", "um", "uw", "pf", "io", "ss"};
+// True if smaps' VmFlags text `flags` has the two-letter flag `want` (proc(5)).
+bool HasVmFlag(std::string_view flags, std::string_view want) {
   while (!flags.empty()) {
     while (!flags.empty() && flags.front() == ' ') flags.remove_prefix(1);
     const size_t end = std::min(flags.find(' '), flags.size());
-    for (std::string_view r : kRefused)
-      if (flags.substr(0, end) == r) return true;
+    if (flags.substr(0, end) == want) return true;
     flags.remove_prefix(end);
   }
+  return false;
+}
+
+// Flags of smaps' VmFlags line that make a mapping immovable (proc(5)).
+bool ImmovableFlag(std::string_view flags) {
+  static constexpr std::string_view kRefused[] = {"lo", "wf", "dc", "gd", "um", "uw", "pf", "io", "ss"};
+  for (std::string_view r : kRefused)
+    if (HasVmFlag(flags, r)) return true;
   return false;
 }
 
@@ -136,21 +142,38 @@ size_t ScanFileBacked(uint64_t lo, uint64_t hi, uint32_t dev, uint64_t ino, uint
   return (!read || overflow) ? SIZE_MAX : n;
 }
 
-size_t ScanFileMappings(uint32_t dev, uint64_t ino, MapsPiece* pieces) {
+size_t ScanFileMappings(uint32_t dev, uint64_t ino, MapsPiece* pieces, bool with_flags) {
   size_t n = 0;
   bool overflow = false;
-  const bool read = ForEachLine("/proc/self/maps", [&](std::string_view line) {
+  bool last_ours = false;  // the VmFlags line that follows belongs to a piece
+  const bool read = ForEachLine(with_flags ? "/proc/self/smaps" : "/proc/self/maps", [&](std::string_view line) {
     MapsLine m;
-    if (!ParseMapsLine(line, &m) || !m.shared || m.ino != ino || EncodeDev(makedev(m.dev_major, m.dev_minor)) != dev)
+    if (!ParseMapsLine(line, &m)) {
+      if (last_ours && line.starts_with("VmFlags:") && HasVmFlag(line.substr(8), "lo")) pieces[n - 1].locked = true;
       return true;
+    }
+    last_ours = m.shared && m.ino == ino && EncodeDev(makedev(m.dev_major, m.dev_minor)) == dev;
+    if (!last_ours) return true;
     if (n == kMaxMapsPieces) {
       overflow = true;
       return false;
     }
-    pieces[n++] = {m.lo, m.hi, ProtOf(m, line), m.offset};
+    pieces[n++] = {m.lo, m.hi, ProtOf(m, line), m.offset, false};
     return true;
   });
   return (!read || overflow) ? SIZE_MAX : n;
+}
+
+bool AnyLockedMemory() {
+  bool locked = true;
+  ForEachLine("/proc/self/status", [&](std::string_view line) {
+    if (!line.starts_with("VmLck:")) return true;
+    line.remove_prefix(6);
+    while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+    locked = !line.starts_with("0 ");
+    return false;
+  });
+  return locked;
 }
 
 bool FileMapped(uint32_t dev, uint64_t ino) {

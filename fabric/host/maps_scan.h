@@ -15,6 +15,7 @@ struct MapsPiece {
   uint64_t lo = 0, hi = 0;  // [lo, hi), clipped to the range asked about
   int prot = 0;             // PROT_READ / PROT_WRITE / PROT_EXEC of the mapping
   uint64_t offset = 0;      // ScanFileMappings: the file offset mapped at lo
+  bool locked = false;      // ScanFileMappings with_flags: mlock-ed (smaps VmFlags lo)
 };
 
 inline constexpr size_t kMaxMapsPieces = 64;
@@ -36,8 +37,11 @@ size_t ScanFileBacked(uint64_t lo, uint64_t hi, uint32_t dev, uint64_t ino, uint
 // Every mapping of the file (dev, ino) in this process, wherever it is now (the application
 // may have mremap-ed moved pages away, or grown them), with the file offset each maps. Returns
 // their count (at most kMaxMapsPieces), or SIZE_MAX if /proc/self/maps could not be read or
-// there are more.
-size_t ScanFileMappings(uint32_t dev, uint64_t ino, MapsPiece* pieces);
+// there are more. With `with_flags`, reads smaps (slower) to tell which are mlock-ed.
+size_t ScanFileMappings(uint32_t dev, uint64_t ino, MapsPiece* pieces, bool with_flags = false);
+
+// True if this process has locked memory (/proc/self/status VmLck, or the file unreadable).
+bool AnyLockedMemory();
 
 // True if some mapping of this process maps the file (dev, ino) (or /proc/self/maps could not
 // be read).

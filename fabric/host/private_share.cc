@@ -114,6 +114,8 @@ bool MakePrivate(int memfd, const MapsPiece* pieces, size_t n) {
     const MapsPiece& p = pieces[i];
     done = CopyAll(SYS_pread64, memfd, copy + at, p.hi - p.lo, p.offset, true) && Place(copy + at, p);
     if (done) at += p.hi - p.lo;
+    // An mlock the application made while the pages were shared holds for its private pages.
+    if (done && p.locked) syscall(SYS_mlock, At(p.lo), p.hi - p.lo);
   }
   if (at < total) Munmap(copy + at, total - at);
   return done;
@@ -185,7 +187,7 @@ bool MoveBack(Area& a) {
   WorldStop world;
   bool done = false;
   if (world.StopOthers() && !a.busy(a.ctx, a.lo, a.hi)) {
-    const size_t pieces = ScanFileMappings(a.dev, a.ino, g_share_pieces);
+    const size_t pieces = ScanFileMappings(a.dev, a.ino, g_share_pieces, AnyLockedMemory());
     done = pieces != SIZE_MAX;
     // Pages the application moved elsewhere may be under a key of their own (process_vm path).
     for (size_t i = 0; done && i < pieces; ++i) done = !a.busy(a.ctx, g_share_pieces[i].lo, g_share_pieces[i].hi);
@@ -264,6 +266,12 @@ void ForkChild() {
   g_share_mu.unlock();
 }
 
+// Registered when the library is loaded, not at the first move: prepare handlers run in the
+// reverse order of their registration, so ours runs after those of the libraries loaded later
+// and of the application, and what they write in preparing (a mutex they lock, on a heap page
+// shared with a registration) is in the child's copy. With nothing moved it only takes the lock.
+[[maybe_unused]] const int g_share_atfork = pthread_atfork(ForkPrepare, ForkParent, ForkChild);
+
 }  // namespace
 
 bool PrivateShareEnabled() {
@@ -315,8 +323,6 @@ std::optional<SharedBacking> SharePrivate(uint64_t addr, uint64_t length, RangeB
   });
   area->file = shared;
   g_share_areas.push_back(area);
-  static std::once_flag atfork;
-  std::call_once(atfork, [] { pthread_atfork(ForkPrepare, ForkParent, ForkChild); });
   ++g_share_counters.moved;
   SV_LOG(kDebug, "ibv_reg_mr([0x%llx, +%llu)): pages [0x%llx, 0x%llx) moved into a memfd: peers map it",
          static_cast<unsigned long long>(addr), static_cast<unsigned long long>(length),

@@ -223,5 +223,27 @@ TEST_F(MrSharedBackingTest, DeviceMemoryMrIsReachedThroughItsOwnFile) {
   EXPECT_EQ(fabric::PrivateShareStats().moved, moved);
 }
 
+// An MR over moved pages that are only partly its own stays on the process_vm path (it reaches
+// the same bytes) and keeps them moved after the first MR goes; its own deregistration moves
+// them back.
+TEST_F(MrSharedBackingTest, PartlyOverlappingMrHoldsTheMoveUntilItGoes) {
+  if (!MovesPrivateMemory()) GTEST_SKIP() << "no move here (SOFTVERBS_PRIVATE_SHARE=0 or ThreadSanitizer)";
+  MrBackingPages pages(4);
+  ASSERT_NE(pages.base, nullptr);
+  const uint64_t at = pages.addr();
+  auto first = Mr::Register(*pd_, MrLayout{at, 2 * page_, at, access::kLocalWrite});
+  ASSERT_TRUE(first.ok());
+  EXPECT_TRUE(PublishedAccess((*first)->lkey()) & transport::kSharedBacking);
+  auto second = Mr::Register(*pd_, MrLayout{at + page_, 2 * page_, at + page_, access::kLocalWrite});
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(PublishedAccess((*second)->lkey()) & transport::kSharedBacking, 0u);
+  EXPECT_FALSE(MrBackingMappedShared(pages.base + 2 * page_));  // its own page was not moved
+  first.value().reset();
+  EXPECT_TRUE(MrBackingMappedShared(pages.base));  // the second key still touches the move
+  second.value().reset();
+  EXPECT_FALSE(MrBackingMappedShared(pages.base));
+  EXPECT_EQ(pages.base[page_ + 1], 0x3c);
+}
+
 }  // namespace
 }  // namespace softverbs::core

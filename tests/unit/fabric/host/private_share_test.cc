@@ -489,5 +489,67 @@ TEST_F(PrivateShareTest, ThreadsCreatedDuringMovesLoseNoWrite) {
   EXPECT_GT(moved, 0u);
 }
 
+// What the application's own fork prepare handler writes (it locks a mutex of its own, say, on a
+// page shared with a registration) is in the child's copy: softverbs' handler, registered when
+// the library was loaded, runs after the handlers registered later.
+std::atomic<uint8_t*> g_share_prepare_target{nullptr};
+void ShareTestPrepare() {
+  if (uint8_t* p = g_share_prepare_target.load()) *p = 0x5e;
+}
+
+TEST_F(PrivateShareTest, ApplicationPrepareHandlersWritesAreInTheChildsCopy) {
+  static const int registered = pthread_atfork(ShareTestPrepare, nullptr, nullptr);
+  ASSERT_EQ(registered, 0);
+  ShareRegion r(1);
+  r.Fill(2);
+  auto b = Share(r.get(), kSharePage);
+  ASSERT_TRUE(b.has_value());
+  g_share_prepare_target = r.get() + 33;
+  const pid_t child = fork();
+  if (child == 0) _exit(r.get()[33] == 0x5e ? 0 : 1);
+  g_share_prepare_target = nullptr;
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  EXPECT_EQ(r.get()[33], 0x5e);
+}
+
+// smaps' VmFlags of the mapping holding `p` (" lo" when mlock-ed).
+std::string ShareVmFlags(const void* p) {
+  FILE* f = fopen("/proc/self/smaps", "r");
+  char line[512];
+  bool in = false;
+  std::string flags;
+  while (f != nullptr && fgets(line, sizeof line, f) != nullptr) {
+    unsigned long lo = 0, hi = 0;
+    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, ':') == nullptr) {
+      in = ShareAddr(p) >= lo && ShareAddr(p) < hi;
+    } else if (in && strncmp(line, "VmFlags:", 8) == 0) {
+      flags = line + 8;
+    }
+  }
+  if (f != nullptr) fclose(f);
+  return flags;
+}
+
+// An mlock the application makes while its pages are moved holds after they move back (the
+// private pages are locked, not only the memfd's).
+TEST_F(PrivateShareTest, MlockWhileMovedHoldsAfterTheMoveBack) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer turns mlock into a no-op";
+#endif
+  ShareRegion r(2);
+  r.Fill(3);
+  auto b = Share(r.get(), 2 * kSharePage);
+  ASSERT_TRUE(b.has_value());
+  if (mlock(r.get(), 2 * kSharePage) != 0) GTEST_SKIP() << "mlock: " << strerror(errno);
+  b.reset();
+  EXPECT_FALSE(ShareMapped(r.get()));
+  EXPECT_NE(ShareVmFlags(r.get()).find(" lo"), std::string::npos) << ShareVmFlags(r.get());
+  EXPECT_NE(ShareVmFlags(r.get() + kSharePage).find(" lo"), std::string::npos);
+  EXPECT_TRUE(r.Holds(3));
+  munlock(r.get(), 2 * kSharePage);
+}
+
 }  // namespace
 }  // namespace softverbs::fabric
