@@ -522,7 +522,7 @@ std::string ShareVmFlags(const void* p) {
   std::string flags;
   while (f != nullptr && fgets(line, sizeof line, f) != nullptr) {
     unsigned long lo = 0, hi = 0;
-    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, ':') == nullptr) {
+    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) {  // a mapping's line (attribute lines fail)
       in = ShareAddr(p) >= lo && ShareAddr(p) < hi;
     } else if (in && strncmp(line, "VmFlags:", 8) == 0) {
       flags = line + 8;
