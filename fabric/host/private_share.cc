@@ -45,12 +45,12 @@ struct Area {
 // zeros an anonymous mapping would give, not raise SIGBUS beyond the end of the file.
 constexpr uint64_t kGrowthSlack = 1ull << 30;
 
-std::mutex g_share_mu;                              // the moves, and every scan (maps_scan.cc's buffer)
+std::mutex g_share_mu;  // the moves, and every scan (maps_scan.cc's buffer)
 // This process's moves, live or lingering. Never destroyed: a registration released by an exit
 // handler after static destructors still finds it.
 std::vector<std::shared_ptr<Area>>& g_share_areas = *new std::vector<std::shared_ptr<Area>>;
 PrivateShareCounters g_share_counters;
-MapsPiece g_share_pieces[kMaxMapsPieces];          // scratch, under g_share_mu
+MapsPiece g_share_pieces[kMaxMapsPieces];  // scratch, under g_share_mu
 
 uint64_t PageSize() { return static_cast<uint64_t>(sysconf(_SC_PAGESIZE)); }
 

@@ -51,7 +51,8 @@ std::string ShareMapsPerms(const void* addr) {
   while (f != nullptr && fgets(line, sizeof line, f) != nullptr) {
     unsigned long lo = 0, hi = 0;
     char perms[5] = {};
-    if (sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) == 3 && ShareAddr(addr) >= lo && ShareAddr(addr) < hi) found = perms;
+    if (sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) == 3 && ShareAddr(addr) >= lo && ShareAddr(addr) < hi)
+      found = perms;
   }
   if (f != nullptr) fclose(f);
   return found;
@@ -256,7 +257,8 @@ TEST_F(PrivateShareTest, ApplicationUnmapsRemapsProtectsWhileRegistered) {
   ASSERT_EQ(pread(b->file->handle(), &byte, 1, 3 * kSharePage + 1), 1);
   EXPECT_EQ(byte, static_cast<uint8_t>(5 + (3 * kSharePage + 1) * 7));
   // mremap of the third page elsewhere (same size): it keeps its contents there.
-  void* moved = mremap(r.get() + 2 * kSharePage, kSharePage, kSharePage, MREMAP_MAYMOVE | MREMAP_FIXED, r.get() + 3 * kSharePage);
+  void* moved =
+      mremap(r.get() + 2 * kSharePage, kSharePage, kSharePage, MREMAP_MAYMOVE | MREMAP_FIXED, r.get() + 3 * kSharePage);
   ASSERT_NE(moved, MAP_FAILED);
   b.reset();
   // Back: page 0 read-write and private, page 1 read-only and private, contents intact; page 2
@@ -359,7 +361,8 @@ TEST_F(PrivateShareTest, UnmovableMemoryStaysOnProcessVm) {
   ShareRegion two(2);
   ASSERT_EQ(munmap(two.get() + kSharePage, kSharePage), 0);
   EXPECT_FALSE(Share(two.get(), 2 * kSharePage).has_value());  // a hole
-  ASSERT_EQ(mmap(two.get() + kSharePage, kSharePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0),
+  ASSERT_EQ(mmap(two.get() + kSharePage, kSharePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+                 -1, 0),
             two.get() + kSharePage);
 }
 
