@@ -353,7 +353,7 @@ TEST_F(PrivateShareTest, UnmovableMemoryStaysOnProcessVm) {
   ASSERT_EQ(madvise(dontfork.get(), kSharePage, MADV_DONTFORK), 0);  // rdma-core's ibv_fork_init did this
   EXPECT_FALSE(Share(dontfork.get(), kSharePage).has_value());
   ShareRegion locked(1);
-#if !defined(__SANITIZE_ADDRESS__)  // AddressSanitizer turns mlock into a no-op
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)  // the sanitizers make mlock a no-op
   if (mlock(locked.get(), kSharePage) == 0) {
     EXPECT_FALSE(Share(locked.get(), kSharePage).has_value());
   }
@@ -538,8 +538,8 @@ std::string ShareVmFlags(const void* p) {
 // An mlock the application makes while its pages are moved holds after they move back (the
 // private pages are locked, not only the memfd's).
 TEST_F(PrivateShareTest, MlockWhileMovedHoldsAfterTheMoveBack) {
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "AddressSanitizer turns mlock into a no-op";
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the sanitizers turn mlock into a no-op";
 #endif
   ShareRegion r(2);
   r.Fill(3);
