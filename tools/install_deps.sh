@@ -7,7 +7,8 @@ SUDO=""
 export DEBIAN_FRONTEND=noninteractive
 # --no-update: the caller has just run apt-get update (.ci/run does).
 [ "${1:-}" = "--no-update" ] || $SUDO apt-get update -q
-# tshark: tests/unit/fabric/packet and the netns test (captures must dissect as RRoCE).
+# tshark: tests/unit/fabric/packet and the netns test (captures must dissect as RRoCE); ethtool:
+# the netns test turns UDP segmentation off on its veth to capture GSO segments as a wire carries them.
 # qemu-system-x86, linux-image-amd64, busybox-static: tests/interop boots Debian's kernel (its
 # rdma_rxe) under qemu as a real rxe peer; its user space is the rdma-core packages listed here
 # (ibverbs-providers holds the rxe provider); xz-utils unpacks the kernel image.
@@ -18,5 +19,5 @@ $SUDO apt-get install -y -q --no-install-recommends \
   ibverbs-utils perftest qperf rdmacm-utils python3 python3-pyverbs \
   iproute2 procps \
   ucx-utils libucx0 libfabric-bin openmpi-bin libopenmpi-dev \
-  tshark \
+  tshark ethtool \
   ibverbs-providers qemu-system-x86 linux-image-amd64 busybox-static xz-utils

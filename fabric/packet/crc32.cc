@@ -110,4 +110,43 @@ uint32_t Crc32UpdateTable(uint32_t crc, const void* data, size_t len) {
   return crc;
 }
 
+// ---- zero extension: arithmetic in GF(2)[x] modulo the reflected polynomial ----
+
+namespace {
+
+// a * b modulo the polynomial, both reflected (bit 31 is x^0).
+uint32_t MultiplyModPoly(uint32_t a, uint32_t b) {
+  uint32_t product = 0;
+  for (uint32_t m = 1u << 31; m != 0; m >>= 1) {
+    if (a & m) product ^= b;
+    b = (b & 1) ? (b >> 1) ^ kPolynomial : b >> 1;
+  }
+  return product;
+}
+
+// x^(2^k) modulo the polynomial, k = 0..63 (squaring x^1 over and over).
+const std::array<uint32_t, 64>& PowersOfX() {
+  static const std::array<uint32_t, 64> powers = [] {
+    std::array<uint32_t, 64> p{};
+    uint32_t v = 1u << 30;  // x^1
+    for (uint32_t& e : p) {
+      e = v;
+      v = MultiplyModPoly(v, v);
+    }
+    return p;
+  }();
+  return powers;
+}
+
+}  // namespace
+
+uint32_t Crc32ZeroExtend(uint32_t state, size_t zero_bytes) {
+  // x^(8n) = the product of x^(2^k) over the set bits k of 8n.
+  const std::array<uint32_t, 64>& powers = PowersOfX();
+  uint64_t bits = static_cast<uint64_t>(zero_bytes) * 8;
+  for (size_t k = 0; bits != 0; ++k, bits >>= 1)
+    if (bits & 1) state = MultiplyModPoly(powers[k], state);
+  return state;
+}
+
 }  // namespace softverbs::fabric::packet

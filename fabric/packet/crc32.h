@@ -15,6 +15,12 @@ uint32_t Crc32Update(uint32_t state, const void* data, size_t len);
 // The table-driven version alone (tests compare the two).
 uint32_t Crc32UpdateTable(uint32_t state, const void* data, size_t len);
 
+// The raw register after `zero_bytes` bytes of zeros, in O(log n) steps instead of n: feeding
+// zeros multiplies the register by x^(8n) modulo the polynomial (the idea of zlib's
+// crc32_combine). The CRC is linear, so this moves the effect of a changed byte to the end of
+// the data (the IPv4 ID under the ICRC: icrc.h).
+uint32_t Crc32ZeroExtend(uint32_t state, size_t zero_bytes);
+
 // zlib.crc32(data) (inverted start and end).
 inline uint32_t Crc32(const void* data, size_t len) { return ~Crc32Update(~0u, data, len); }
 

@@ -1,6 +1,7 @@
 #include "fabric/packet/icrc.h"
 
 #include <array>
+#include <cstdint>
 #include <cstring>
 
 #include "base/strings.h"
@@ -59,47 +60,66 @@ Status CheckIcrc(const IpUdpInfo& ip, std::span<const uint8_t> udp_payload) {
 
 namespace {
 
-// The ICRC's change when bit i of the IPv4 ID is set, for each i: the CRC of the ID bytes alone
-// (from a zero register, so the parts that do not change cancel) carried through the `tail`
-// zero bytes that follow the ID in the covered data. Linear, so any ID's change is an XOR of these.
-std::array<uint32_t, 16> IdBitEffects(size_t tail) {
-  static const uint8_t kZeros[256] = {};
-  std::array<uint32_t, 16> effect{};
-  for (int i = 0; i < 16; ++i) {
-    uint8_t id[2] = {static_cast<uint8_t>((1u << i) >> 8), static_cast<uint8_t>(1u << i)};
-    uint32_t c = Crc32Update(0, id, 2);
-    for (size_t left = tail; left > 0;) {
-      size_t n = left < sizeof(kZeros) ? left : sizeof(kZeros);
-      c = Crc32Update(c, kZeros, n);
-      left -= n;
-    }
-    effect[i] = c;
-  }
-  return effect;
+// The ICRC's change when the IPv4 ID is `id` instead of 0: the CRC of the ID bytes alone (from a
+// zero register, so the parts that do not change cancel) carried through the `tail` bytes that
+// follow the ID in the covered data. Linear in `id`.
+uint32_t IdEffect(uint16_t id, size_t tail) {
+  const uint8_t bytes[2] = {static_cast<uint8_t>(id >> 8), static_cast<uint8_t>(id)};
+  return Crc32ZeroExtend(Crc32Update(0, bytes, 2), tail);
 }
 
-// Gaussian elimination over GF(2): the 16-bit combination of `effect` whose XOR is `target`.
-Result<uint16_t> Solve(const std::array<uint32_t, 16>& effect, uint32_t target) {
+// Covered after the ID: the rest of the IPv4 header, the UDP header, BTH ... pad.
+size_t BytesAfterIpv4Id(size_t udp_payload_without_icrc) {
+  return (kIpv4HeaderBytes - 6) + kUdpHeaderBytes + udp_payload_without_icrc;
+}
+
+// The effect of each of the 16 ID bits for one length (any ID's effect is an XOR of these), and
+// their Gaussian elimination over GF(2), ready to solve. A flow's packets mostly share a length
+// (the path MTU), so each thread keeps the last few: a GSO burst's segments, whose IDs are 1, 2...,
+// then cost one table walk each instead of 16 zero extensions.
+struct IdBasis {
+  size_t tail = SIZE_MAX;
+  std::array<uint32_t, 16> effect{};
   uint32_t basis[32] = {};
   uint16_t combo[32] = {};
+};
+
+void Eliminate(IdBasis& b) {
   for (int i = 0; i < 16; ++i) {
-    uint32_t v = effect[i];
+    uint32_t v = b.effect[i];
     uint16_t c = static_cast<uint16_t>(1u << i);
     for (int bit = 31; bit >= 0 && v != 0; --bit) {
       if (!(v >> bit & 1)) continue;
-      if (basis[bit] == 0) {
-        basis[bit] = v, combo[bit] = c;
+      if (b.basis[bit] == 0) {
+        b.basis[bit] = v, b.combo[bit] = c;
         break;
       }
-      v ^= basis[bit], c ^= combo[bit];
+      v ^= b.basis[bit], c ^= b.combo[bit];
     }
   }
+}
+
+const IdBasis& BasisFor(size_t tail) {
+  thread_local std::array<IdBasis, 4> cache;
+  thread_local size_t next = 0;
+  for (const IdBasis& b : cache)
+    if (b.tail == tail) return b;
+  IdBasis& b = cache[next++ % cache.size()];
+  b = IdBasis{};
+  b.tail = tail;
+  for (int i = 0; i < 16; ++i) b.effect[i] = IdEffect(static_cast<uint16_t>(1u << i), tail);
+  Eliminate(b);
+  return b;
+}
+
+// The 16-bit combination of the ID bits' effects whose XOR is `target`.
+Result<uint16_t> Solve(const IdBasis& b, uint32_t target) {
   uint16_t id = 0;
   for (int bit = 31; bit >= 0; --bit) {
     if (!(target >> bit & 1)) continue;
-    if (basis[bit] == 0)
+    if (b.basis[bit] == 0)
       return Status(EBADMSG, "ICRC mismatch for every IPv4 ID (IBA Annex A17, ICRC)");
-    target ^= basis[bit], id ^= combo[bit];
+    target ^= b.basis[bit], id ^= b.combo[bit];
   }
   return id;
 }
@@ -113,10 +133,18 @@ Result<uint16_t> RecoverIpv4Id(const IpUdpInfo& ip, std::span<const uint8_t> udp
   IpUdpInfo zero_id = ip;
   zero_id.ip_id = 0;
   auto body = udp_payload.first(udp_payload.size() - kIcrcBytes);
-  uint32_t diff = ComputeIcrc(zero_id, body) ^ LoadIcrc(udp_payload.data() + body.size());
-  // Covered after the ID: the rest of the IPv4 header, the UDP header, BTH ... pad.
-  size_t tail = (kIpv4HeaderBytes - 6) + kUdpHeaderBytes + body.size();
-  return Solve(IdBitEffects(tail), diff);
+  const uint32_t diff = ComputeIcrc(zero_id, body) ^ LoadIcrc(udp_payload.data() + body.size());
+  if (diff == 0) return uint16_t{0};  // the common case: a Linux socket's DF datagram
+  return Solve(BasisFor(BytesAfterIpv4Id(body.size())), diff);
+}
+
+uint32_t Ipv4IdIcrcEffect(uint16_t id, size_t udp_payload_bytes) {
+  if (udp_payload_bytes < kBthBytes + kIcrcBytes) return 0;
+  const IdBasis& b = BasisFor(BytesAfterIpv4Id(udp_payload_bytes - kIcrcBytes));
+  uint32_t effect = 0;
+  for (int i = 0; i < 16; ++i)
+    if (id >> i & 1) effect ^= b.effect[i];
+  return effect;
 }
 
 }  // namespace softverbs::fabric::packet

@@ -34,6 +34,11 @@ Status CheckIcrc(const IpUdpInfo& ip, std::span<const uint8_t> udp_payload);
 // strength (a corrupt packet passes with probability about 2^-16).
 Result<uint16_t> RecoverIpv4Id(const IpUdpInfo& ip, std::span<const uint8_t> udp_payload);
 
+// What to XOR into the ICRC of an IPv4 packet computed with IP ID 0 to make it the ICRC of the
+// same packet sent with ID `id`; `udp_payload_bytes` counts BTH ... ICRC. For UDP GSO sends, whose
+// segments the kernel numbers 0, 1, 2... (net/ipv4/af_inet.c inet_gso_segment).
+uint32_t Ipv4IdIcrcEffect(uint16_t id, size_t udp_payload_bytes);
+
 // Writes `icrc` in its wire byte order (little-endian, rxe_icrc.c: "it's a __le32").
 inline void StoreIcrc(uint32_t icrc, uint8_t* out) {
   out[0] = static_cast<uint8_t>(icrc);

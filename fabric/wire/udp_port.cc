@@ -12,10 +12,15 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "fabric/packet/icrc.h"
+#include "fabric/packet/opcode.h"
 #include "fabric/wire/port_conflict.h"
 
 #ifndef UDP_SEGMENT
 #define UDP_SEGMENT 103  // include/uapi/linux/udp.h
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104  // include/uapi/linux/udp.h
 #endif
 #ifndef UDP_NO_CHECK6_RX
 #define UDP_NO_CHECK6_RX 102  // include/uapi/linux/udp.h
@@ -87,10 +92,15 @@ Result<std::unique_ptr<UdpPort>> UdpPort::Open(UdpPortOptions options) {
     if (!env.ok()) return Refused(local, env.status());
     spec = std::move(env.value());
   }
+  const bool gro = options.gro && options.steering == nullptr;
   std::unique_ptr<UdpPort> port(new UdpPort(std::move(options)));
   port->sock_.reset(socket(local.family(), SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_UDP));
   if (!port->sock_.valid()) return Refused(local, Errno("socket"));
   Status s = ConfigureRoceSocket(port->sock_.get(), local);
+  // A burst sent with UDP_SEGMENT then crosses a veth (or any device taking GSO) as one buffer and
+  // reaches this socket in one piece instead of being cut apart for it (net/ipv4/udp.c
+  // udp_unexpected_gso). Best effort: a kernel without UDP_GRO delivers datagrams one by one.
+  if (s.ok() && gro) port->gro_ = SetInt(port->sock_.get(), IPPROTO_UDP, UDP_GRO, 1, "UDP_GRO").ok();
   if (s.ok()) s = port->Join();
   if (s.ok() && spec && (spec->Affects(Direction::kTx) || spec->Affects(Direction::kRx))) s = port->SetUpFaults(*spec);
   if (!s.ok()) return Refused(local, s);
@@ -206,16 +216,18 @@ static size_t DatagramLength(const TxDatagram& t) {
 
 // How many datagrams from the start of `b` one UDP_SEGMENT send can carry: same source port and
 // destination, equal lengths (the last may be shorter, as a message's LAST packet after MIDDLEs).
-static size_t GsoRunLength(std::span<const TxDatagram> b) {
+// Over IPv4 each datagram takes one more piece: its ICRC, moved to the segment's IP ID.
+size_t UdpPort::GsoRunLength(std::span<const TxDatagram> b) const {
+  const size_t extra = local_.family() == AF_INET ? 1 : 0;
   const size_t seg = DatagramLength(b[0]);
-  size_t total = seg, pieces = b[0].pieces.size(), i = 1;
+  size_t total = seg, pieces = b[0].pieces.size() + extra, i = 1;
   for (; i < b.size() && i < kMaxGsoSegments; ++i) {
     const size_t len = DatagramLength(b[i]);
     if (b[i].src_port != b[0].src_port || !(*b[i].dest == *b[0].dest) || len > seg || len == 0 ||
-        total + len > kMaxGsoBytes || pieces + b[i].pieces.size() > kMaxGsoPieces)
+        total + len > kMaxGsoBytes || pieces + b[i].pieces.size() + extra > kMaxGsoPieces)
       break;
     total += len;
-    pieces += b[i].pieces.size();
+    pieces += b[i].pieces.size() + extra;
     if (len < seg) return i + 1;
   }
   return i;
@@ -267,14 +279,54 @@ Result<size_t> UdpPort::SendRun(int fd, std::span<const TxDatagram> run) {
   return static_cast<size_t>(n);
 }
 
+// Appends datagram `t`'s pieces to `iov` without its last `cut` bytes; returns the new count.
+static size_t AppendTrimmed(const TxDatagram& t, size_t cut, iovec* iov, size_t at) {
+  size_t keep = DatagramLength(t) - cut;
+  for (const iovec& v : t.pieces) {
+    if (keep == 0) break;
+    const size_t n = std::min(keep, v.iov_len);
+    iov[at++] = iovec{v.iov_base, n};
+    keep -= n;
+  }
+  return at;
+}
+
+// The last 4 bytes of datagram `t` (its ICRC), wherever its pieces put them.
+static uint32_t TrailingIcrc(const TxDatagram& t) {
+  uint8_t tail[packet::kIcrcBytes];
+  size_t want = sizeof(tail), skip = DatagramLength(t) - sizeof(tail);
+  for (const iovec& v : t.pieces) {
+    const auto* p = static_cast<const uint8_t*>(v.iov_base);
+    const size_t from = std::min(skip, v.iov_len);
+    skip -= from;
+    const size_t n = std::min(want, v.iov_len - from);
+    memcpy(tail + sizeof(tail) - want, p + from, n);
+    want -= n;
+  }
+  return packet::LoadIcrc(tail);
+}
+
 // One sendmsg with UDP_SEGMENT (udp(7)): the stack cuts it into datagrams of the first one's size,
 // so a receiver sees ordinary datagrams. Measured on veth (README "GSO/GRO"): 4-5x less CPU per
-// datagram than sendmmsg for 1-4 KiB.
+// datagram than sendmmsg for 1-4 KiB. Over IPv4 segment k leaves with IP ID k, which its ICRC
+// must cover (built for ID 0): the ICRC goes out from a copy moved to that ID (icrc.h), the
+// caller's bytes stay as they are.
 Result<size_t> UdpPort::SendGso(int fd, std::span<const TxDatagram> run) {
   iovec iov[kMaxGsoPieces];
+  uint8_t icrcs[kMaxGsoSegments][packet::kIcrcBytes];
   size_t pieces = 0;
-  for (const TxDatagram& t : run)
-    for (const iovec& v : t.pieces) iov[pieces++] = v;
+  const bool ipv4 = local_.family() == AF_INET;
+  for (size_t k = 0; k < run.size(); ++k) {
+    const TxDatagram& t = run[k];
+    if (!ipv4 || k == 0 || DatagramLength(t) < packet::kIcrcBytes) {  // ID 0: as built
+      for (const iovec& v : t.pieces) iov[pieces++] = v;
+      continue;
+    }
+    const uint32_t icrc = TrailingIcrc(t) ^ packet::Ipv4IdIcrcEffect(static_cast<uint16_t>(k), DatagramLength(t));
+    packet::StoreIcrc(icrc, icrcs[k]);
+    pieces = AppendTrimmed(t, packet::kIcrcBytes, iov, pieces);
+    iov[pieces++] = iovec{icrcs[k], packet::kIcrcBytes};
+  }
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(uint16_t))] = {};
   msghdr h{const_cast<sockaddr*>(run[0].dest->sa()), run[0].dest->len(), iov, pieces, control, sizeof(control), 0};
   cmsghdr* c = CMSG_FIRSTHDR(&h);
@@ -389,11 +441,33 @@ size_t UdpPort::TakeReady(std::span<RxDatagram> slots) {
     }
     memcpy(slots[n].buf, dg.bytes.data(), dg.bytes.size());
     slots[n].length = static_cast<uint32_t>(dg.bytes.size());
+    slots[n].segment = 0;
     slots[n].source = dg.peer;
     if (Accept(slots[n])) ++n;
   }
   rx_ready_.erase(rx_ready_.begin(), rx_ready_.begin() + static_cast<ptrdiff_t>(used));
   return n;
+}
+
+// A received datagram into the fault injector, cut apart first if GRO joined several: faults
+// act on the datagrams a wire would carry.
+void UdpPort::InjectReceived(const RxDatagram& d, uint64_t now) {
+  const uint32_t step = d.segment != 0 ? d.segment : d.length;
+  for (uint32_t at = 0; at < d.length; at += step) {
+    const uint32_t n = std::min(step, d.length - at);
+    faults_->Process(Direction::kRx, Datagram{d.source, 0, {d.buf + at, d.buf + at + n}}, now, rx_ready_);
+  }
+}
+
+// The size of the datagrams GRO joined into this message (the UDP_GRO control message), or 0.
+static uint32_t GroSegment(const msghdr& h, uint32_t length) {
+  for (cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr; c = CMSG_NXTHDR(const_cast<msghdr*>(&h), c)) {
+    if (c->cmsg_level != SOL_UDP || c->cmsg_type != UDP_GRO || c->cmsg_len < CMSG_LEN(sizeof(int))) continue;
+    int size;
+    memcpy(&size, CMSG_DATA(c), sizeof(size));
+    return size > 0 && static_cast<uint32_t>(size) < length ? static_cast<uint32_t>(size) : 0;
+  }
+  return 0;
 }
 
 Result<size_t> UdpPort::ReceiveBatch(std::span<RxDatagram> slots) {
@@ -405,10 +479,15 @@ Result<size_t> UdpPort::ReceiveBatch(std::span<RxDatagram> slots) {
   mmsghdr msgs[kMaxBatch];
   iovec iov[kMaxBatch];
   sockaddr_storage from[kMaxBatch];
+  struct alignas(cmsghdr) Control {
+    char bytes[CMSG_SPACE(sizeof(int))];
+  };
+  Control control[kMaxBatch];
   for (size_t i = 0; i < want; ++i) {
     iov[i] = iovec{slots[n + i].buf, slots[n + i].capacity};
     msgs[i] = mmsghdr{};
-    msgs[i].msg_hdr = msghdr{&from[i], sizeof(from[i]), &iov[i], 1, nullptr, 0, 0};
+    msgs[i].msg_hdr = msghdr{&from[i], sizeof(from[i]), &iov[i], 1, gro_ ? control[i].bytes : nullptr,
+                             gro_ ? sizeof(control[i].bytes) : 0, 0};
   }
   int got;
   do got = recvmmsg(sock_.get(), msgs, static_cast<unsigned>(want), MSG_DONTWAIT, nullptr);
@@ -417,17 +496,18 @@ Result<size_t> UdpPort::ReceiveBatch(std::span<RxDatagram> slots) {
     if (errno == EAGAIN) return n;
     return Errno("recvmmsg on " + local_.ToString());
   }
-  stats_.received += static_cast<uint64_t>(got);
   const uint64_t now = faulty ? ClockNs(CLOCK_MONOTONIC) : 0;
   const size_t base = n;
   for (size_t i = 0; i < static_cast<size_t>(got); ++i) {
     RxDatagram& d = slots[base + i];
     d.length = msgs[i].msg_len;
+    d.segment = gro_ ? GroSegment(msgs[i].msg_hdr, d.length) : 0;
     d.source = UdpAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&from[i]), msgs[i].msg_hdr.msg_namelen);
+    stats_.received += d.segment != 0 ? (d.length + d.segment - 1) / d.segment : 1;
     if (msgs[i].msg_hdr.msg_flags & MSG_TRUNC) {
       ++stats_.truncated;
     } else if (faulty) {
-      faults_->Process(Direction::kRx, Datagram{d.source, 0, {d.buf, d.buf + d.length}}, now, rx_ready_);
+      InjectReceived(d, now);
     } else if (Accept(d)) {
       if (n != base + i) std::swap(slots[n], d);  // keep the accepted ones at the front
       ++n;

@@ -40,6 +40,9 @@ struct RxDatagram {
   uint8_t* buf = nullptr;  // the caller's buffer...
   uint32_t capacity = 0;   // ...of this many bytes (a datagram that does not fit is dropped)
   uint32_t length = 0;     // out: the datagram's size
+  // out: 0, or the size of each of the datagrams that UDP GRO joined into this one (all but the
+  // last exactly this size; udp(7) UDP_GRO): the caller cuts them apart again.
+  uint32_t segment = 0;
   UdpAddress source;       // out: who sent it
 };
 
@@ -54,11 +57,13 @@ struct UdpPortOptions {
   MemberId member = kNoMember;        // this member's name in `steering`
   MisdeliveredFn misdelivered;        // for datagrams another member owns; unset: they are dropped
   std::optional<std::string> faults;  // a fault spec (fault_spec.h); nullopt: SOFTVERBS_FAULTS
-  // UDP_SEGMENT sends. Off where the receiver checks the IPv4 ID: the kernel numbers the segments
-  // of one GSO send 0, 1, 2... while a plain send on an unconnected DF socket carries ID 0, and
-  // RoCEv2's ICRC covers that field (rxe drops the segments whose ID is not the one the sender
-  // put in its ICRC). IPv6 has no ID: GSO stays on there.
+  // UDP_SEGMENT sends. Over IPv4 the kernel numbers the segments of one GSO send 0, 1, 2... (a
+  // plain send on an unconnected DF socket carries ID 0), and RoCEv2's ICRC covers that field:
+  // SendGso moves each segment's ICRC to its ID (rxe drops a packet whose ICRC does not match).
   bool gso = true;
+  // UDP_GRO receives (unsteered members only: the kernel's steering program sees only the first
+  // of the datagrams it would join). Callers then give ReceiveBatch slots of receive_bytes().
+  bool gro = true;
 };
 
 struct UdpPortStats {
@@ -83,6 +88,9 @@ class UdpPort {
   const UdpAddress& local() const { return local_; }
   const UdpPortStats& stats() const { return stats_; }
   const FaultInjector* faults() const { return faults_.get(); }
+  // The receive buffer a slot needs: a jumbo frame's datagram, or with GRO the 64 KiB a joined
+  // datagram can reach.
+  uint32_t receive_bytes() const { return gro_ ? 65535 : 9216; }
 
   // Regenerates the group's program from the table and attaches it (after QPNs change owner).
   Status Resteer();
@@ -107,9 +115,11 @@ class UdpPort {
   Result<int> SenderFor(uint16_t src_port);
   Result<size_t> SendRun(int fd, std::span<const TxDatagram> run);
   Result<size_t> SendGso(int fd, std::span<const TxDatagram> run);
+  size_t GsoRunLength(std::span<const TxDatagram> b) const;
   Result<size_t> SendFaulty(std::span<const TxDatagram> batch);
   Status SendOne(const Datagram& dg);
   void ServiceFaults();
+  void InjectReceived(const RxDatagram& d, uint64_t now);
   void ArmTimer();
   bool Accept(RxDatagram& d);
   size_t TakeReady(std::span<RxDatagram> slots);
@@ -124,6 +134,7 @@ class UdpPort {
   UniqueFd timer_, epoll_;                // only with faults
   std::vector<Datagram> rx_ready_;        // fault path: received, released, not yet taken
   bool gso_ok_ = true;                    // UDP_SEGMENT works on this route
+  bool gro_ = false;                      // UDP_GRO is on: datagrams may arrive joined
   UdpPortStats stats_;
 };
 

@@ -159,9 +159,6 @@ void WireFabric::Listen(std::span<const Gid16> gids) {
     if (known) continue;
     fabric::wire::UdpPortOptions options;
     options.local = AddressOfGid(gid, RocePort());
-    // IPv4: no GSO, whose segments carry IPv4 IDs 0, 1, 2... that the ICRC did not cover (rxe
-    // drops them; fabric/wire/udp_port.h). Batches still leave in one sendmmsg.
-    options.gso = !IsIpv4MappedGid(gid.data());
     auto udp = fabric::wire::UdpPort::Open(std::move(options));
     if (!udp.ok()) {
       SV_LOG(kError, "softverbs0: RoCEv2 on %s is unavailable: %s", GidString(gid).c_str(), udp.status().rule().c_str());
@@ -323,22 +320,27 @@ void WireFabric::Run() {
 size_t WireFabric::Drain(Port& port, bool wait) {
   const ScopedFlag draining(t_draining);
   constexpr size_t kBatch = 16;
-  constexpr uint32_t kBytes = 9216;  // a jumbo frame's datagram
   std::unique_lock rx(port.rx_mu, std::defer_lock);
   if (wait)
     rx.lock();
   else if (!rx.try_lock())
     return 0;
-  if (port.storage.empty()) port.storage.resize(kBatch * kBytes);
+  const uint32_t bytes = port.udp->receive_bytes();  // 64 KiB with GRO: 16 packets of 4 KiB
+  if (port.storage.empty()) port.storage.resize(kBatch * bytes);
   fabric::wire::RxDatagram slots[kBatch];
-  for (size_t s = 0; s < kBatch; ++s) slots[s] = {port.storage.data() + s * kBytes, kBytes};
+  for (size_t s = 0; s < kBatch; ++s) slots[s] = {port.storage.data() + s * bytes, bytes};
   Result<size_t> got = 0;
   {
     std::lock_guard lock(port.mu);
     got = port.udp->ReceiveBatch(slots);
   }
   if (!got.ok()) return 0;
-  for (size_t s = 0; s < *got; ++s) Deliver({slots[s].buf, slots[s].length}, slots[s].source, port);
+  for (size_t s = 0; s < *got; ++s) {
+    // GRO may have joined a burst of one sender's datagrams (udp(7) UDP_GRO): cut them apart.
+    const uint32_t length = slots[s].length, step = slots[s].segment != 0 ? slots[s].segment : length;
+    for (uint32_t at = 0; at < length; at += step)
+      Deliver({slots[s].buf + at, std::min(step, length - at)}, slots[s].source, port);
+  }
   SendHeldAcks(port);
   return *got;
 }
@@ -527,10 +529,10 @@ void WireFabric::Deliver(std::span<const uint8_t> datagram, const UdpAddress& fr
   if (pcap_ != nullptr) Record(source, to.gid, from.port(), datagram);
   auto parsed = packet::Parse(datagram);
   if (parsed.ok()) {
-    // The ICRC covers the IPv4 ID, which a UDP socket does not show: Linux sockets send 0 with
-    // DF, the kernel's rxe a per-packet ID, which is then solved for (fabric/packet/icrc.h).
-    Status icrc = packet::CheckIcrc(flow, datagram);
-    if (!icrc.ok() && !flow.ipv6 && packet::RecoverIpv4Id(flow, datagram).ok()) icrc = Status::Ok();
+    // The ICRC covers the IPv4 ID, which a UDP socket does not show: a Linux socket's DF
+    // datagram carries 0, a GSO segment its index, the kernel's rxe a per-packet ID; it is solved
+    // for, from one CRC pass (fabric/packet/icrc.h).
+    Status icrc = flow.ipv6 ? packet::CheckIcrc(flow, datagram) : packet::RecoverIpv4Id(flow, datagram).status();
     if (!icrc.ok()) parsed = icrc;
   }
   if (!parsed.ok()) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "fabric/packet/crc32.h"
+#include "fabric/packet/opcode.h"
 #include "tests/unit/fabric/packet/capture_reader.h"
 
 namespace softverbs::fabric::packet {
@@ -195,6 +196,44 @@ TEST(Crc32Test, TheFoldedCrcAgreesWithTheTables) {
             << "offset " << offset << " length " << len;
   for (size_t len : {4096u, 4096u + 40u, 8192u + 7u, 9000u})
     EXPECT_EQ(Crc32Update(~0u, data.data() + 3, len), Crc32UpdateTable(~0u, data.data() + 3, len));
+}
+
+}  // namespace
+}  // namespace softverbs::fabric::packet
+
+namespace softverbs::fabric::packet {
+namespace {
+
+// Zero extension in O(log n) equals feeding the zeros one by one, from any register.
+TEST(Crc32Test, ZeroExtensionEqualsFeedingZeros) {
+  std::vector<uint8_t> zeros(70000);
+  for (uint32_t state : {0u, ~0u, 0x12345678u, 0x80000001u}) {
+    for (size_t n = 0; n < 300; ++n)
+      ASSERT_EQ(Crc32ZeroExtend(state, n), Crc32UpdateTable(state, zeros.data(), n)) << "n " << n;
+    for (size_t n : {4096u, 4136u, 9000u, 65535u, 70000u})
+      EXPECT_EQ(Crc32ZeroExtend(state, n), Crc32UpdateTable(state, zeros.data(), n)) << "n " << n;
+  }
+}
+
+// A UDP GSO send's segments carry IPv4 IDs 0, 1, 2...: the ICRC computed for ID 0 and moved by
+// Ipv4IdIcrcEffect is the ICRC computed for that ID, for every captured IPv4 packet.
+TEST(IcrcTest, TheIdEffectMovesAnIcrcToAnotherIpv4Id) {
+  size_t checked = 0;
+  for (const CapturedPacket& p : AllCapturedPackets()) {
+    if (p.flow.ipv6) continue;
+    auto body = std::span<const uint8_t>(p.udp_payload).first(p.udp_payload.size() - kIcrcBytes);
+    IpUdpInfo flow = p.flow;
+    flow.ip_id = 0;
+    const uint32_t at_zero = ComputeIcrc(flow, body);
+    for (uint16_t id : {uint16_t{1}, uint16_t{2}, uint16_t{63}, uint16_t{0x8000}, uint16_t{0xffff}}) {
+      flow.ip_id = id;
+      ASSERT_EQ(at_zero ^ Ipv4IdIcrcEffect(id, p.udp_payload.size()), ComputeIcrc(flow, body)) << "id " << id;
+    }
+    EXPECT_EQ(Ipv4IdIcrcEffect(0, p.udp_payload.size()), 0u);
+    ++checked;
+  }
+  EXPECT_GT(checked, 10u);
+  EXPECT_EQ(Ipv4IdIcrcEffect(7, 3), 0u);  // shorter than BTH + ICRC: nothing to move
 }
 
 }  // namespace

@@ -215,9 +215,10 @@ TEST(UdpPortTest, SendsFromTheBoundAddressAndTheRequestedSourcePort) {
   }
 }
 
-// Equal-sized datagrams to one destination leave as one UDP_SEGMENT send; the receiver still
-// gets each datagram on its own, intact, the shorter last one included.
-TEST(UdpPortTest, AnEqualSizedBatchArrivesAsSeparateDatagrams) {
+// Equal-sized datagrams to one destination leave as one UDP_SEGMENT send; a receiver without GRO
+// gets each datagram on its own, intact, the shorter last one included -- over IPv4 with segment
+// k's ICRC moved to IPv4 ID k, the ID the kernel gives that segment.
+TEST(UdpPortTest, AnEqualSizedBatchArrivesAsSeparateDatagramsEachIcrcForItsSegmentsId) {
   UdpPortOptions o;
   o.local = Addr("127.0.0.1", FreePort("127.0.0.1"));
   o.faults = "";
@@ -225,8 +226,10 @@ TEST(UdpPortTest, AnEqualSizedBatchArrivesAsSeparateDatagrams) {
   ASSERT_TRUE(tx.ok()) << tx.status().rule();
   UdpPortOptions r = o;
   r.local = Addr("127.0.0.1", FreePort("127.0.0.1"));
+  r.gro = false;
   auto rx = UdpPort::Open(r);
   ASSERT_TRUE(rx.ok()) << rx.status().rule();
+  EXPECT_EQ((*rx)->receive_bytes(), 9216u);
   std::vector<std::vector<uint8_t>> payloads;
   for (uint32_t i = 0; i < 20; ++i) payloads.push_back(Bth(3, i, i < 19 ? 1024 : 40));
   std::vector<iovec> iov;
@@ -241,8 +244,53 @@ TEST(UdpPortTest, AnEqualSizedBatchArrivesAsSeparateDatagrams) {
   EXPECT_EQ(*n, batch.size());
   std::vector<Received> got = Drain(**rx, batch.size());
   ASSERT_EQ(got.size(), batch.size());
-  for (const Received& g : got) EXPECT_EQ(g.bytes, payloads.at(SeqOf(g.bytes)));
+  for (const Received& g : got) {
+    EXPECT_FALSE(g.joined);
+    const uint32_t seq = SeqOf(g.bytes);
+    EXPECT_EQ(IcrcMovedTo(g.bytes, payloads.at(seq)), std::optional<uint16_t>(seq)) << "datagram " << seq;
+  }
   EXPECT_EQ((*rx)->stats().received, batch.size());
+}
+
+// A GRO receiver gets the same burst joined (one buffer, the segment size beside it) and cut
+// apart it is the same datagrams; a plain send is never joined.
+TEST(UdpPortTest, WithGroABurstArrivesJoinedAndCutApartIsTheSameDatagrams) {
+  UdpPortOptions o;
+  o.local = Addr("127.0.0.1", FreePort("127.0.0.1"));
+  o.faults = "";
+  auto tx = UdpPort::Open(o);
+  ASSERT_TRUE(tx.ok()) << tx.status().rule();
+  UdpPortOptions r = o;
+  r.local = Addr("127.0.0.1", FreePort("127.0.0.1"));
+  auto rx = UdpPort::Open(r);
+  ASSERT_TRUE(rx.ok()) << rx.status().rule();
+  ASSERT_EQ((*rx)->receive_bytes(), 65535u) << "UDP_GRO refused by this kernel";
+  std::vector<std::vector<uint8_t>> payloads;
+  for (uint32_t i = 0; i < 12; ++i) payloads.push_back(Bth(3, i, i < 11 ? 4112 : 100));
+  std::vector<iovec> iov;
+  for (auto& p : payloads) iov.push_back({p.data(), p.size()});
+  std::vector<TxDatagram> batch;
+  for (auto& v : iov) batch.push_back({&r.local, 0, std::span<const iovec>(&v, 1)});
+  Result<size_t> n = (*tx)->SendBatch(batch);
+  ASSERT_TRUE(n.ok()) << n.status().rule();
+  ASSERT_EQ(*n, batch.size());
+  std::vector<uint8_t> lone = Bth(3, 99, 300);
+  ASSERT_TRUE(SendTo(PlainSocket("127.0.0.1").get(), r.local, lone));
+  std::vector<Received> got = Drain(**rx, batch.size() + 1);
+  ASSERT_EQ(got.size(), batch.size() + 1);
+  size_t joined = 0;
+  for (const Received& g : got) {
+    const uint32_t seq = SeqOf(g.bytes);
+    if (seq == 99) {
+      EXPECT_EQ(g.bytes, lone);
+      EXPECT_FALSE(g.joined);
+      continue;
+    }
+    joined += g.joined;
+    EXPECT_EQ(IcrcMovedTo(g.bytes, payloads.at(seq)), std::optional<uint16_t>(seq)) << "datagram " << seq;
+  }
+  EXPECT_EQ(joined, batch.size());  // loopback keeps a GSO send whole up to the socket
+  EXPECT_EQ((*rx)->stats().received, batch.size() + 1);
 }
 
 TEST(UdpPortTest, RuntsAndOversizedDatagramsAreDroppedAndCounted) {

@@ -6,13 +6,17 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "base/unique_fd.h"
+#include "fabric/packet/icrc.h"
+#include "fabric/packet/opcode.h"
 #include "fabric/wire/udp_port.h"
 
 namespace softverbs::fabric::wire::testing_util {
@@ -73,26 +77,45 @@ inline bool SendTo(int fd, const UdpAddress& dest, const std::vector<uint8_t>& b
 struct Received {
   std::vector<uint8_t> bytes;
   UdpAddress source;
+  bool joined = false;  // cut from a datagram that UDP GRO joined from several
 };
 
 // Receives from `port` until `want` datagrams came or nothing came for `quiet_ms` (a bound, not
-// an assertion on time: a lost datagram ends the wait instead of hanging the test).
+// an assertion on time: a lost datagram ends the wait instead of hanging the test). Datagrams GRO
+// joined are cut apart, as the wire fabric does.
 inline std::vector<Received> Drain(UdpPort& port, size_t want, int quiet_ms = 2000) {
   std::vector<Received> got;
-  std::vector<std::vector<uint8_t>> bufs(16, std::vector<uint8_t>(9000));
+  const uint32_t bytes = port.receive_bytes();
+  std::vector<std::vector<uint8_t>> bufs(16, std::vector<uint8_t>(bytes));
   std::vector<RxDatagram> slots(16);
   while (got.size() < want) {
-    for (size_t i = 0; i < slots.size(); ++i) slots[i] = RxDatagram{bufs[i].data(), 9000, 0, {}};
+    for (size_t i = 0; i < slots.size(); ++i) slots[i] = RxDatagram{bufs[i].data(), bytes, 0, 0, {}};
     Result<size_t> n = port.ReceiveBatch(slots);
     EXPECT_TRUE(n.ok()) << n.status().rule();
     if (!n.ok()) break;
-    for (size_t i = 0; i < *n; ++i)
-      got.push_back({std::vector<uint8_t>(slots[i].buf, slots[i].buf + slots[i].length), slots[i].source});
+    for (size_t i = 0; i < *n; ++i) {
+      const RxDatagram& d = slots[i];
+      const uint32_t step = d.segment != 0 ? d.segment : d.length;
+      for (uint32_t at = 0; at < d.length; at += step)
+        got.push_back({std::vector<uint8_t>(d.buf + at, d.buf + at + std::min(step, d.length - at)), d.source,
+                       d.segment != 0});
+    }
     if (*n > 0 || got.size() >= want) continue;
     pollfd p{port.fd(), POLLIN, 0};
     if (poll(&p, 1, quiet_ms) <= 0) break;
   }
   return got;
+}
+
+// Over IPv4 a UDP GSO send moves segment k's ICRC (its last 4 bytes) to IPv4 ID k (udp_port.h):
+// the ID that `got` carries `sent`'s ICRC for, if the rest of its bytes are `sent`'s; else nullopt.
+inline std::optional<uint16_t> IcrcMovedTo(const std::vector<uint8_t>& got, const std::vector<uint8_t>& sent) {
+  const size_t n = sent.size(), icrc = packet::kIcrcBytes;
+  if (got.size() != n || n < 16 || !std::equal(got.begin(), got.end() - icrc, sent.begin())) return std::nullopt;
+  const uint32_t diff = packet::LoadIcrc(&got[n - icrc]) ^ packet::LoadIcrc(&sent[n - icrc]);
+  for (uint32_t k = 0; k < 64; ++k)
+    if (packet::Ipv4IdIcrcEffect(static_cast<uint16_t>(k), n) == diff) return static_cast<uint16_t>(k);
+  return std::nullopt;
 }
 
 }  // namespace softverbs::fabric::wire::testing_util
