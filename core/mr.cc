@@ -9,6 +9,7 @@
 #include "base/strings.h"
 #include "core/context.h"
 #include "core/device_limits.h"
+#include "transport/host/registration_backing.h"
 #include "transport/key_table.h"
 #include "transport/window_key.h"
 #include "fabric/host/process_token.h"
@@ -94,16 +95,20 @@ Result<std::unique_ptr<Mr>> Mr::Register(Pd& pd, const MrLayout& layout) {
   auto key = transport::AllocateKey(pd.context().registry());
   if (!key.ok()) return key.status();
   pd.users().Acquire();
-  std::unique_ptr<Mr> mr(new Mr(pd, layout, key->slot, key->key, BackingOf(layout)));
+  std::unique_ptr<Mr> mr(new Mr(pd, layout, key->slot, key->key, BackingOf(pd.context().registry(), layout)));
   mr->Publish();
   return mr;
 }
 
-std::optional<fabric::SharedBacking> Mr::BackingOf(const MrLayout& layout) {
-  // An ODP MR follows the owner's address space as it is at each access, never a file mapped
-  // through it at registration (which would outlive an munmap).
+std::optional<fabric::SharedBacking> Mr::BackingOf(fabric::HostRegistry& registry, const MrLayout& layout) {
+  // An ODP MR (implicit ones too) follows the owner's address space as it is at each access,
+  // never a file mapped through it at registration (which would outlive an munmap) -- and its
+  // pages are never moved into one (private_share.h): the process_vm path, as before.
   if (layout.access & access::kOnDemand) return std::nullopt;
-  return fabric::FindSharedBacking(layout.addr, layout.length);
+  // Device memory is the device's own memfd (core/dm.h): reached through it, nothing to move.
+  if (layout.device_memory) return fabric::FindSharedBacking(layout.addr, layout.length);
+  // A shared file's pages, else private anonymous pages moved into a memfd (issue 16), else none.
+  return transport::RegistrationBacking(registry, layout.addr, layout.length);
 }
 
 void Mr::Publish() {
@@ -143,6 +148,9 @@ Mr::~Mr() {
   fabric::ClearBacking(registry, slot_);
   registry.keys().Free(slot_, fabric::ProcessToken::Self());
   pd_->users().Release();
+  // A move of private pages (issue 16) this key kept from moving back (an ODP MR, one on the
+  // process_vm path over moved pages) may move back now; with a backing, its release does it.
+  if (!backing_) transport::RetryMovesBack();
 }
 
 Status Mr::Reregister(uint32_t flags, Pd* new_pd, const MrLayout& layout) {
@@ -164,7 +172,8 @@ Status Mr::Reregister(uint32_t flags, Pd* new_pd, const MrLayout& layout) {
   // Initialised once (no assignment over a copy): GCC 12 at -O2 otherwise warns that the copy's
   // shared_ptr "may be used uninitialized" (-Wmaybe-uninitialized, a false positive: issue 15).
   std::optional<fabric::SharedBacking> backing =
-      (flags & rereg::kChangeTranslation) || (flags & rereg::kChangeAccess) ? BackingOf(next) : backing_;
+      (flags & (rereg::kChangeTranslation | rereg::kChangeAccess)) ? BackingOf(pd_->context().registry(), next)
+                                                                   : backing_;
   // Accesses through the old registration finish before the new one is visible. Windows bound
   // to the MR name its old translation: while one is bound the MR stays as it is.
   if (!transport::WithdrawUnlessWindowsBound(pd_->context().registry(), slot_, key_))
@@ -177,8 +186,10 @@ Status Mr::Reregister(uint32_t flags, Pd* new_pd, const MrLayout& layout) {
   }
   layout_ = next;  // the keys stay (ibv_rereg_mr(3): "the lkey and rkey are not changed")
   fabric::ClearBacking(pd_->context().registry(), slot_);
+  const bool had_backing = backing_.has_value();
   backing_ = std::move(backing);
   Publish();
+  if (!had_backing) transport::RetryMovesBack();  // as at deregistration: the old range is free
   return Status::Ok();
 }
 

@@ -73,7 +73,7 @@ class Mr {
   Mr(Pd& pd, const MrLayout& layout, uint32_t slot, uint32_t key, std::optional<fabric::SharedBacking> backing)
       : pd_(&pd), layout_(layout), slot_(slot), key_(key), backing_(std::move(backing)) {}
   static Status CheckLayout(const MrLayout& layout);
-  static std::optional<fabric::SharedBacking> BackingOf(const MrLayout& layout);
+  static std::optional<fabric::SharedBacking> BackingOf(fabric::HostRegistry& registry, const MrLayout& layout);
   // Makes the registration visible to initiators through the host key table.
   void Publish();
   // Waits for this process's own writes through a withdrawn key (landed messages) to finish.

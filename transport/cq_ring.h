@@ -12,6 +12,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
@@ -48,17 +49,22 @@ struct alignas(64) CqEntry {  // a small message touches the first two cache lin
 };
 static_assert(std::is_trivially_copyable_v<CqEntry>);
 
+// Three cache lines with one writer pattern each (issue 16 item 3: a small message costs the
+// lines that cross cores): what producers write at every completion, next to the lock they
+// take; what nobody writes while messages flow (read by both sides); the producers' `tail`;
+// and the owner's `head` on a line of its own.
 struct CqRing {
   fabric::RobustMutex lock;  // producers, and the owner's control operations
-  uint32_t capacity;         // entries the array holds
-  uint32_t arm;              // CqArm
+  uint64_t head_seen;        // producers' last read of `head` (under `lock`): re-read when full
   // An event was raised and the channel has not collected it yet (CompChannel::Wait).
   std::atomic<uint32_t> fired;
-  int32_t channel_fd;    // the owner's channel eventfd, or -1
-  uint32_t overrun;      // a completion was lost because the ring was full (also raises `attention`)
-  uint32_t stamp;        // CqStamp bits
-  uint64_t channel_tag;  // names this incarnation of channel_fd (fabric::LocalProcess::NewFdTag)
-  uint64_t head_seen;    // producers' last read of `head` (under `lock`): re-read when full
+  uint32_t overrun;  // a completion was lost because the ring was full (also raises `attention`)
+  uint32_t arm;      // CqArm: the owner arms, the producer that fires disarms
+  // Read-mostly: set at creation and resize.
+  alignas(64) uint32_t capacity;  // entries the array holds
+  int32_t channel_fd;             // the owner's channel eventfd, or -1
+  uint32_t stamp;                 // CqStamp bits
+  uint64_t channel_tag;           // names this incarnation of channel_fd (fabric::LocalProcess::NewFdTag)
   fabric::SharedRef entries;
   // What the owner's poll reads, on one line: the producers' tail, and whether a QP completing
   // here has an error to apply (ERR and its flushes: applied at the owner's next poll, so a
@@ -67,6 +73,7 @@ struct CqRing {
   std::atomic<uint32_t> attention;
   alignas(64) std::atomic<uint64_t> head;  // next entry to poll (the owner)
 };
+static_assert(offsetof(CqRing, capacity) == 64, "the producers' line holds the lock and their fields");
 
 struct PushOutcome {
   bool stored = false;  // false: the ring was full (overrun)

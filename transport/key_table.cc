@@ -114,6 +114,22 @@ uint32_t KeyHeldBy(fabric::HostRegistry& registry, uint32_t slot) {
   return Entry(registry, slot).key.load(kAcq);
 }
 
+bool OwnKeysTouch(fabric::HostRegistry& registry, uint64_t lo, uint64_t hi) {
+  const uint64_t self = fabric::ProcessToken::Self().raw();
+  fabric::SlotTable& keys = registry.keys();
+  const uint32_t extent = keys.extent();
+  for (uint32_t slot = 0; slot < extent; ++slot) {
+    if (keys.slot(slot).owner.load(kAcq) != self) continue;
+    fabric::KeyEntry& e = Entry(registry, slot);
+    if (e.seq.load(kAcq) & 1) return true;  // being published or withdrawn right now
+    if (e.access.load(kAcq) & kIndirectKey) continue;
+    if (e.key.load(kAcq) == 0 && fabric::PinsHeld(registry.key_pins(slot)) == 0) continue;
+    const uint64_t addr = e.addr.load(kAcq), length = e.length.load(kAcq);
+    if (addr < hi && lo < addr + length) return true;
+  }
+  return false;
+}
+
 KeyWaitCounters& KeyWaits() {
   static KeyWaitCounters counters;
   return counters;

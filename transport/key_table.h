@@ -101,6 +101,12 @@ uint32_t KeyHeldBy(fabric::HostRegistry& registry, uint32_t slot);
 // slot held another key (or none).
 bool InvalidateKey(fabric::HostRegistry& registry, uint32_t key);
 
+// True when a key of this process -- published, or withdrawn while accesses still hold pins --
+// covers a byte of [lo, hi) of its memory (indirect keys are skipped: their MRs are keys of
+// their own). A key being rewritten counts. Reads the table only, allocates nothing:
+// fabric/host/private_share.h calls it while the other threads of the process are parked.
+bool OwnKeysTouch(fabric::HostRegistry& registry, uint64_t lo, uint64_t hi);
+
 // What this process's waits for key pins have done so far (for tests and `softverbs status`).
 struct KeyWaitCounters {
   std::atomic<uint64_t> dead_pins_cleared{0};  // pins of dead initiators dropped without waiting

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -35,21 +36,24 @@ inline size_t RecvWqeSize(uint32_t max_sge) {
 
 // Posting is the owner's alone and takes no lock: it writes the WQE, then publishes `tail`.
 // Takers (senders in any process) serialise on the robust lock and hand slots back through
-// `head`. The two indices live on cache lines of their own, so a post and a take each move one
-// line between the processes' cores besides the WQE itself.
+// `head`. One line holds what takers write at every take (the lock, `head`, the SRQ limit they
+// check), one what nobody writes while messages flow, one the owner's `tail`: a post and a take
+// each move one line between the processes' cores besides the WQE itself (issue 16 item 3).
 struct RecvRing {
   fabric::RobustMutex lock;  // takers, and the owner's control operations
-  uint32_t max_wr;
-  uint32_t max_sge;
+  std::atomic<uint64_t> head;  // next WQE to take (takers, under `lock`)
   uint32_t srq_limit;    // armed SRQ limit; 0 = not armed (ibv_modify_srq(3))
   std::atomic<uint32_t> limit_fired;  // the limit was crossed; the owner raises IBV_EVENT_SRQ_LIMIT_REACHED
+  // Read-mostly: set at creation and resize.
+  alignas(64) uint32_t max_wr;
+  uint32_t max_sge;
   uint32_t wqe_size;
   int32_t async_fd;  // the owner context's async event fd, signalled when the limit fires
   uint64_t async_tag;
   fabric::SharedRef entries;
-  alignas(64) std::atomic<uint64_t> head;  // next WQE to take (takers, under `lock`)
   alignas(64) std::atomic<uint64_t> tail;  // next slot to fill (the owner)
 };
+static_assert(offsetof(RecvRing, max_wr) == 64, "the takers' line holds the lock, head and the limit");
 
 // What a taker got: the WQE (copied out) or nothing.
 struct TakenWqe {

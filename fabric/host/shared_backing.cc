@@ -109,13 +109,16 @@ std::optional<SharedBacking> NotShared(uint64_t addr, uint64_t length, const cha
   return std::nullopt;
 }
 
+}  // namespace
+
 // True when the page holding `addr` is present and anonymous and not shared (/proc/self/pagemap
 // bit 63 "present" without bit 61 "file-page or shared-anon"): it cannot be in a shared mapping
 // of a file, and the maps need not be read -- one pread instead of generating the whole maps
 // text, for the common case of registered malloc'd memory. A page not present yet is read once
 // (as registering it for a NIC faults it in; process_vm_readv, so an unreadable page is an error,
 // not a signal): an untouched anonymous page then maps the zero page, a file page its page cache.
-bool CertainlyPrivateAnonymous(uint64_t addr) {
+
+bool LooksPrivateAnonymous(uint64_t addr) {
   static std::mutex mu;
   static UniqueFd pagemap;
   static pid_t opened_by = 0;  // "/proc/self" is resolved at open: a child of fork() reopens
@@ -139,6 +142,8 @@ bool CertainlyPrivateAnonymous(uint64_t addr) {
   }
   return (entry & kPresent) && !(entry & kFileOrSharedAnon);
 }
+
+namespace {
 
 std::optional<SharedBacking> SysvBacking(const MapsLine& m, uint64_t addr, uint64_t length) {
   // The maps line of a SysV segment reads "/SYSV<key> (deleted)" and its inode is the shmid.
@@ -164,6 +169,8 @@ std::optional<SharedBacking> SysvBacking(const MapsLine& m, uint64_t addr, uint6
 }
 
 }  // namespace
+
+uint64_t NextBackingTag() { return g_next_tag.fetch_add(1) + 1; }
 
 uint32_t EncodeDev(dev_t dev) { return (major(dev) << 20) | (minor(dev) & 0xfffff); }
 
@@ -203,13 +210,16 @@ std::optional<MapsLine> FindMapping(std::string_view maps, uint64_t addr, uint64
 }
 
 std::optional<SharedBacking> FindSharedBacking(uint64_t addr, uint64_t length) {
-  if (CertainlyPrivateAnonymous(addr)) return NotShared(addr, length, "private memory");
+  if (LooksPrivateAnonymous(addr)) return NotShared(addr, length, "private memory");
   const std::string maps = ReadMaps();
   std::optional<MapsLine> found = FindMapping(maps, addr, length);
   if (!found) return NotShared(addr, length, "not inside one mapping");
   const MapsLine& m = *found;
   if (!m.shared) return NotShared(addr, length, "private memory");
   if (m.ino == 0 || m.path.empty()) return NotShared(addr, length, "a shared mapping of no file");
+  // Pages private_share.h moved for a registration: a registration that could not share that
+  // move must not outlive it through a descriptor of its own.
+  if (m.path.starts_with("/memfd:softverbs-mr")) return NotShared(addr, length, "pages moved for another registration");
   if (m.path.starts_with(kSysvPrefix) && m.path.ends_with(kDeleted)) return SysvBacking(m, addr, length);
   const dev_t dev = makedev(m.dev_major, m.dev_minor);
   const uint64_t offset = m.offset + (addr - m.lo);
@@ -221,7 +231,7 @@ std::optional<SharedBacking> FindSharedBacking(uint64_t addr, uint64_t length) {
     // whose maps device is not its stat device (overlayfs): no certain way to reach it.
     if (!fd.valid()) return NotShared(addr, length, "a shared mapping of a file with no read-write descriptor");
     const int32_t handle = fd.get();
-    file = std::make_shared<const BackingFile>(BackingKind::kFile, std::move(fd), handle, g_next_tag.fetch_add(1) + 1,
+    file = std::make_shared<const BackingFile>(BackingKind::kFile, std::move(fd), handle, NextBackingTag(),
                                                EncodeDev(dev), m.ino);
     g_files[{EncodeDev(dev), m.ino}] = file;
   }

@@ -6,8 +6,9 @@
 // The owner finds the backing at ibv_reg_mr (FindSharedBacking: one read of /proc/self/maps),
 // keeps a descriptor of the file open while the registration lives (BackingFile), and publishes
 // a BackingRecord next to the key in the host registry; initiators map it (backing_maps.h).
-// Private memory is never remapped (DESIGN.md section 5): anything that is not certainly one
-// shared mapping of a reachable file keeps the process_vm_* path.
+// Private anonymous memory is moved into a memfd by fabric/host/private_share.h instead (when it
+// can be done safely); anything else that is not certainly one shared mapping of a reachable
+// file keeps the process_vm_* path.
 #pragma once
 
 #include <sys/types.h>
@@ -104,6 +105,14 @@ void ClearBacking(HostRegistry& registry, uint32_t slot);
 // not describe `from_key` now.
 bool PublishBackingWithin(HostRegistry& registry, uint32_t from_slot, uint32_t from_key, uint32_t to_slot,
                           uint32_t to_key, uint64_t skip);
+
+// True when the page holding `addr` is present, anonymous and private (/proc/self/pagemap; a
+// page not present yet is faulted in first, as registering it for a NIC does): it lies in no
+// shared mapping of a file. One pread, no read of the maps.
+bool LooksPrivateAnonymous(uint64_t addr);
+
+// A tag for a new incarnation of an owner's descriptor number (BackingRecord::tag).
+uint64_t NextBackingTag();
 
 // st_dev as the kernel encodes it in 32 bits (what a BackingRecord carries).
 uint32_t EncodeDev(dev_t dev);

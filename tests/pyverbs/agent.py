@@ -14,6 +14,7 @@ Commands (all QPs are base.Peer objects with one base.Buffer each, named by "id"
   read(id, offset, length)              -> hex string;   write(id, offset, hex) -> null
   state(id)                             -> qp_state
   fetch_add(id, rkey, raddr, n, add)    -> the n values fetched, one FETCH_AND_ADD at a time
+  write_loop(id, rkey, raddr, n, length) -> {status: count} of n WRITEs carrying 1..n
   cas_increment(id, rkey, raddr, n, max_tries)
                                         -> the n values a successful CMP_AND_SWP replaced
 """
@@ -83,6 +84,19 @@ class Child:
         return [self.atomic(id, e.IBV_WR_ATOMIC_FETCH_AND_ADD, rkey, raddr, add, 0)
                 for _ in range(n)]
 
+    def write_loop(self, id, rkey, raddr, n, length=8):
+        """n RDMA WRITEs of `length` bytes to raddr, one at a time, the i-th carrying i + 1 in
+        its first 8 bytes (little endian); returns {status: count}."""
+        counts = {}
+        buf, peer = self.bufs[id], self.peers[id]
+        for i in range(n):
+            buf.set_u64(i + 1)
+            peer.post_send(base.send_wr(e.IBV_WR_RDMA_WRITE, [buf.sge(0, length)], wr_id=i,
+                                        rdma=(rkey, raddr)))
+            status = peer.poll()[0].status
+            counts[status] = counts.get(status, 0) + 1
+        return counts
+
     def cas_increment(self, id, rkey, raddr, n, max_tries):
         replaced, guess = [], 0
         for _ in range(max_tries):
@@ -119,8 +133,8 @@ class AgentError(Exception):
 class Agent:
     """The parent's handle on a child running main()."""
 
-    def __init__(self):
-        self.proc = base.start_python('import agent; agent.main()')
+    def __init__(self, **env_overrides):
+        self.proc = base.start_python('import agent; agent.main()', **env_overrides)
         self.reader = base.LineReader(self.proc)
         self.pid = self.proc.pid
         self._reply(20)

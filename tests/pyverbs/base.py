@@ -506,9 +506,9 @@ class LineReader:
         self.sel.close()
 
 
-def start_python(code):
+def start_python(code, **env_overrides):
     """Starts `code` in a child with pipes on stdin/stdout/stderr (binary, unbuffered)."""
-    return subprocess.Popen([PYTHON, '-u', '-c', code], env=child_env(), cwd=HERE,
+    return subprocess.Popen([PYTHON, '-u', '-c', code], env=child_env(**env_overrides), cwd=HERE,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, bufsize=0)
 

@@ -133,7 +133,9 @@ Status HostTarget::MoveBounded(bool write, const iovec* local, size_t nl, const 
 Result<uint64_t> HostTarget::AtomicUpdate(const PinnedPieces& remote, uint64_t (*op)(uint64_t, const void*),
                                           const void* arg) const {
   // IBV_ATOMIC_HCA: atomic against every other atomic through softverbs on this host. The lock
-  // stripe is chosen by (process, address) so all initiators meet on the same word.
+  // stripe is chosen by (process, address) so all initiators meet on the same word, whichever
+  // way they reach it: a process_vm read-modify-write (private memory not moved, an initiator
+  // that cannot map the backing) and a CPU atomic through a mapping agree because both hold it.
   const uint64_t va = reinterpret_cast<uint64_t>(remote.data()[0].iov_base);
   const uint64_t stripe = (static_cast<uint64_t>(process_slot_) * 0x9E3779B97F4A7C15ull) ^ (va >> 3);
   fabric::TokenLock lock(local_->registry().atomic_stripe(static_cast<uint32_t>(stripe ^ (stripe >> 29))),
@@ -152,10 +154,14 @@ Result<uint64_t> HostTarget::AtomicUpdate(const PinnedPieces& remote, uint64_t (
     const bool done = fabric::RunGuarded(
         [](void* p) {
           auto& m = *static_cast<Rmw*>(p);
+          // A lock-prefixed compare-and-swap on the word itself: atomic against the other
+          // initiators (they hold the same stripe) and against the owner's own CPU atomics on
+          // it too. A compare that fails (or an add of 0) writes nothing, as a NIC's.
           std::atomic_ref<uint64_t> word(*m.word);
-          m.value = word.load(std::memory_order_acquire);
-          const uint64_t next = m.op(m.value, m.arg);
-          if (next != m.value) word.store(next, std::memory_order_release);
+          uint64_t seen = word.load(std::memory_order_acquire);
+          for (uint64_t next; (next = m.op(seen, m.arg)) != seen;)
+            if (word.compare_exchange_weak(seen, next, std::memory_order_acq_rel, std::memory_order_acquire)) break;
+          m.value = seen;
         },
         &rmw);
     if (done) return rmw.value;

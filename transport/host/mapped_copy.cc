@@ -1,6 +1,7 @@
 #include "transport/host/mapped_copy.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -31,6 +32,13 @@ bool MappedPieces::Map(fabric::HostRegistry& registry, fabric::BackingMaps& maps
   pieces_.clear();
   windows_.clear();
   if (peer == nullptr) return false;  // this process's own memory is reached by memcpy anyway
+  // SOFTVERBS_PEER_MAP=0: this initiator never maps a peer's backing (process_vm_* for every
+  // access; a comparison switch, and how tests mix both paths on one target).
+  static const bool enabled = [] {
+    const char* v = getenv("SOFTVERBS_PEER_MAP");
+    return v == nullptr || strcmp(v, "0") != 0;
+  }();
+  if (!enabled) return false;
   // Cheap refusal first: private memory (the common case) has no key marked kSharedBacking.
   bool any = false;
   for (size_t i = 0; i < remote.pin_count() && !any; ++i) any = (remote.pin(i).view().access & kSharedBacking) != 0;
