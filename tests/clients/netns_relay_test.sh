@@ -84,9 +84,20 @@ run() {
   crc=$?
   wait "$server"
   src=$?
-  check "$what through the impairing relay (server rc=$src, client rc=$crc)" \
-    bash -c "[ $src -eq 0 ] && [ $crc -eq 0 ] && grep -qE '$pattern' '$logs/client'"
-  if [ "$src" -ne 0 ] || [ "$crc" -ne 0 ]; then
+  # A lost ACK of a pingpong's very last message cannot be made up once its receiver, done with
+  # every iteration, has exited: the sender retries into a destroyed QP (IBA 9.7.6.1.3) and ends
+  # in RETRY_EXC_ERR, as with any RC peer. A pingpong side finishes only after receiving all of
+  # the other's messages, so when one side counted every iteration only that ACK was missing.
+  local note="" ok=0 done_log=$logs/server failed_log=$logs/client done_rc=$src
+  [ "$src" -ne 0 ] && done_log=$logs/client failed_log=$logs/server done_rc=$crc
+  if [ "$src" -eq 0 ] && [ "$crc" -eq 0 ] && grep -qE "$pattern" "$logs/client"; then
+    ok=1
+  elif [ "$prog" = ibv_rc_pingpong ] && [ "$done_rc" -eq 0 ] && grep -q 'iters in' "$done_log" &&
+       [ "$(grep -c 'Failed status' "$failed_log")" -eq 1 ] && grep -q 'transport retry counter exceeded' "$failed_log"; then
+    ok=1 note=" (the last ACK was lost after the peer finished: the sender retried in vain, as any RC peer)"
+  fi
+  check "$what through the impairing relay (server rc=$src, client rc=$crc)$note" test "$ok" -eq 1
+  if [ "$ok" -ne 1 ]; then
     sed 's/^/  server: /' "$logs/server" | tail -4
     sed 's/^/  client: /' "$logs/client" | tail -4
   fi
