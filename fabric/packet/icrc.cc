@@ -14,9 +14,10 @@ namespace {
 // The CRC register after ~0 and the 8 bytes of 0xff standing for the LRH (rxe_icrc.c's seed).
 constexpr uint32_t kSeedAfterMaskedLrh = 0xdebb20e3u;
 
-// Builds the masked IP + UDP + BTH pseudo header; returns its length.
-size_t MaskedPseudoHeader(const IpUdpInfo& ip, std::span<const uint8_t> payload, uint8_t* out) {
-  size_t n = WriteIpUdpHeaders(ip, payload.size() + kIcrcBytes, /*checksums=*/false, nullptr, out);
+// Builds the masked IP + UDP + BTH pseudo header of a packet of `udp_payload_without_icrc`
+// bytes whose BTH is `bth`; returns its length.
+size_t MaskedPseudoHeader(const IpUdpInfo& ip, size_t udp_payload_without_icrc, const uint8_t* bth, uint8_t* out) {
+  size_t n = WriteIpUdpHeaders(ip, udp_payload_without_icrc + kIcrcBytes, /*checksums=*/false, nullptr, out);
   if (ip.ipv6) {
     // Version stays; traffic class and flow label become ones (rxe: priority = 0xf,
     // flow_lbl[] = 0xff); hop limit 0xff.
@@ -30,20 +31,28 @@ size_t MaskedPseudoHeader(const IpUdpInfo& ip, std::span<const uint8_t> payload,
   }
   size_t udp = ip.ip_header_bytes();
   out[udp + 6] = out[udp + 7] = 0xff;  // UDP checksum
-  memcpy(out + n, payload.data(), kBthBytes);
+  memcpy(out + n, bth, kBthBytes);
   out[n + 4] = 0xff;  // BTH resv8a: FECN, BECN and resv6 may change in flight
   return n + kBthBytes;
 }
 
 }  // namespace
 
-uint32_t ComputeIcrc(const IpUdpInfo& ip, std::span<const uint8_t> payload) {
-  if (payload.size() < kBthBytes) return 0;  // not a RoCEv2 packet; never read past it
+IcrcBuilder::IcrcBuilder(const IpUdpInfo& ip, std::span<const uint8_t> head, size_t udp_payload_without_icrc) {
+  if (head.size() < kBthBytes || udp_payload_without_icrc < head.size()) return;  // not RoCEv2: never read past it
   uint8_t pseudo[kMaxIpUdpHeaderBytes + kBthBytes];
-  size_t n = MaskedPseudoHeader(ip, payload, pseudo);
-  uint32_t crc = Crc32Update(kSeedAfterMaskedLrh, pseudo, n);
-  crc = Crc32Update(crc, payload.data() + kBthBytes, payload.size() - kBthBytes);
-  return ~crc;
+  const size_t n = MaskedPseudoHeader(ip, udp_payload_without_icrc, head.data(), pseudo);
+  crc_ = Crc32Update(kSeedAfterMaskedLrh, pseudo, n);
+  crc_ = Crc32Update(crc_, head.data() + kBthBytes, head.size() - kBthBytes);
+  valid_ = true;
+}
+
+void IcrcBuilder::Add(std::span<const uint8_t> bytes) {
+  if (valid_) crc_ = Crc32Update(crc_, bytes.data(), bytes.size());
+}
+
+uint32_t ComputeIcrc(const IpUdpInfo& ip, std::span<const uint8_t> payload) {
+  return IcrcBuilder(ip, payload, payload.size()).Finish();
 }
 
 Status CheckIcrc(const IpUdpInfo& ip, std::span<const uint8_t> udp_payload) {

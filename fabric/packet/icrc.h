@@ -24,6 +24,21 @@ namespace softverbs::fabric::packet {
 // and IP lengths are derived from the payload size plus the ICRC.
 uint32_t ComputeIcrc(const IpUdpInfo& ip, std::span<const uint8_t> udp_payload_without_icrc);
 
+// The same ICRC computed over a packet in pieces (a sender's headers, then its payload where the
+// application's memory holds it, then the pad), so the payload is read once and never copied:
+// `head` holds at least the BTH, and `udp_payload_without_icrc` counts head and every piece Add()
+// will be given. Finish() is 0 for a head shorter than the BTH, as ComputeIcrc.
+class IcrcBuilder {
+ public:
+  IcrcBuilder(const IpUdpInfo& ip, std::span<const uint8_t> head, size_t udp_payload_without_icrc);
+  void Add(std::span<const uint8_t> bytes);
+  uint32_t Finish() const { return valid_ ? ~crc_ : 0; }
+
+ private:
+  uint32_t crc_ = 0;
+  bool valid_ = false;
+};
+
 // Checks the trailing ICRC of a whole UDP payload (BTH ... ICRC). EBADMSG names the mismatch.
 Status CheckIcrc(const IpUdpInfo& ip, std::span<const uint8_t> udp_payload);
 

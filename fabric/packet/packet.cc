@@ -78,8 +78,8 @@ Status CheckBuildable(const PacketHeaders& h, const OpcodeInfo* info, size_t pay
 
 }  // namespace
 
-Result<size_t> Build(const PacketHeaders& h, std::span<const ConstBuffer> payload,
-                     const IpUdpInfo& ip, std::span<uint8_t> out) {
+Result<GatheredPacket> BuildGathered(const PacketHeaders& h, std::span<const ConstBuffer> payload, const IpUdpInfo& ip,
+                                     std::span<uint8_t> head, std::span<uint8_t, kMaxTrailerBytes> trailer) {
   const OpcodeInfo* info = LookupOpcode(h.bth.opcode);
   size_t payload_bytes = 0;
   for (const ConstBuffer& piece : payload) {
@@ -88,22 +88,38 @@ Result<size_t> Build(const PacketHeaders& h, std::span<const ConstBuffer> payloa
       return Invalid("Build: packet larger than a UDP datagram");
   }
   SV_RETURN_IF_ERROR(CheckBuildable(h, info, payload_bytes));
-  size_t total = WireBytes(*info, payload_bytes);
-  if (out.size() < total)
-    return Invalid("Build: output buffer of " + std::to_string(out.size()) +
-                   " bytes, packet needs " + std::to_string(total));
+  const size_t total = WireBytes(*info, payload_bytes);
+  if (head.size() < info->header_bytes)
+    return Invalid("Build: header buffer of " + std::to_string(head.size()) + " bytes, headers need " +
+                   std::to_string(info->header_bytes));
   Bth bth = h.bth;
   bth.pad = static_cast<uint8_t>((0 - payload_bytes) & 3);
-  EncodeBth(bth, out.data());
-  EncodeExtensions(*info, h, out.data());
-  uint8_t* at = out.data() + info->header_bytes;
+  EncodeBth(bth, head.data());
+  EncodeExtensions(*info, h, head.data());
+  IcrcBuilder icrc(ip, head.first(info->header_bytes), total - kIcrcBytes);
+  for (const ConstBuffer& piece : payload)
+    if (piece.size) icrc.Add({static_cast<const uint8_t*>(piece.data), piece.size});
+  memset(trailer.data(), 0, bth.pad);  // pad bytes are zero (IBA 9.2)
+  icrc.Add(trailer.first(bth.pad));
+  StoreIcrc(icrc.Finish(), trailer.data() + bth.pad);
+  return GatheredPacket{info->header_bytes, payload_bytes, bth.pad + kIcrcBytes};
+}
+
+Result<size_t> Build(const PacketHeaders& h, std::span<const ConstBuffer> payload,
+                     const IpUdpInfo& ip, std::span<uint8_t> out) {
+  uint8_t trailer[kMaxTrailerBytes];
+  auto built = BuildGathered(h, payload, ip, out, trailer);
+  if (!built.ok()) return built.status();
+  const size_t total = built->bytes();
+  if (out.size() < total)
+    return Invalid("Build: output buffer of " + std::to_string(out.size()) + " bytes, packet needs " +
+                   std::to_string(total));
+  uint8_t* at = out.data() + built->header_bytes;
   for (const ConstBuffer& piece : payload) {
     if (piece.size) memcpy(at, piece.data, piece.size);
     at += piece.size;
   }
-  memset(at, 0, bth.pad);  // pad bytes are zero (IBA 9.2)
-  at += bth.pad;
-  StoreIcrc(ComputeIcrc(ip, out.first(total - kIcrcBytes)), at);
+  memcpy(at, trailer, built->trailer_bytes);
   return total;
 }
 

@@ -41,6 +41,24 @@ inline size_t WireBytes(const OpcodeInfo& info, size_t payload_bytes) {
   return info.header_bytes + payload_bytes + ((0 - payload_bytes) & 3) + kIcrcBytes;
 }
 
+// A packet built around its payload (BuildGathered): its UDP payload is `header_bytes` of
+// headers, the payload pieces as given, then `trailer_bytes` of pad and ICRC.
+struct GatheredPacket {
+  size_t header_bytes = 0;
+  size_t payload_bytes = 0;
+  size_t trailer_bytes = 0;
+  size_t bytes() const { return header_bytes + payload_bytes + trailer_bytes; }
+};
+inline constexpr size_t kMaxTrailerBytes = 3 + kIcrcBytes;  // pad and ICRC
+
+// What Build() writes, without copying the payload: BTH and extension headers into `head`, pad
+// and ICRC into `trailer`; the ICRC is computed over the payload where it lies. A sender hands
+// [head, payload pieces, trailer] to the kernel as one datagram (sendmsg's iovecs), so the
+// application's bytes are read twice (ICRC, the kernel's copy) and copied once. Same refusals as
+// Build (a `head` smaller than the headers instead of `out`).
+Result<GatheredPacket> BuildGathered(const PacketHeaders& h, std::span<const ConstBuffer> payload, const IpUdpInfo& ip,
+                                     std::span<uint8_t> head, std::span<uint8_t, kMaxTrailerBytes> trailer);
+
 // Writes BTH, extension headers, the gathered payload, the pad and the ICRC (for the flow `ip`)
 // into `out`; returns the bytes written (WireBytes). The BTH pad count is computed here, not
 // taken from `h`. Refuses (EINVAL) unknown opcodes, payload on an opcode that carries none,

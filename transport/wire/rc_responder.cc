@@ -59,7 +59,7 @@ class Packet {
   }
   void Send(std::span<const uint8_t> bytes) {
     const iovec one{const_cast<uint8_t*>(bytes.data()), bytes.size()};
-    (void)path_.send({&one, 1});
+    (void)path_.send({&one, 1}, {});
   }
   void Ack(uint8_t syn, uint32_t psn) {
     Count(syn);
@@ -193,10 +193,13 @@ void Packet::ReadRequest(bool duplicate) {
     ++w_.msn;  // C9-148: a READ counts when it is received
   }
   // IBA 9.7.5.1.1: a duplicate READ is executed again (its data may have changed). The data is
-  // fetched a chunk at a time; each chunk's packets are built in this thread's arena and sent in
-  // batches, in as few system calls as the kernel allows (as the requester's messages are).
+  // fetched a chunk at a time; each chunk's packets are built around it (headers and ICRCs in
+  // this thread's arena) and sent in batches, in as few system calls as the kernel allows (as
+  // the requester's messages are).
   constexpr size_t kBatch = 64;
-  thread_local std::vector<uint8_t> arena(kBatch * kPacketSlot);
+  thread_local std::vector<uint8_t> wrap(kBatch * kWrapSlot);
+  thread_local std::vector<iovec> pieces;
+  thread_local std::vector<uint16_t> counts;
   std::vector<uint8_t> data(std::min<uint64_t>(length, kReadChunk / mtu * mtu));
   uint32_t index = 0;
   uint64_t at = 0;
@@ -216,20 +219,21 @@ void Packet::ReadRequest(bool duplicate) {
       if (done.code == ReplyCode::kNoAnswer) return;
       return Nak(done.code);
     }
-    iovec datagrams[kBatch];
-    size_t built = 0;
+    pieces.clear();
+    counts.clear();
     uint64_t off = 0;
     do {  // (a zero-length READ: one empty ONLY response)
       const std::span<const uint8_t> piece(data.data() + off, std::min<uint64_t>(mtu, n - off));
-      uint8_t* slot = arena.data() + built * kPacketSlot;
-      auto one = BuildReadResponsePacket(e_.dest_qp_num, (p_.hdr.bth.psn + index) & packet::kPsnMask, w_.msn,
-                                         index == 0, index + 1 == packets, piece, path_.flow, {slot, kPacketSlot});
-      if (one.ok()) datagrams[built++] = {slot, *one};
+      const Status built = GatherReadResponsePacket(e_.dest_qp_num, (p_.hdr.bth.psn + index) & packet::kPsnMask,
+                                                    w_.msn, index == 0, index + 1 == packets, piece, path_.flow,
+                                                    {wrap.data() + counts.size() * kWrapSlot, kWrapSlot}, pieces, counts);
+      (void)built;  // (cannot fail: the opcodes are valid and the piece is at most the MTU)
       ++index;
       off += mtu;
-      if (built == kBatch || (off >= n && built > 0)) {
-        if (!path_.send({datagrams, built}).ok()) return;  // lost: the requester reads again
-        built = 0;
+      if (counts.size() == kBatch || (off >= n && !counts.empty())) {
+        if (!path_.send(pieces, counts).ok()) return;  // lost: the requester reads again
+        pieces.clear();
+        counts.clear();
       }
     } while (off < n);
     at += n;

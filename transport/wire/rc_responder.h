@@ -23,7 +23,9 @@ namespace softverbs::transport {
 // in batches).
 struct ResponsePath {
   fabric::packet::IpUdpInfo flow;
-  std::function<Status(std::span<const iovec>)> send;
+  // Sends datagrams in order: datagram i is the next counts[i] of `pieces` (counts empty: one
+  // piece each), as WireFabric::SendGathered.
+  std::function<Status(std::span<const iovec> pieces, std::span<const uint16_t> counts)> send;
   // Optional: takes a plain ACK that may be held and replaced by a later ACK of the same QP until
   // the receive batch ends (ACK coalescing: an ACK acknowledges every request up to its PSN, IBA
   // 9.7.5.1.1). NAKs, RNR NAKs, READ responses and atomic ACKs always go through `send`.

@@ -207,35 +207,52 @@ Status WireFabric::Send(const Gid16& sgid, const Gid16& dgid, std::span<const io
     SV_RETURN_IF_ERROR(port->udp->Send(to, src_port, pieces));
   }
   counters_.sent.fetch_add(1, std::memory_order_relaxed);
-  if (pcap_ != nullptr && pieces.size() == 1)
-    Record(sgid, dgid, src_port != 0 ? src_port : RocePort(),
-           {static_cast<const uint8_t*>(pieces[0].iov_base), pieces[0].iov_len});
+  if (pcap_ != nullptr) Record(sgid, dgid, src_port != 0 ? src_port : RocePort(), pieces);
   return Status::Ok();
 }
 
 Status WireFabric::SendBatch(const Gid16& sgid, const Gid16& dgid, std::span<const iovec> datagrams,
                              uint16_t src_port) {
+  return SendGathered(sgid, dgid, datagrams, {}, src_port);
+}
+
+Status WireFabric::SendGathered(const Gid16& sgid, const Gid16& dgid, std::span<const iovec> pieces,
+                                std::span<const uint16_t> piece_counts, uint16_t src_port) {
   Port* port = Find(sgid);
   if (port == nullptr)
     return Status(ENETUNREACH, "no RoCEv2 port on " + GidString(sgid) + " (the source GID of the address vector)");
-  return SendDatagrams(*port, AddressOfGid(dgid, RocePort()), datagrams, src_port);
+  return SendDatagrams(*port, AddressOfGid(dgid, RocePort()), pieces, piece_counts, src_port);
 }
 
 Status WireFabric::SendDatagrams(Port& port, const UdpAddress& to, std::span<const iovec> datagrams,
                                  uint16_t src_port) {
+  return SendDatagrams(port, to, datagrams, {}, src_port);
+}
+
+Status WireFabric::SendDatagrams(Port& port, const UdpAddress& to, std::span<const iovec> pieces,
+                                 std::span<const uint16_t> counts, uint16_t src_port) {
   constexpr size_t kMax = 64;
+  const size_t total = counts.empty() ? pieces.size() : counts.size();
   fabric::wire::TxDatagram batch[kMax];
-  size_t done = 0;
+  size_t done = 0, at = 0;  // datagrams sent; their pieces
   Status result = Status::Ok();
-  for (int waits = 0; done < datagrams.size();) {
-    const size_t n = std::min(kMax, datagrams.size() - done);
-    for (size_t i = 0; i < n; ++i) batch[i] = {&to, src_port, datagrams.subspan(done + i, 1)};
+  for (int waits = 0; done < total;) {
+    const size_t n = std::min(kMax, total - done);
+    for (size_t i = 0, p = at; i < n; ++i) {
+      const size_t c = counts.empty() ? 1 : counts[done + i];
+      batch[i] = {&to, src_port, pieces.subspan(p, c)};
+      p += c;
+    }
     Result<size_t> sent = 0;
     {
       std::lock_guard lock(port.mu);
       sent = port.udp->SendBatch({batch, n});
     }
     if (sent.ok() && *sent > 0) {
+      for (size_t i = 0; i < *sent; ++i) {
+        if (pcap_ != nullptr) Record(port.gid, GidOfAddress(to), src_port != 0 ? src_port : RocePort(), batch[i].pieces);
+        at += batch[i].pieces.size();
+      }
       done += *sent;
       continue;
     }
@@ -247,12 +264,9 @@ Status WireFabric::SendDatagrams(Port& port, const UdpAddress& to, std::span<con
     (void)poll(&p, 1, 1);  // the socket buffer drains as the peer receives
   }
   counters_.sent.fetch_add(done, std::memory_order_relaxed);
-  if (pcap_ != nullptr)
-    for (const iovec& d : datagrams.first(done))
-      Record(port.gid, GidOfAddress(to), src_port != 0 ? src_port : RocePort(),
-             {static_cast<const uint8_t*>(d.iov_base), d.iov_len});
   return result;
 }
+
 
 void WireFabric::Register(uint32_t qpn, WireLink* link) {
   std::lock_guard lock(links_mu_);
@@ -276,6 +290,14 @@ void WireFabric::Unregister(uint32_t qpn, WireLink* link) {
     for (const auto& port : ports_) ports.push_back(port.get());
   }
   for (Port* port : ports) std::lock_guard rx(port->rx_mu);
+}
+
+void WireFabric::Record(const Gid16& src, const Gid16& dst, uint16_t src_port, std::span<const iovec> pieces) {
+  if (pieces.size() == 1) return Record(src, dst, src_port, {static_cast<const uint8_t*>(pieces[0].iov_base), pieces[0].iov_len});
+  std::vector<uint8_t> packet;
+  for (const iovec& v : pieces)
+    packet.insert(packet.end(), static_cast<const uint8_t*>(v.iov_base), static_cast<const uint8_t*>(v.iov_base) + v.iov_len);
+  Record(src, dst, src_port, packet);
 }
 
 void WireFabric::Record(const Gid16& src, const Gid16& dst, uint16_t src_port, std::span<const uint8_t> packet) {
@@ -562,9 +584,9 @@ void WireFabric::Deliver(std::span<const uint8_t> datagram, const UdpAddress& fr
     path.flow = FlowOf(to.gid, source, RocePort(), RocePort());
     const UdpAddress back = AddressOfGid(source, RocePort());
     Port& port = const_cast<Port&>(to);
-    path.send = [this, &port, &back](std::span<const iovec> datagrams) {
+    path.send = [this, &port, &back](std::span<const iovec> pieces, std::span<const uint16_t> counts) {
       SendHeldAcks(port);  // responses leave in the order they were made
-      return SendDatagrams(port, back, datagrams);
+      return SendDatagrams(port, back, pieces, counts, 0);
     };
     path.coalesce_ack = [this, &port, &back](std::span<const uint8_t> ack) { HoldAck(port, back, ack); };
     return RcResponder::Receive(*target, *parsed, path);

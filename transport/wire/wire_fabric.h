@@ -74,6 +74,11 @@ class WireFabric {
   // sizes leave in one UDP_SEGMENT system call (fabric/wire/udp_port.h). A full socket buffer is
   // waited for (a NIC's queue back-pressures its sender), up to a few milliseconds.
   Status SendBatch(const Gid16& sgid, const Gid16& dgid, std::span<const iovec> datagrams, uint16_t src_port = 0);
+  // The same for datagrams gathered from pieces (packet::BuildGathered): datagram i is the next
+  // `piece_counts[i]` of `pieces`, so a payload goes from the application's memory to the kernel
+  // without a copy of ours.
+  Status SendGathered(const Gid16& sgid, const Gid16& dgid, std::span<const iovec> pieces,
+                      std::span<const uint16_t> piece_counts, uint16_t src_port = 0);
 
   // The link of this process's RC QP `qpn` gets the responses addressed to it.
   void Register(uint32_t qpn, WireLink* link);
@@ -126,8 +131,12 @@ class WireFabric {
   // back to where its request came from), waiting out a full socket buffer for a while.
   Status SendDatagrams(Port& port, const fabric::wire::UdpAddress& to, std::span<const iovec> datagrams,
                        uint16_t src_port = 0);
+  // The same with datagram i gathered from the next `counts[i]` pieces (empty: one piece each).
+  Status SendDatagrams(Port& port, const fabric::wire::UdpAddress& to, std::span<const iovec> pieces,
+                       std::span<const uint16_t> counts, uint16_t src_port);
   // SOFTVERBS_PCAP: records one packet of the flow src -> dst.
   void Record(const Gid16& src, const Gid16& dst, uint16_t src_port, std::span<const uint8_t> packet);
+  void Record(const Gid16& src, const Gid16& dst, uint16_t src_port, std::span<const iovec> pieces);
   void Run();
   // Receives one batch on `port` and handles it; `wait`: for the port's receive lock (the
   // receive thread), else give up if another thread is receiving (a busy poller).

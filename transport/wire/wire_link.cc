@@ -144,19 +144,22 @@ Status WireLink::SendRc(const Request& r, const packet::IpUdpInfo& flow) {
 }
 
 Status WireLink::SendMessage(const Request& r, const packet::IpUdpInfo& flow, const Gid16& sgid, const Gid16& dgid) {
-  // Built in batches in this thread's arena, each batch sent in as few system calls as the
-  // kernel allows (GSO): a 1 MiB WRITE at a 4096-byte MTU is 256 packets.
+  // Built in batches around the payload (headers and ICRCs in this thread's arena, the bytes
+  // where the application keeps them), each batch sent in as few system calls as the kernel
+  // allows (GSO): a 1 MiB WRITE at a 4096-byte MTU is 256 packets, and the kernel's copy is
+  // the only one (it read the payload for the ICRC first).
   constexpr size_t kBatch = 64;
-  thread_local std::vector<uint8_t> arena(kBatch * kPacketSlot);
+  thread_local std::vector<uint8_t> wrap(kBatch * kWrapSlot);
+  thread_local std::vector<iovec> pieces;
+  thread_local std::vector<uint16_t> counts;
   const uint64_t total = MessagePackets(r);
   for (uint64_t first = 0; first < total; first += kBatch) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(kBatch, total - first));
-    size_t lengths[kBatch];
-    SV_RETURN_IF_ERROR(BuildMessagePackets(r, flow, first, arena, {lengths, n}));
-    iovec datagrams[kBatch];
-    for (size_t i = 0; i < n; ++i) datagrams[i] = {arena.data() + i * kPacketSlot, lengths[i]};
+    pieces.clear();
+    counts.clear();
+    SV_RETURN_IF_ERROR(GatherMessagePackets(r, flow, first, n, wrap, pieces, counts));
     counters_.packets.fetch_add(n, std::memory_order_relaxed);
-    SV_RETURN_IF_ERROR(fabric_.SendBatch(sgid, dgid, {datagrams, n}, src_port_));
+    SV_RETURN_IF_ERROR(fabric_.SendGathered(sgid, dgid, pieces, counts, src_port_));
   }
   return Status::Ok();
 }

@@ -50,6 +50,21 @@ std::vector<packet::ConstBuffer> Slice(const Request& r, uint64_t offset, uint64
   return out;
 }
 
+// The headers of packet `i` of the `count` packets of message `r`.
+packet::PacketHeaders PacketOf(const Request& r, uint64_t i, uint64_t count) {
+  packet::PacketHeaders h;
+  h.bth.opcode = MessageOpcode(r, i, count);
+  h.bth.dest_qp = r.dest_qp & packet::kQpnMask;
+  h.bth.psn = static_cast<uint32_t>((r.psn + i) & packet::kPsnMask);
+  const bool last = i + 1 == count;
+  h.bth.se = last && r.solicited;  // the solicited bit rides on the last packet (IBA 9.2.3)
+  h.bth.ack_req = last;
+  h.reth = {r.remote_addr, r.rkey, static_cast<uint32_t>(r.length)};
+  h.immdt.imm = be32toh(r.imm_data);
+  h.ieth.rkey = r.invalidate_rkey;
+  return h;
+}
+
 }  // namespace
 
 uint64_t MessagePackets(const Request& r) {
@@ -67,21 +82,33 @@ Status BuildMessagePackets(const Request& r, const packet::IpUdpInfo& flow, uint
     return Invalid("BuildMessagePackets: packets beyond the message or the arena");
   for (size_t k = 0; k < lengths.size(); ++k) {
     const uint64_t i = first + k;
-    packet::PacketHeaders h;
-    h.bth.opcode = MessageOpcode(r, i, count);
-    h.bth.dest_qp = r.dest_qp & packet::kQpnMask;
-    h.bth.psn = static_cast<uint32_t>((r.psn + i) & packet::kPsnMask);
-    const bool last = i + 1 == count;
-    h.bth.se = last && r.solicited;  // the solicited bit rides on the last packet (IBA 9.2.3)
-    h.bth.ack_req = last;
-    h.reth = {r.remote_addr, r.rkey, static_cast<uint32_t>(r.length)};
-    h.immdt.imm = be32toh(r.imm_data);
-    h.ieth.rkey = r.invalidate_rkey;
     const uint64_t offset = i * mtu;
     const auto payload = Slice(r, offset, std::min(mtu, r.length - std::min(r.length, offset)));
-    auto n = packet::Build(h, payload, flow, arena.subspan(k * slot, slot));
+    auto n = packet::Build(PacketOf(r, i, count), payload, flow, arena.subspan(k * slot, slot));
     if (!n.ok()) return n.status();
     lengths[k] = *n;
+  }
+  return Status::Ok();
+}
+
+Status GatherMessagePackets(const Request& r, const packet::IpUdpInfo& flow, uint64_t first, size_t n,
+                            std::span<uint8_t> wrap, std::vector<iovec>& pieces, std::vector<uint16_t>& counts) {
+  const uint64_t mtu = r.mtu ? r.mtu : 4096;
+  const uint64_t count = MessagePackets(r);
+  if (first + n > count || wrap.size() < n * kWrapSlot)
+    return Invalid("GatherMessagePackets: packets beyond the message or the arena");
+  for (size_t k = 0; k < n; ++k) {
+    const uint64_t i = first + k;
+    const uint64_t offset = i * mtu;
+    const auto payload = Slice(r, offset, std::min(mtu, r.length - std::min(r.length, offset)));
+    uint8_t* slot = wrap.data() + k * kWrapSlot;
+    std::span<uint8_t, packet::kMaxTrailerBytes> trailer(slot + 64, packet::kMaxTrailerBytes);
+    auto built = packet::BuildGathered(PacketOf(r, i, count), payload, flow, {slot, 64}, trailer);
+    if (!built.ok()) return built.status();
+    pieces.push_back({slot, built->header_bytes});
+    for (const packet::ConstBuffer& b : payload) pieces.push_back({const_cast<void*>(b.data), b.size});
+    pieces.push_back({trailer.data(), built->trailer_bytes});
+    counts.push_back(static_cast<uint16_t>(payload.size() + 2));
   }
   return Status::Ok();
 }
@@ -141,9 +168,9 @@ Result<size_t> BuildAtomicAck(uint32_t dest_qp, uint32_t psn, uint32_t msn, uint
   return packet::Build(h, {}, flow, out);
 }
 
-Result<size_t> BuildReadResponsePacket(uint32_t dest_qp, uint32_t psn, uint32_t msn, bool first, bool last,
-                                       std::span<const uint8_t> piece, const packet::IpUdpInfo& flow,
-                                       std::span<uint8_t> out) {
+namespace {
+
+packet::PacketHeaders ReadResponseHeaders(uint32_t dest_qp, uint32_t psn, uint32_t msn, bool first, bool last) {
   namespace op = packet::op;
   const uint8_t code = first && last ? op::kRdmaReadResponseOnly
                        : first       ? op::kRdmaReadResponseFirst
@@ -151,8 +178,33 @@ Result<size_t> BuildReadResponsePacket(uint32_t dest_qp, uint32_t psn, uint32_t 
                                      : op::kRdmaReadResponseMiddle;
   packet::PacketHeaders h = Headers(op::kRc | code, dest_qp, psn);
   h.aeth = {syndrome::kAck, msn & packet::kQpnMask};
+  return h;
+}
+
+}  // namespace
+
+Result<size_t> BuildReadResponsePacket(uint32_t dest_qp, uint32_t psn, uint32_t msn, bool first, bool last,
+                                       std::span<const uint8_t> piece, const packet::IpUdpInfo& flow,
+                                       std::span<uint8_t> out) {
   const packet::ConstBuffer buffer{piece.data(), piece.size()};
-  return packet::Build(h, {&buffer, piece.empty() ? 0u : 1u}, flow, out);
+  return packet::Build(ReadResponseHeaders(dest_qp, psn, msn, first, last), {&buffer, piece.empty() ? 0u : 1u}, flow,
+                       out);
+}
+
+Status GatherReadResponsePacket(uint32_t dest_qp, uint32_t psn, uint32_t msn, bool first, bool last,
+                                std::span<const uint8_t> piece, const packet::IpUdpInfo& flow, std::span<uint8_t> wrap,
+                                std::vector<iovec>& pieces, std::vector<uint16_t>& counts) {
+  if (wrap.size() < kWrapSlot) return Invalid("GatherReadResponsePacket: no room for the headers");
+  const packet::ConstBuffer buffer{piece.data(), piece.size()};
+  std::span<uint8_t, packet::kMaxTrailerBytes> trailer(wrap.data() + 64, packet::kMaxTrailerBytes);
+  auto built = packet::BuildGathered(ReadResponseHeaders(dest_qp, psn, msn, first, last),
+                                     {&buffer, piece.empty() ? 0u : 1u}, flow, wrap.first(64), trailer);
+  if (!built.ok()) return built.status();
+  pieces.push_back({wrap.data(), built->header_bytes});
+  if (!piece.empty()) pieces.push_back({const_cast<uint8_t*>(piece.data()), piece.size()});
+  pieces.push_back({trailer.data(), built->trailer_bytes});
+  counts.push_back(piece.empty() ? 2 : 3);
+  return Status::Ok();
 }
 
 Status BuildReadResponse(uint32_t dest_qp, uint32_t psn, uint32_t msn, std::span<const uint8_t> data, uint32_t mtu,

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <vector>
 
 #include "base/status.h"
 #include "fabric/packet/packet.h"
@@ -41,6 +42,13 @@ inline constexpr size_t kPacketSlot = 4096 + 128;
 uint64_t MessagePackets(const Request& r);
 Status BuildMessagePackets(const Request& r, const fabric::packet::IpUdpInfo& flow, uint64_t first,
                            std::span<uint8_t> arena, std::span<size_t> lengths);
+// The packets [first, first + n) of the same message built around their payload
+// (packet::BuildGathered): headers and trailers in `wrap` (kWrapSlot bytes per packet), the
+// payload where r.local holds it. Appends each packet's pieces to `pieces` and their count to
+// `counts` (WireFabric::SendGathered), so a message's bytes are not copied before the kernel's.
+inline constexpr size_t kWrapSlot = 64 + fabric::packet::kMaxTrailerBytes + 1;  // headers (<= 60 B), pad, ICRC
+Status GatherMessagePackets(const Request& r, const fabric::packet::IpUdpInfo& flow, uint64_t first, size_t n,
+                            std::span<uint8_t> wrap, std::vector<iovec>& pieces, std::vector<uint16_t>& counts);
 // The same, one packet at a time: each built into `buffer` (kPacketSlot bytes) and handed to
 // `emit`. The first error stops it.
 Status BuildMessage(const Request& r, const fabric::packet::IpUdpInfo& flow, std::span<uint8_t> buffer,
@@ -66,6 +74,12 @@ Status BuildReadResponse(uint32_t dest_qp, uint32_t psn, uint32_t msn, std::span
 Result<size_t> BuildReadResponsePacket(uint32_t dest_qp, uint32_t psn, uint32_t msn, bool first, bool last,
                                        std::span<const uint8_t> piece, const fabric::packet::IpUdpInfo& flow,
                                        std::span<uint8_t> out);
+
+// The same packet built around `piece` (as GatherMessagePackets): headers and trailer in
+// `wrap` (kWrapSlot bytes), the piece where it lies; its pieces and count appended.
+Status GatherReadResponsePacket(uint32_t dest_qp, uint32_t psn, uint32_t msn, bool first, bool last,
+                                std::span<const uint8_t> piece, const fabric::packet::IpUdpInfo& flow,
+                                std::span<uint8_t> wrap, std::vector<iovec>& pieces, std::vector<uint16_t>& counts);
 
 // AETH syndromes (IBA 9.7.5.1 table 44).
 namespace syndrome {

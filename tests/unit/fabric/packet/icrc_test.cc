@@ -179,9 +179,9 @@ TEST(IcrcTest, UnknownIdCheckStillRefusesAlmostEveryCorruption) {
 namespace softverbs::fabric::packet {
 namespace {
 
-// The folded (PCLMULQDQ) CRC agrees with the tables for every length around its 16- and
-// 64-byte steps, every alignment and any starting state (on a CPU without PCLMULQDQ both are the
-// tables, and the test still holds).
+// The folded (PCLMULQDQ / VPCLMULQDQ) CRC agrees with the tables for every length around its
+// 16-, 64- and 128-byte steps, every alignment and any starting state (on a CPU without them both
+// are the tables, and the test still holds).
 TEST(Crc32Test, TheFoldedCrcAgreesWithTheTables) {
   std::vector<uint8_t> data(9000 + 16);
   uint64_t x = 0x9e3779b97f4a7c15ull;

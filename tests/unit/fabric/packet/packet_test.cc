@@ -156,6 +156,44 @@ TEST(PacketBuildTest, EveryOpcodeRoundTrips) {
   }
 }
 
+// A packet built around its payload is, headers + payload + trailer laid end to end, the packet
+// Build() writes, for every opcode, payload length (every pad), IPv4 and IPv6; and it refuses a
+// header buffer too small for the opcode's headers.
+TEST(PacketBuildTest, GatheredIsBuildsBytesInPieces) {
+  uint8_t src4[4] = {10, 0, 0, 1}, dst4[4] = {10, 0, 0, 2};
+  uint8_t src6[16] = {0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, dst6[16] = {0xfd, 1};
+  std::vector<uint8_t> data(300);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 7 + 1);
+  for (const IpUdpInfo& flow : {IpUdpInfo::V4(src4, dst4, 0xc001), IpUdpInfo::V6(src6, dst6, 0xc002)}) {
+    for (int code = 0; code < 256; ++code) {
+      const OpcodeInfo* info = LookupOpcode(static_cast<uint8_t>(code));
+      if (info == nullptr) continue;
+      for (size_t len : {0u, 1u, 2u, 3u, 4u, 255u, 300u}) {
+        if (!info->has_payload && len) continue;
+        PacketHeaders h;
+        h.bth = {.opcode = static_cast<uint8_t>(code), .dest_qp = 0x12, .psn = 77};
+        h.reth = {0x1000, 0x99, static_cast<uint32_t>(len)};
+        const ConstBuffer pieces[2] = {{data.data(), len / 3}, {data.data() + len / 3, len - len / 3}};
+        std::vector<uint8_t> whole(WireBytes(*info, len));
+        auto n = Build(h, pieces, flow, whole);
+        ASSERT_TRUE(n.ok()) << info->name;
+        uint8_t head[64], trailer[kMaxTrailerBytes];
+        auto g = BuildGathered(h, pieces, flow, head, trailer);
+        ASSERT_TRUE(g.ok()) << info->name;
+        ASSERT_EQ(g->bytes(), *n);
+        std::vector<uint8_t> joined(head, head + g->header_bytes);
+        joined.insert(joined.end(), data.begin(), data.begin() + static_cast<long>(len));
+        joined.insert(joined.end(), trailer, trailer + g->trailer_bytes);
+        EXPECT_EQ(joined, whole) << info->name << " len " << len;
+        uint8_t small[12];
+        if (info->header_bytes > sizeof small) {
+          EXPECT_FALSE(BuildGathered(h, pieces, flow, small, trailer).ok()) << info->name;
+        }
+      }
+    }
+  }
+}
+
 TEST(PacketBuildTest, RefusesWhatCannotGoOnTheWire) {
   IpUdpInfo flow;
   std::vector<uint8_t> out(128);

@@ -11,6 +11,7 @@
 #include "tests/unit/core/test_context.h"
 #include "tests/unit/transport/fake_target.h"
 #include "transport/codes.h"
+#include "tests/unit/transport/wire/join_datagrams.h"
 #include "transport/wire/wire_packets.h"
 
 namespace softverbs::core {
@@ -43,8 +44,8 @@ class RcResponderPathTest : public CoreTest {
     const uint8_t a[4] = {10, 0, 0, 2}, b[4] = {10, 0, 0, 1};
     flow_ = packet::IpUdpInfo::V4(a, b, 4791);
     path_.flow = packet::IpUdpInfo::V4(b, a, 4791);
-    path_.send = [this](std::span<const iovec> datagrams) {
-      for (const iovec& d : datagrams) sent_.push_back(Decode({static_cast<uint8_t*>(d.iov_base), d.iov_len}));
+    path_.send = [this](std::span<const iovec> pieces, std::span<const uint16_t> counts) {
+      for (const std::vector<uint8_t>& d : transport::JoinDatagrams(pieces, counts)) sent_.push_back(Decode(d));
       return Status::Ok();
     };
     path_.coalesce_ack = [this](std::span<const uint8_t> ack) { held_.push_back(Decode(ack)); };

@@ -13,6 +13,7 @@
 #include "tests/unit/core/test_context.h"
 #include "tests/unit/transport/fake_target.h"
 #include "transport/codes.h"
+#include "tests/unit/transport/wire/join_datagrams.h"
 #include "transport/wire/wire_packets.h"
 
 namespace softverbs::core {
@@ -52,9 +53,8 @@ class RcResponderTest : public CoreTest {
     const uint8_t a[4] = {10, 0, 0, 2}, b[4] = {10, 0, 0, 1};
     flow_ = packet::IpUdpInfo::V4(a, b, 4791);
     path_.flow = flow_;
-    path_.send = [this](std::span<const iovec> datagrams) {
-      for (const iovec& d : datagrams)
-        sent_.emplace_back(static_cast<const uint8_t*>(d.iov_base), static_cast<const uint8_t*>(d.iov_base) + d.iov_len);
+    path_.send = [this](std::span<const iovec> pieces, std::span<const uint16_t> counts) {
+      for (const std::vector<uint8_t>& d : transport::JoinDatagrams(pieces, counts)) sent_.push_back(d);
       return Status::Ok();
     };
   }

@@ -63,6 +63,51 @@ TEST_F(WirePacketsTest, DatagramRoundTrips) {
   EXPECT_EQ(memcmp(w.piece.iov_base, "abcdefg", 7), 0);
 }
 
+// A message gathered around its payload (what the link sends) is, packet by packet, the message
+// built into buffers: a 3-SGE RDMA WRITE with immediate of 2.5 MTUs, whose packets start and end
+// inside SGEs.
+TEST_F(WirePacketsTest, AGatheredMessageIsTheBuiltOneInPieces) {
+  std::vector<uint8_t> a(1000), b(3000), c(1200);
+  for (auto* v : {&a, &b, &c})
+    for (size_t i = 0; i < v->size(); ++i) (*v)[i] = static_cast<uint8_t>(i * 31 + v->size());
+  iovec sges[3] = {{a.data(), a.size()}, {b.data(), b.size()}, {c.data(), c.size()}};
+  Request r;
+  r.qp_type = kRc;
+  r.opcode = WrOpcode::kRdmaWriteWithImm;
+  r.dest_qp = 0x456;
+  r.psn = 0xfffffe;  // the PSNs wrap inside the message
+  r.mtu = 2048;
+  r.local = sges;
+  r.local_count = 3;
+  r.length = a.size() + b.size() + c.size();
+  r.remote_addr = 0x10000;
+  r.rkey = 0x77;
+  const uint64_t count = MessagePackets(r);
+  ASSERT_EQ(count, 3u);
+  std::vector<uint8_t> arena(count * kPacketSlot), wrap(count * kWrapSlot);
+  std::vector<size_t> lengths(count);
+  ASSERT_TRUE(BuildMessagePackets(r, flow_, 0, arena, lengths).ok());
+  std::vector<iovec> pieces;
+  std::vector<uint16_t> counts;
+  ASSERT_TRUE(GatherMessagePackets(r, flow_, 1, 2, wrap, pieces, counts).ok());  // packets 1 and 2
+  ASSERT_TRUE(GatherMessagePackets(r, flow_, 0, 1, {wrap.data() + 2 * kWrapSlot, kWrapSlot}, pieces, counts).ok());
+  ASSERT_EQ(counts.size(), 3u);
+  size_t at = 0;
+  const uint64_t order[3] = {1, 2, 0};  // as gathered
+  for (size_t j = 0; j < 3; ++j) {
+    const uint64_t k = order[j];
+    std::vector<uint8_t> joined;
+    for (size_t i = 0; i < counts[j]; ++i, ++at) {
+      const auto* p = static_cast<const uint8_t*>(pieces[at].iov_base);
+      joined.insert(joined.end(), p, p + pieces[at].iov_len);
+    }
+    EXPECT_EQ(joined, std::vector<uint8_t>(arena.begin() + static_cast<long>(k * kPacketSlot),
+                                           arena.begin() + static_cast<long>(k * kPacketSlot + lengths[k])))
+        << "packet " << k;
+  }
+  EXPECT_FALSE(GatherMessagePackets(r, flow_, 2, 2, wrap, pieces, counts).ok());  // beyond the message
+}
+
 TEST_F(WirePacketsTest, AnotherFlowFailsTheIcrc) {
   auto n = BuildDatagram(r_, 1, flow_, out_);
   ASSERT_TRUE(n.ok());
