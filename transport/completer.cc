@@ -66,6 +66,7 @@ Completer::Verdict Completer::OnReply(const SendWr& wr, RetryState& retry, const
       if (++retry.timeouts > config_.retry_cnt) return Fail(wr, wc_status::kRetryExcErr);
       return {Verdict::kRetry, Clock::now()};
     case ReplyCode::kPending:  // not a reply yet: the link reports it later
+    case ReplyCode::kPartial:  // part of the message acknowledged: the rest is still to come
       return {Verdict::kInFlight};
     case ReplyCode::kRemoteAccess:
       return Fail(wr, wc_status::kRemAccessErr);

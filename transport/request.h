@@ -25,6 +25,8 @@ enum class ReplyCode : uint8_t {
   kRemoteOp,        // NAK remote operational error (AETH 0x63)
   kSequenceError,   // NAK PSN sequence error (AETH 0x60): resend from this message now, a retry
   kPending,         // in flight: the link reports the reply later (ReplySink, transport/link.h)
+  kPartial,         // RC: the responder acknowledged the message's first Reply::acked packets;
+                    // the rest is still in flight or to be carried (IBA 9.7.5.1.1)
 };
 
 struct Reply {
@@ -34,6 +36,9 @@ struct Reply {
   // kSequenceError: the responder took packets of the message since its last attempt (forward
   // progress: the retry count starts again, as rxe's reset_retry_counters on every response).
   bool progress = false;
+  // kPartial, and the NAKs of a SEND or WRITE: how many of the message's packets the responder
+  // took (a NAK acknowledges every packet before its PSN, IBA 9.7.5.1.1). A retry resumes there.
+  uint32_t acked = 0;
 
   static Reply Of(ReplyCode code) { return Reply{code}; }
   static Reply Rnr(uint8_t timer) { return Reply{ReplyCode::kRnr, timer}; }
@@ -62,6 +67,13 @@ struct Request {
   // (IBA 9.7.1, 9.4); a fabric without packets ignores both.
   uint32_t psn = 0;
   uint32_t mtu = 4096;
+  // RC on a fabric with packets: carry only the message's packets [first_packet, +packets) (0:
+  // to the end), asking for an acknowledgement every `ack_every` packets and at the last one
+  // carried (BTH AckReq, IBA 9.7.6.1.1), so the requester's PSN window slides within a long
+  // message as rxe's does. A fabric without packets ignores them (it is never given a part).
+  uint32_t first_packet = 0;
+  uint32_t packets = 0;
+  uint32_t ack_every = 0;
   // Names the work request in the replies a link reports later (ReplySink); a retry carries the
   // same ticket, and a link forgets what it had in flight from that ticket on.
   uint64_t ticket = 0;

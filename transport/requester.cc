@@ -112,7 +112,7 @@ Status Requester::Post(const SendWr& wr, uint32_t qp_state) {
   p.retry = completer_.Budget();
   // Nothing waits before it: executed here and now, without entering the queue.
   if (qp_state == kRts && queue_.empty()) {
-    const Verdict v = Execute(p);
+    const Verdict v = Execute(p, kMaxInFlightPsns);  // (an empty queue: the whole window)
     if (v.kind == Verdict::kFailed) stopped_ = true;
     if (v.kind == Verdict::kCompleted || v.kind == Verdict::kFailed) return Status::Ok();
     // In flight, or RNR / no answer: it waits in the queue like the rest.
@@ -149,6 +149,7 @@ void Requester::Rewind() {
   for (Pending& p : queue_) {
     if (!p.in_flight) break;
     p.in_flight = false;
+    p.sent = p.acked;  // resumes at its first packet not acknowledged (rxe's req_retry)
     p.due = {};  // due at once, behind the head
   }
 }
@@ -178,42 +179,68 @@ void Requester::RunQueue() {
 
 void Requester::CarryQueued() {
   size_t i = 0;
-  uint64_t psns = 0;       // spanned by what is in flight
+  uint64_t psns = 0;       // carried and not acknowledged
   uint32_t rd_atomic = 0;  // READs and atomics in flight
   for (; i < queue_.size() && queue_[i].in_flight; ++i) {
-    psns += queue_[i].packets;
+    psns += Outstanding(queue_[i], Sliced(queue_[i]));
     rd_atomic += WritesLocal(queue_[i].wr.opcode) ? 1 : 0;
   }
+  // The last message in flight may have packets left: it goes on before anything new.
+  if (i > 0 && queue_[i - 1].sent < queue_[i - 1].packets && Sliced(queue_[i - 1])) --i;
   while (i < queue_.size() && !stopped_ && i < kMaxInFlight) {
     Pending& p = queue_[i];
-    if (p.due > Clock::now()) return;
-    if (i > 0 && psns + p.packets > kMaxInFlightPsns) return;  // the oldest always goes
-    // IBA 9.7.5.1.4 / rxe's req rd_atomic: at most max_rd_atomic READs and atomics outstanding.
-    // The responder keeps that many to answer their duplicates; a READ carried beyond them
-    // pushed an older one's out, and once that older one's response was lost, its retries
-    // were dropped as duplicates with no resource until IBV_WC_RETRY_EXC_ERR.
-    if (WritesLocal(p.wr.opcode) && rd_atomic >= std::max<uint32_t>(config_.max_rd_atomic, 1)) return;
-    const bool local_op = p.wr.opcode == WrOpcode::kDriver1 || p.wr.opcode == WrOpcode::kBindMw ||
-                          p.wr.opcode == WrOpcode::kLocalInv;
-    // Completions come in order (IBA 10.8.x): an operation that completes at once -- a local
-    // one, or one for this host's fabric -- waits until nothing before it is in flight.
-    if (i > 0 && (local_op || OnHost(p.wr))) return;
+    const bool sliced = Sliced(p), resume = p.in_flight;
+    if (!resume) {
+      if (p.due > Clock::now()) return;
+      if (!sliced && i > 0 && psns + p.packets > kMaxInFlightPsns) return;  // the oldest always goes
+      // IBA 9.7.5.1.4 / rxe's req rd_atomic: at most max_rd_atomic READs and atomics outstanding.
+      // The responder keeps that many to answer their duplicates; a READ carried beyond them
+      // pushed an older one's out, and once that older one's response was lost, its retries
+      // were dropped as duplicates with no resource until IBV_WC_RETRY_EXC_ERR.
+      if (WritesLocal(p.wr.opcode) && rd_atomic >= std::max<uint32_t>(config_.max_rd_atomic, 1)) return;
+      const bool local_op = p.wr.opcode == WrOpcode::kDriver1 || p.wr.opcode == WrOpcode::kBindMw ||
+                            p.wr.opcode == WrOpcode::kLocalInv;
+      // Completions come in order (IBA 10.8.x): an operation that completes at once -- a local
+      // one, or one for this host's fabric -- waits until nothing before it is in flight.
+      if (i > 0 && (local_op || OnHost(p.wr))) return;
+    }
+    if (sliced && psns >= kMaxInFlightPsns) return;  // the window is full until an ACK comes
+    const uint32_t budget = sliced ? static_cast<uint32_t>(kMaxInFlightPsns - psns) : UINT32_MAX;
     // A head whose last attempt got no answer has waited its timeout: the completer decides
     // whether it is tried again.
     Verdict v{Verdict::kRetry, Clock::now()};
-    if (p.retry.awaiting_timeout) v = completer_.OnTimeout(p.wr, p.retry);
-    if (v.kind == Verdict::kRetry) v = Execute(p);
+    if (!resume && p.retry.awaiting_timeout) v = completer_.OnTimeout(p.wr, p.retry);
+    const uint32_t sent_before = p.sent;
+    if (v.kind == Verdict::kRetry) v = Execute(p, budget);
     if (v.kind == Verdict::kInFlight) {
-      p.in_flight = true;
-      p.due = Clock::now() + AckTimeout(config_.completer.timeout);
-      psns += p.packets;
-      rd_atomic += WritesLocal(p.wr.opcode) ? 1 : 0;
+      if (!resume) {
+        p.in_flight = true;
+        p.due = Clock::now() + AckTimeout(config_.completer.timeout);
+        rd_atomic += WritesLocal(p.wr.opcode) ? 1 : 0;
+      }
+      psns += sliced ? p.sent - sent_before : p.packets;
+      if (sliced && p.sent < p.packets) return;  // the window is full
       ++i;
       continue;
     }
+    if (resume) return;  // a part not carried now: the message's ACK timeout decides
     if (i > 0) return;  // (a link that answers at once never has requests in flight)
     if (!Settle(p, v)) return;
     queue_.pop_front();
+  }
+}
+
+bool Requester::Sliced(const Pending& p) const {
+  if (config_.completer.type != kRc || config_.dc_initiator || OnHost(p.wr)) return false;
+  switch (p.wr.opcode) {
+    case WrOpcode::kSend:
+    case WrOpcode::kSendWithImm:
+    case WrOpcode::kSendWithInv:
+    case WrOpcode::kRdmaWrite:
+    case WrOpcode::kRdmaWriteWithImm:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -237,6 +264,17 @@ void Requester::OnReply(uint64_t ticket, const Reply& reply) {
   // Replies come in order; one for a request carried again since is stale.
   if (queue_.empty() || !queue_.front().in_flight || queue_.front().ticket != ticket || stopped_) return;
   Pending& head = queue_.front();
+  // What the responder took of a sliced message stays taken: a retry resumes after it.
+  if (reply.acked > head.acked && Sliced(head)) head.acked = std::min(reply.acked, head.sent);
+  if (reply.code == ReplyCode::kPartial) {
+    // Part of the message is acknowledged: forward progress (the retry count starts again, as
+    // for READ responses below), the ACK timer measures silence from now, and the window has
+    // room for the next packets.
+    head.retry.timeouts = 0;
+    head.due = Clock::now() + AckTimeout(config_.completer.timeout);
+    RunQueue();
+    return;
+  }
   Verdict v;
   if (reply.code == ReplyCode::kAck && head.local_error) {
     v = completer_.Fail(head.wr, wc_status::kLocProtErr);
@@ -435,13 +473,16 @@ bool Requester::OnHost(const SendWr& wr) const {
   return config_.dc_initiator ? wr.dc.on_host : config_.dest_on_host;
 }
 
-Verdict Requester::Execute(Pending& p) {
+Verdict Requester::Execute(Pending& p, uint32_t budget) {
   const SendWr& wr = p.wr;
   if (wr.opcode == WrOpcode::kDriver1) return ExecuteUmr(wr);
   if (wr.opcode == WrOpcode::kBindMw || wr.opcode == WrOpcode::kLocalInv) return ExecuteLocalOp(wr);
   PinnedPieces pieces;
   uint64_t total = 0;
-  if (uint32_t error = GatherLocal(wr, pieces, &total); error != wc_status::kSuccess) return completer_.Fail(wr, error);
+  // A later part of a message in flight reads its local side again, as a NIC's DMA does.
+  // Completing it in error now would complete it before the messages ahead of it: it waits.
+  if (uint32_t error = GatherLocal(wr, pieces, &total); error != wc_status::kSuccess)
+    return p.in_flight ? Verdict{Verdict::kRetry, p.due} : completer_.Fail(wr, error);
   Addressing addressing;
   Request r = BuildRequest(wr, pieces, total, &addressing);
   if (!p.has_psn) {
@@ -454,6 +495,12 @@ Verdict Requester::Execute(Pending& p) {
     next_psn_ = static_cast<uint32_t>((next_psn_ + packets) & 0xffffff);
   }
   r.psn = p.psn;
+  const bool sliced = Sliced(p);
+  if (sliced) {
+    r.first_packet = p.sent;
+    r.packets = std::min(budget, p.packets - p.sent);
+    r.ack_every = kAckEvery;
+  }
   if (p.ticket == 0) p.ticket = next_ticket_++;
   r.ticket = p.ticket;
   p.length = total;
@@ -466,7 +513,11 @@ Verdict Requester::Execute(Pending& p) {
     return completer_.OnReply(wr, p.retry, Reply::Of(ReplyCode::kAck), total);
   }
   const Reply reply = links_.For(OnHost(wr)).Carry(r);
-  if (reply.code == ReplyCode::kPending) return {Verdict::kInFlight};
+  if (reply.code == ReplyCode::kPending) {
+    if (sliced) p.sent += r.packets;
+    return {Verdict::kInFlight};
+  }
+  if (p.in_flight) return {Verdict::kRetry, p.due};  // a part not sent: the ACK timeout decides
   if (reply.code == ReplyCode::kAck && IsAtomic(wr.opcode)) {
     // The original value (AtomicAckETH); its 8 bytes may span pieces of an indirect local key.
     const auto* from = reinterpret_cast<const uint8_t*>(&reply.original);

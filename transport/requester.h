@@ -81,20 +81,34 @@ class Requester final : private ReplySink {
     bool local_error = false;  // response bytes could not be written locally (IBA 10.6.3.1)
     uint64_t length = 0;   // the message's bytes (the completion's byte_len)
     uint32_t packets = 1;  // the PSNs it takes
+    // A SEND or WRITE to another host is carried in parts as the window allows (Sliced): its
+    // packets carried so far, and those the responder acknowledged. A retry resumes at `acked`.
+    uint32_t sent = 0;
+    uint32_t acked = 0;
     std::vector<uint8_t> inline_copy;  // IBV_SEND_INLINE bytes, copied at post time
     RetryState retry;
     std::chrono::steady_clock::time_point due{};
   };
-  // Work requests a link may have in flight at once, and the PSNs they may span: like rxe
-  // (RXE_MAX_UNACKED_PSNS, 128), so a burst of responses fits the receiver's socket buffer.
+  // Work requests a link may have in flight at once, and the PSNs carried and not acknowledged:
+  // like rxe (RXE_MAX_UNACKED_PSNS, 128), so a burst fits the receiver's socket buffer. A long
+  // SEND or WRITE slides through that window, asking for an ACK every kAckEvery packets (rxe's
+  // RXE_MAX_PKT_PER_ACK is 64): as each comes back, the next packets leave.
   static constexpr size_t kMaxInFlight = 64;
   static constexpr uint32_t kMaxInFlightPsns = 128;
+  static constexpr uint32_t kAckEvery = 32;
 
   Status Check(const SendWr& wr, uint32_t qp_state) const;
   // Appends `p` to the queue (under mu_), copying its inline bytes.
   void Enqueue(Pending&& p);
-  // Runs the head of the queue once; what the completer decided.
-  Completer::Verdict Execute(Pending& p);
+  // Runs `p` once; what the completer decided. A sliced message carries at most `budget` of its
+  // packets from p.sent on (a part); a part beyond the first whose local side fails now
+  // (its MR withdrawn) is not carried and not completed: `p` waits for its timeout, and fails
+  // in order when it heads the queue.
+  Completer::Verdict Execute(Pending& p, uint32_t budget);
+  // `p` is a SEND or WRITE that the window carries in parts (RC to another host).
+  bool Sliced(const Pending& p) const;
+  // The PSNs `p` (in flight) holds in the window.
+  static uint32_t Outstanding(const Pending& p, bool sliced) { return sliced ? p.sent - p.acked : p.packets; }
   // A UMR (kDriver1): configures an indirect mkey of this process (transport/indirect_key.h).
   Completer::Verdict ExecuteUmr(const SendWr& wr);
   // BIND_MW / LOCAL_INV: changes a key of this process (transport/window_key.h).

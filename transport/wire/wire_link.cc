@@ -99,22 +99,31 @@ Reply WireLink::Carry(const Request& r) {
 
 Status WireLink::SendRc(const Request& r, const packet::IpUdpInfo& flow) {
   {
-    // Go-back-N: a message carried again takes back its place, and whatever followed it will be
-    // carried again after it (the requester rewinds them all).
     std::lock_guard lock(mu_);
-    while (!outstanding_.empty() && outstanding_.back().ticket >= r.ticket) outstanding_.pop_back();
-    Outstanding o;
-    o.ticket = r.ticket;
-    o.first_psn = r.psn;
-    o.last_psn = (r.psn + Packets(r) - 1) & packet::kPsnMask;
-    o.opcode = r.opcode;
-    o.mtu = r.mtu;
-    o.next_response = r.psn;
-    outstanding_.push_back(o);
+    // The part of the message carried now (a SEND or WRITE may come in parts: Request::packets).
+    const uint32_t first = (r.psn + r.first_packet) & packet::kPsnMask;
+    const uint32_t count = r.packets != 0 ? r.packets : Packets(r) - r.first_packet;
+    const uint32_t after = (first + count) & packet::kPsnMask;
+    if (!outstanding_.empty() && outstanding_.back().ticket == r.ticket && outstanding_.back().next_send == first &&
+        r.first_packet > 0) {
+      outstanding_.back().next_send = after;  // the next part of the message in flight
+    } else {
+      // Go-back-N: a message carried again takes back its place, and whatever followed it will
+      // be carried again after it (the requester rewinds them all).
+      while (!outstanding_.empty() && outstanding_.back().ticket >= r.ticket) outstanding_.pop_back();
+      Outstanding o;
+      o.ticket = r.ticket;
+      o.first_psn = r.psn;
+      o.last_psn = (r.psn + Packets(r) - 1) & packet::kPsnMask;
+      o.opcode = r.opcode;
+      o.mtu = r.mtu;
+      o.next_response = r.psn;
+      o.next_send = after;
+      outstanding_.push_back(o);
+    }
     // Go-back-N carries PSNs already sent (IBA 9.7.4.1.2): count them as retransmissions.
-    const uint32_t after = (o.last_psn + 1) & packet::kPsnMask;
-    if (sent_any_ && PsnDiff(r.psn, next_psn_) < 0) {
-      const int32_t again = std::min<int32_t>(-PsnDiff(r.psn, next_psn_), PsnDiff(after, r.psn));
+    if (sent_any_ && PsnDiff(first, next_psn_) < 0) {
+      const int32_t again = std::min<int32_t>(-PsnDiff(first, next_psn_), PsnDiff(after, first));
       counters_.retransmitted.fetch_add(static_cast<uint64_t>(again), std::memory_order_relaxed);
     }
     if (!sent_any_ || PsnDiff(after, next_psn_) > 0) next_psn_ = after;
@@ -152,9 +161,10 @@ Status WireLink::SendMessage(const Request& r, const packet::IpUdpInfo& flow, co
   thread_local std::vector<uint8_t> wrap(kBatch * kWrapSlot);
   thread_local std::vector<iovec> pieces;
   thread_local std::vector<uint16_t> counts;
-  const uint64_t total = MessagePackets(r);
-  for (uint64_t first = 0; first < total; first += kBatch) {
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(kBatch, total - first));
+  const uint64_t end = r.packets != 0 ? std::min<uint64_t>(r.first_packet + r.packets, MessagePackets(r))
+                                       : MessagePackets(r);
+  for (uint64_t first = r.first_packet; first < end; first += kBatch) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kBatch, end - first));
     pieces.clear();
     counts.clear();
     SV_RETURN_IF_ERROR(GatherMessagePackets(r, flow, first, n, wrap, pieces, counts));
@@ -176,6 +186,15 @@ bool WireLink::AcknowledgeBefore(uint32_t psn, std::vector<Event>* events) {
     outstanding_.pop_front();
   }
   return true;
+}
+
+uint32_t WireLink::FrontPacketsBefore(uint32_t psn) const {
+  if (outstanding_.empty()) return 0;
+  const Outstanding& o = outstanding_.front();
+  if (o.opcode == WrOpcode::kRdmaRead || o.opcode == WrOpcode::kAtomicCmpSwp || o.opcode == WrOpcode::kAtomicFetchAdd)
+    return 0;
+  const int32_t before = PsnDiff(psn, o.first_psn);
+  return before > 0 && PsnDiff(psn, o.last_psn) <= 0 ? static_cast<uint32_t>(before) : 0;
 }
 
 void WireLink::Count(uint8_t op, uint8_t syn) {
@@ -200,12 +219,21 @@ void WireLink::OnResponse(const packet::ParsedPacket& p) {
     if (op == packet::op::kAcknowledge) {
       const uint8_t syn = p.hdr.aeth.syndrome;
       if ((syn >> 5) == 0) {  // ACK: everything through psn
-        AcknowledgeBefore((psn + 1) & packet::kPsnMask, &events);
+        const uint32_t next = (psn + 1) & packet::kPsnMask;
+        // An ACK inside a SEND or WRITE (its AckReq every few packets) acknowledges its packets
+        // through psn: the requester's window moves on.
+        if (AcknowledgeBefore(next, &events))
+          if (const uint32_t part = FrontPacketsBefore(next); part > 0) {
+            Reply reply = Reply::Of(ReplyCode::kPartial);
+            reply.acked = part;
+            events.push_back({outstanding_.front().ticket, reply});
+          }
       } else if (AcknowledgeBefore(psn, &events) && !outstanding_.empty() &&
                  PsnDiff(outstanding_.front().first_psn, psn) <= 0) {
         // An RNR NAK or a NAK names the message holding its PSN (IBA 9.7.5.2).
         const Outstanding& o = outstanding_.front();
         Reply reply = (syn >> 5) == 1 ? Reply::Rnr(syn & 0x1f) : Reply::Of(NakCode(syn));
+        reply.acked = FrontPacketsBefore(psn);  // a NAK acknowledges the packets before it
         bool stale = false;
         if (syn == syndrome::kPsnSequence) {
           stale = o.ticket == nak_ticket_ && PsnDiff(psn, nak_psn_) <= 0;

@@ -56,6 +56,7 @@ class WireLink final : public Link {
     WrOpcode opcode = WrOpcode::kSend;
     uint32_t mtu = 4096;
     uint32_t next_response = 0;  // READ: the PSN of the response packet expected next
+    uint32_t next_send = 0;      // SEND/WRITE carried in parts: the PSN after the last one sent
   };
   struct Event {
     uint64_t ticket;
@@ -67,6 +68,8 @@ class WireLink final : public Link {
   // Completes (as acknowledged) the SENDs and WRITEs that end before `psn`; false if a READ or
   // atomic still waits for its own response before it.
   bool AcknowledgeBefore(uint32_t psn, std::vector<Event>* events);
+  // The packets of the front SEND or WRITE before `psn`, if `psn` falls inside it (else 0).
+  uint32_t FrontPacketsBefore(uint32_t psn) const;
   void Count(uint8_t opcode, uint8_t syndrome);
 
   WireFabric& fabric_;

@@ -58,7 +58,10 @@ packet::PacketHeaders PacketOf(const Request& r, uint64_t i, uint64_t count) {
   h.bth.psn = static_cast<uint32_t>((r.psn + i) & packet::kPsnMask);
   const bool last = i + 1 == count;
   h.bth.se = last && r.solicited;  // the solicited bit rides on the last packet (IBA 9.2.3)
-  h.bth.ack_req = last;
+  // IBA 9.7.6.1.1: the requester asks for an ACK where it wants one: at the end of the message,
+  // and of a part carried in a window, and every ack_every packets in between.
+  const bool part_end = r.packets != 0 && i + 1 == uint64_t{r.first_packet} + r.packets;
+  h.bth.ack_req = last || part_end || (r.ack_every != 0 && (i + 1) % r.ack_every == 0);
   h.reth = {r.remote_addr, r.rkey, static_cast<uint32_t>(r.length)};
   h.immdt.imm = be32toh(r.imm_data);
   h.ieth.rkey = r.invalidate_rkey;

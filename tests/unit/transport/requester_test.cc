@@ -408,3 +408,127 @@ TEST_F(AsyncRequesterTest, SilenceEndsInRetryExceededAndFlushesTheRest) {
 
 }  // namespace
 }  // namespace softverbs::core
+
+namespace softverbs::core {
+namespace {
+
+// A long SEND or WRITE to another host slides through the 128-PSN window (as rxe's requester):
+// a part is carried, and each acknowledgement inside the message lets the next packets go.
+class SlidingRequesterTest : public AsyncRequesterTest {
+ protected:
+  static constexpr uint32_t kMtu = 256, kPackets = 300;
+  SlidingRequesterTest() : big_(kMtu * kPackets, 0x5a) {
+    big_mr_ = std::move(Mr::Register(*pd_, {reinterpret_cast<uint64_t>(big_.data()), big_.size(),
+                                            reinterpret_cast<uint64_t>(big_.data()), access::kLocalWrite})
+                            .value());
+  }
+  void ConfigureMtu(uint8_t timeout = 14) {
+    Configure(timeout);
+    transport::RequesterConfig c;
+    c.completer.qp_num = 0x200;
+    c.completer.type = kRc;
+    c.completer.timeout = timeout;
+    c.completer.retry_cnt = 7;
+    c.completer.rnr_retry = 7;
+    c.pd = pd_->host_id();
+    c.process_slot = context_->local().slot();
+    c.dest_qp_num = 0x201;
+    c.path_mtu = kMtu;
+    c.max_rd_atomic = 4;
+    c.max_send_wr = 64;
+    c.max_send_sge = 4;
+    requester_.Configure(c);
+  }
+  SendWr Big(uint64_t id) {
+    SendWr w = Wr(id, WrOpcode::kRdmaWrite);
+    w.sge[0] = {reinterpret_cast<uint64_t>(big_.data()), static_cast<uint32_t>(big_.size()), big_mr_->lkey()};
+    return w;
+  }
+  Reply Partial(uint32_t acked) {
+    Reply r = Reply::Of(ReplyCode::kPartial);
+    r.acked = acked;
+    return r;
+  }
+  std::vector<uint8_t> big_;
+  std::unique_ptr<Mr> big_mr_;
+};
+
+TEST_F(SlidingRequesterTest, ALongWriteSlidesThroughTheWindowAsItsPartsAreAcknowledged) {
+  ConfigureMtu();
+  ASSERT_TRUE(requester_.Post(Big(1), kRts).ok());
+  ASSERT_TRUE(requester_.Post(Wr(2, WrOpcode::kSend), kRts).ok());
+  ASSERT_EQ(wire_.count(), 1u);  // the window is full: the SEND waits
+  const Request first = wire_.at(0);
+  EXPECT_EQ(first.psn, 100u);
+  EXPECT_EQ(first.first_packet, 0u);
+  EXPECT_EQ(first.packets, 128u);
+  EXPECT_GT(first.ack_every, 0u);
+  wire_.sink->OnReply(first.ticket, Partial(32));
+  ASSERT_EQ(wire_.count(), 2u);
+  EXPECT_EQ(wire_.at(1).ticket, first.ticket);
+  EXPECT_EQ(wire_.at(1).psn, 100u);  // the message's first PSN; the part starts further
+  EXPECT_EQ(wire_.at(1).first_packet, 128u);
+  EXPECT_EQ(wire_.at(1).packets, 32u);
+  wire_.sink->OnReply(first.ticket, Partial(20));  // a late, older ACK: nothing moves
+  EXPECT_EQ(wire_.count(), 2u);
+  wire_.sink->OnReply(first.ticket, Partial(150));  // 10 outstanding: 118 more may go
+  ASSERT_EQ(wire_.count(), 3u);
+  EXPECT_EQ(wire_.at(2).first_packet, 160u);
+  EXPECT_EQ(wire_.at(2).packets, 118u);
+  wire_.sink->OnReply(first.ticket, Partial(250));
+  ASSERT_EQ(wire_.count(), 5u);  // the rest of the WRITE (22 packets), then the SEND
+  EXPECT_EQ(wire_.at(3).first_packet, 278u);
+  EXPECT_EQ(wire_.at(3).packets, 22u);
+  EXPECT_EQ(wire_.at(4).psn, 100u + kPackets);
+  EXPECT_EQ(wire_.at(4).packets, 1u);
+  EXPECT_TRUE(qp_.completions.empty());
+  wire_.sink->OnReply(first.ticket, Reply::Of(ReplyCode::kAck));
+  wire_.sink->OnReply(wire_.at(4).ticket, Reply::Of(ReplyCode::kAck));
+  ASSERT_EQ(qp_.completions.size(), 2u);
+  EXPECT_EQ(qp_.completions[0].wr_id, 1u);
+  EXPECT_EQ(qp_.completions[0].byte_len, kMtu * kPackets);
+  EXPECT_EQ(qp_.completions[1].wr_id, 2u);
+}
+
+TEST_F(SlidingRequesterTest, ASequenceNakInsideAMessageResumesAtItsGap) {
+  ConfigureMtu();
+  ASSERT_TRUE(requester_.Post(Big(1), kRts).ok());
+  Reply nak = Reply::Of(ReplyCode::kSequenceError);
+  nak.acked = 40;  // packets 0..39 taken, 40 missing
+  nak.progress = true;
+  wire_.sink->OnReply(wire_.at(0).ticket, nak);
+  ASSERT_EQ(wire_.count(), 2u);  // go-back-N from the gap, at once
+  EXPECT_EQ(wire_.at(1).ticket, wire_.at(0).ticket);
+  EXPECT_EQ(wire_.at(1).psn, 100u);
+  EXPECT_EQ(wire_.at(1).first_packet, 40u);
+  EXPECT_EQ(wire_.at(1).packets, 128u);
+  EXPECT_TRUE(qp_.completions.empty());
+}
+
+TEST_F(SlidingRequesterTest, ATimeoutResumesAtTheFirstPacketNotAcknowledged) {
+  ConfigureMtu(/*timeout=*/8);  // ~1 ms
+  ASSERT_TRUE(requester_.Post(Big(1), kRts).ok());
+  wire_.sink->OnReply(wire_.at(0).ticket, Partial(64));
+  ASSERT_EQ(wire_.count(), 2u);  // packets 128..191
+  ASSERT_TRUE(WaitFor([&] { return wire_.count() >= 3; }));  // silence: carried again
+  EXPECT_EQ(wire_.at(2).first_packet, 64u);
+  EXPECT_EQ(wire_.at(2).packets, 128u);
+}
+
+// A part after the first reads the local side again: if its MR is gone by then, nothing more
+// is carried, and the WRITE completes in error (once) when its ACK timeout expires.
+TEST_F(SlidingRequesterTest, AnMrWithdrawnMidMessageFailsItOnceAtItsTimeout) {
+  ConfigureMtu(/*timeout=*/8);
+  ASSERT_TRUE(requester_.Post(Big(1), kRts).ok());
+  big_mr_.reset();  // ibv_dereg_mr while the WRITE is in flight
+  wire_.sink->OnReply(wire_.at(0).ticket, Partial(64));
+  EXPECT_EQ(wire_.count(), 1u);
+  ASSERT_TRUE(WaitFor([&] { return qp_.count() >= 1; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_EQ(qp_.count(), 1u);
+  EXPECT_EQ(qp_.completions[0].status, transport::wc_status::kLocProtErr);
+  EXPECT_EQ(wire_.count(), 1u);
+}
+
+}  // namespace
+}  // namespace softverbs::core

@@ -140,3 +140,85 @@ TEST_F(WireLinkTest, AReadResponseOvertakenAsksForTheReadAgainAtOnce) {
 
 }  // namespace
 }  // namespace softverbs::core
+
+namespace softverbs::core {
+namespace {
+
+class WireLinkPartsTest : public WireLinkTest {
+ protected:
+  // Carries packets [first, first + count) of an 8-packet SEND at PSN 100 (MTU 1024).
+  void CarryPart(uint64_t ticket, uint32_t first, uint32_t count) {
+    transport::Request r;
+    r.qp_type = 2;
+    r.opcode = WrOpcode::kSend;
+    r.src_qp = 0x300;
+    r.dest_qp = 0x301;
+    r.psn = 100;
+    r.mtu = 1024;
+    r.ticket = ticket;
+    r.length = 8 * 1024;
+    r.local = &piece_;
+    r.local_count = 1;
+    r.addressing = &addressing_;
+    r.first_packet = first;
+    r.packets = count;
+    r.ack_every = 2;
+    (void)link_.Carry(r);
+  }
+};
+
+// A SEND carried in parts: an ACK inside it reports how many of its packets the responder took
+// (the requester's window moves on), a NAK inside it the packets before the gap, and only the
+// ACK of its last packet completes it.
+TEST_F(WireLinkPartsTest, AcknowledgementsInsideAMessageReportItsPacketsTaken) {
+  CarryPart(1, 0, 4);  // PSNs 100..103
+  Respond(packet::op::kAcknowledge, 101);
+  ASSERT_EQ(sink_.replies.size(), 1u);
+  EXPECT_EQ(sink_.replies[0].second.code, ReplyCode::kPartial);
+  EXPECT_EQ(sink_.replies[0].second.acked, 2u);
+  CarryPart(1, 4, 4);  // the next part: PSNs 104..107, the same message
+  Nak(105);
+  ASSERT_EQ(sink_.replies.size(), 2u);
+  EXPECT_EQ(sink_.replies[1].second.code, ReplyCode::kSequenceError);
+  EXPECT_EQ(sink_.replies[1].second.acked, 5u);  // 100..104 taken
+  CarryPart(1, 5, 3);  // go-back-N from the gap
+  Respond(packet::op::kAcknowledge, 106);
+  ASSERT_EQ(sink_.replies.size(), 3u);
+  EXPECT_EQ(sink_.replies[2].second.code, ReplyCode::kPartial);
+  EXPECT_EQ(sink_.replies[2].second.acked, 7u);
+  Respond(packet::op::kAcknowledge, 107);
+  ASSERT_EQ(sink_.replies.size(), 4u);
+  EXPECT_EQ(sink_.replies[3].second.code, ReplyCode::kAck);
+}
+
+// Where the requester asks for acknowledgements in a part: every ack_every packets, at the end
+// of the part and at the end of the message (BTH AckReq, IBA 9.7.6.1.1).
+TEST(WirePartsAckReqTest, AckReqEveryFewPacketsAndAtEachPartsEnd) {
+  uint8_t bytes[10 * 256] = {};
+  iovec piece{bytes, sizeof bytes};
+  transport::Request r;
+  r.qp_type = 2;
+  r.opcode = WrOpcode::kRdmaWrite;
+  r.psn = 0;
+  r.mtu = 256;
+  r.length = sizeof bytes;  // 10 packets
+  r.local = &piece;
+  r.local_count = 1;
+  r.first_packet = 1;
+  r.packets = 6;  // packets 1..6
+  r.ack_every = 4;
+  const uint8_t a[4] = {10, 0, 0, 1}, b[4] = {10, 0, 0, 2};
+  const auto flow = packet::IpUdpInfo::V4(a, b, 4791);
+  std::vector<uint8_t> wrap(6 * transport::kWrapSlot);
+  std::vector<iovec> pieces;
+  std::vector<uint16_t> counts;
+  ASSERT_TRUE(transport::GatherMessagePackets(r, flow, 1, 6, wrap, pieces, counts).ok());
+  std::vector<bool> ack_req;
+  for (size_t k = 0; k < 6; ++k) ack_req.push_back((wrap[k * transport::kWrapSlot + 8] & 0x80) != 0);  // BTH byte 8
+  EXPECT_EQ(ack_req, (std::vector<bool>{false, false, true, false, false, true}));  // packet 3 (4th), packet 6 (part end)
+  ASSERT_TRUE(transport::GatherMessagePackets(r, flow, 9, 1, wrap, pieces, counts).ok());
+  EXPECT_NE(wrap[8] & 0x80, 0);  // the message's last
+}
+
+}  // namespace
+}  // namespace softverbs::core
