@@ -19,6 +19,8 @@
 #include "transport/host/host_link.h"
 #include "transport/mcast_table.h"
 #include "transport/raw/toeplitz.h"
+#include "transport/wire/capture.h"
+#include "transport/wire/capture_link.h"
 #include "transport/wire/wire_link.h"
 #include "transport/window_key.h"
 
@@ -217,6 +219,10 @@ Qp::Qp(Context& context, const QpInitAttributes& init, uint32_t slot, std::uniqu
       endpoint_ref_(endpoint) {
   attr_.cap = init.cap;
   host_link_ = std::make_unique<transport::HostLink>(context.local());
+  // SOFTVERBS_PCAP: the same host's messages are recorded as the packets the wire would carry
+  // (transport/wire/capture_link.h); decided here, once, so a QP that does not capture pays nothing.
+  if (fabric::packet::PcapWriter* pcap = transport::ProcessCapture(); pcap != nullptr)
+    host_link_ = std::make_unique<transport::CaptureLink>(std::move(host_link_), *pcap);
   // Any QP may be reached from another host: this process receives RoCEv2 on the host's
   // addresses from its first QP on (transport/wire/wire_fabric.h).
   transport::WireFabric& wire = transport::WireFabric::Get(context.local());

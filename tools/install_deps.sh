@@ -18,6 +18,6 @@ $SUDO apt-get install -y -q --no-install-recommends \
   libibverbs-dev librdmacm-dev rdma-core \
   ibverbs-utils perftest qperf rdmacm-utils python3 python3-pyverbs \
   iproute2 procps \
-  ucx-utils libucx0 libfabric-bin openmpi-bin libopenmpi-dev \
+  ucx-utils libucx0 libucx-dev libfabric-bin openmpi-bin libopenmpi-dev \
   tshark ethtool \
   ibverbs-providers qemu-system-x86 linux-image-amd64 busybox-static xz-utils

@@ -124,6 +124,11 @@ void SyncPublicFields(CmId* id) {
     Result<ibv_context*> context = DeviceContext();
     if (context.ok()) id->pub.verbs = context.value();
     id->pub.port_num = core.device().port_num;
+    // rdma-core gives a bound identifier the device's PD with its context (cma.c,
+    // ucma_get_device: id.pd = cma_dev->pd, allocated on first use); UCX's rdmacm connection
+    // manager creates its placeholder QP on id->pd (uct_rdmacm_cm_ep.c).
+    Result<ibv_pd*> pd = DefaultPd();
+    if (pd.ok()) id->pub.pd = pd.value();
   }
   if (core.has_device()) {
     // One path: this host's own port, as a RoCE path record describes it.

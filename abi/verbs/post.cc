@@ -32,6 +32,9 @@ Status ToTransport(const ibv_send_wr& in, transport::SendWr* out) {
     if (inline_length > sizeof(buffer)) return Invalid("inline data exceeds max_inline_data");
     size_t at = 0;
     for (int i = 0; i < in.num_sge; ++i) {
+      // An empty SGE may carry address 0 (UCX posts one for a message without payload), and
+      // memcpy from a null pointer is undefined even for 0 bytes (C11 7.24.1p2).
+      if (in.sg_list[i].length == 0) continue;
       memcpy(buffer + at, reinterpret_cast<const void*>(in.sg_list[i].addr), in.sg_list[i].length);
       at += in.sg_list[i].length;
     }

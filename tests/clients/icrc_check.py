@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Checks the ICRC of every RoCEv2 packet in a classic pcap (Ethernet) against the packet's own
+"""Checks the ICRC of every RoCEv2 packet in a classic pcap (Ethernet, or LINKTYPE_RAW as
+SOFTVERBS_PCAP and `softverbs trace` write) against the packet's own
 IP header, as a receiver such as the kernel's rxe does (rxe_icrc.c): the IPv4 ID included, which
 a UDP GSO send numbers 0, 1, 2... per segment.
 
@@ -39,17 +40,22 @@ def roce_packets(path):
     magic = struct.unpack_from('<I', data, 0)[0]
     if magic not in (0xa1b2c3d4, 0xa1b23c4d):
         raise SystemExit(f'{path}: not a little-endian classic pcap')
-    if struct.unpack_from('<I', data, 20)[0] != 1:
-        raise SystemExit(f'{path}: not an Ethernet capture')
+    linktype = struct.unpack_from('<I', data, 20)[0]
+    if linktype not in (1, 101):
+        raise SystemExit(f'{path}: neither an Ethernet nor a raw IP capture')
     at = 24
     while at + 16 <= len(data):
         caplen, wirelen = struct.unpack_from('<II', data, at + 8)
         frame = data[at + 16:at + 16 + caplen]
         at += 16 + caplen
-        if caplen != wirelen or len(frame) < 14:
-            continue
-        ethertype = struct.unpack_from('!H', frame, 12)[0]
-        l3 = frame[14:]
+        if linktype == 101:  # raw IP: the version nibble names the header
+            if caplen != wirelen or not frame:
+                continue
+            ethertype, l3 = {4: 0x0800, 6: 0x86dd}.get(frame[0] >> 4, 0), frame
+        else:
+            if caplen != wirelen or len(frame) < 14:
+                continue
+            ethertype, l3 = struct.unpack_from('!H', frame, 12)[0], frame[14:]
         if ethertype == 0x0800 and len(l3) >= 20 and l3[9] == 17:
             ihl = (l3[0] & 0x0f) * 4
             total = struct.unpack_from('!H', l3, 2)[0]

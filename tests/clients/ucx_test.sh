@@ -64,6 +64,46 @@ done
 perftest rc_verbs,ud_verbs:aux tag_lat 1048576 200   # rendezvous: RDMA READ of the sender's buffer
 perftest rc_verbs,ud_verbs:aux ucp_put_bw 8 10000
 
+# UCX's rdmacm connection manager end to end: UCX's own client/server example
+# (ucp_client_server.c, installed by libucx-dev), compiled here from the installed package. The
+# server listens on a sockaddr (ucp_listener), the client connects to 127.0.0.1 through it; with
+# UCX_SOCKADDR_TLS_PRIORITY=rdmacm the rdmacm CM is the only one UCX may use, and the client's
+# debug log must say so ("... on cm rdmacm"). The example's server serves clients forever: it is
+# stopped by PID once the client is done.
+example=/usr/share/doc/libucx-dev/examples/ucp_client_server.c
+# (The compiler runs without the sanitizer runtimes the ASan run preloads into the clients.)
+if [ -f "$example" ] && LD_PRELOAD= gcc -o "$XDG_RUNTIME_DIR/ucp_client_server" "$example" -I"$(dirname "$example")" \
+    -lucp -lucs 2>"$XDG_RUNTIME_DIR/cc.log"; then
+  port=$(free_port) srv_log=$(mktemp) cli_log=$(mktemp)
+  export UCX_TLS=rc_verbs,ud_verbs:aux UCX_SOCKADDR_TLS_PRIORITY=rdmacm
+  timeout 60 "$sv" run -- stdbuf -oL "$XDG_RUNTIME_DIR/ucp_client_server" -p "$port" -c tag -i 3 >"$srv_log" 2>&1 &
+  spid=$!
+  for _ in $(seq 50); do grep -q "server is listening" "$srv_log" && break; sleep 0.1; done
+  UCX_LOG_LEVEL=debug timeout 30 "$sv" run -- "$XDG_RUNTIME_DIR/ucp_client_server" -a 127.0.0.1 -p "$port" \
+    -c tag -i 3 >"$cli_log" 2>&1
+  crc=$?
+  for _ in $(seq 50); do [ "$(grep -c 'UCX data message was received' "$srv_log")" -ge 2 ] && break; sleep 0.1; done
+  kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null
+  unset UCX_TLS UCX_SOCKADDR_TLS_PRIORITY
+  # The client fails (rc != 0) on any error of an iteration; the server prints the string it
+  # received: the example's test string, "ABCDEFGHIJKLMNO" (generate_test_string).
+  if [ "$crc" -eq 0 ] && grep -q "Client: iteration #3" "$cli_log" && grep -q "on cm rdmacm" "$cli_log" &&
+     grep -q "UCX data message was received" "$srv_log" && grep -q "^ABCDEFGHIJKLMNO\.$" "$srv_log"; then
+    pass=$((pass + 1))
+    echo "ok   ucp_client_server over the rdmacm CM :: $(grep -o 'client created ep .* on cm rdmacm' "$cli_log" | head -1)"
+  else
+    fail=$((fail + 1))
+    echo "FAIL ucp_client_server over the rdmacm CM (client rc=$crc)"
+    grep -v DEBUG "$srv_log" | sed 's/^/  server: /' | tail -5
+    grep -E 'rdmacm|ERROR|error|Segm' "$cli_log" | sed 's/^/  client: /' | tail -8
+  fi
+  rm -f "$srv_log" "$cli_log"
+else
+  fail=$((fail + 1))
+  echo "FAIL cannot build UCX's ucp_client_server example (tools/install_deps.sh installs libucx-dev)"
+  sed 's/^/  gcc: /' "$XDG_RUNTIME_DIR/cc.log" 2>/dev/null | tail -3
+fi
+
 rm -rf -- "$XDG_RUNTIME_DIR"
 rm -f "/dev/shm/softverbs-$(id -u)-"*"-$SOFTVERBS_HOST"
 echo "ucx: $pass passed, $fail failed"

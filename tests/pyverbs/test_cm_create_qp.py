@@ -39,6 +39,15 @@ class CreateQpTest(CmTestCase):
         self.assertIsNotNone(a.fields.pd)
         self.assertEqual(a.fields.pd, b.fields.pd)
 
+    def test_a_bound_id_carries_the_device_pd(self):
+        # rdma-core's ucma_get_device sets id->pd with id->verbs (cma.c); UCX's rdmacm CM creates
+        # its placeholder QP with ibv_create_qp(id->pd, ...) before any rdma_create_qp.
+        a, b = self.bound_id(), self.bound_id()
+        self.assertIsNotNone(a.fields.pd)
+        self.assertEqual(a.fields.pd, b.fields.pd)
+        a.create_qp()  # the default PD rdma_create_qp(3) uses is that one
+        self.assertEqual(a.fields.pd, b.fields.pd)
+
     def test_null_cqs_are_made_with_channels_and_exposed(self):
         i = self.bound_id()
         attr = i.create_qp(wr=16)

@@ -67,6 +67,19 @@ class SendFeatureTest(base.DataTestCase):
         self.assertWC(b.poll()[0], wr_id=1, status=OK, byte_len=20)
         self.assertEqual(dst.read(0, 20), b'unregistered memory!')
 
+    def test_inline_send_of_an_empty_sge_at_address_zero(self):
+        # UCX posts inline messages whose SGE is (0, 0): nothing to read, never a fault (the
+        # sanitizer run checks no byte is copied from address 0).
+        a, b = self.pair(RC, cap=base.default_cap(max_inline_data=64, max_send_sge=2))
+        src, dst = Buffer(self.pd, 16), Buffer(self.pd, 64)
+        src.write(b'after the empty!')
+        b.post_recv(dst.sge(), wr_id=1)
+        a.post_send(base.send_wr(e.IBV_WR_SEND, [SGE(0, 0, 0), src.sge()], wr_id=2,
+                                 flags=e.IBV_SEND_SIGNALED | e.IBV_SEND_INLINE))
+        self.assertWC(a.poll()[0], wr_id=2, status=OK)
+        self.assertWC(b.poll()[0], wr_id=1, status=OK, byte_len=16)
+        self.assertEqual(dst.read(0, 16), b'after the empty!')
+
     def test_inline_send_of_several_sges(self):
         a, b = self.pair(RC, cap=base.default_cap(max_inline_data=128, max_send_sge=3))
         src, dst = Buffer(self.pd, 128), Buffer(self.pd, 128)

@@ -6,7 +6,13 @@
 //   softverbs devices                   list the device and its GID table
 //   softverbs status [--json]           what the host holds: processes, QPs (type, state, peer), keys,
 //                                       SRQs, XRC domains, wire counters (tools/cli/status.h)
+//   softverbs trace -w FILE -- <program> [args]
+//                                       run it as `run` does and record every RoCEv2 packet of it
+//                                       and its children, same-host traffic included, into FILE
 //   softverbs version
+#include <dirent.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <climits>
@@ -19,6 +25,7 @@
 #include <arpa/inet.h>
 
 #include "core/device.h"
+#include "tools/cli/pcap_merge.h"
 #include "tools/cli/status.h"
 #include "tools/cli/sysfs_view.h"
 #include "fabric/host/host_registry.h"
@@ -56,6 +63,8 @@ int Usage(FILE* out) {
           "  sysfs-view [DIR]         print the device view run shows (or write it into DIR)\n"
           "  devices                  show softverbs0 and its GID table\n"
           "  status [--json]          show what this host holds (processes, QPs, counters)\n"
+          "  trace -w FILE -- <program> [args]\n"
+          "                           run it, and capture its RoCEv2 packets (same host too) in FILE\n"
           "  version                  print the version\n"
           "environment: SOFTVERBS_LOG=error|warn|info|debug|trace explains every refused verb;\n"
           "             SOFTVERBS_HOST=<name> makes a separate host;\n"
@@ -128,6 +137,50 @@ int Run(int argc, char** argv) {
   return 127;
 }
 
+// The program's processes each write their own capture (SOFTVERBS_PCAP=<dir>/%p.pcap, next to
+// FILE); when the program ends they are merged into FILE in time order and removed. Only the
+// processes started here are traced: a process opens its capture when it creates its first QP,
+// so a capture of a running one would lack its connections' first packets (docs/device.md).
+int Trace(int argc, char** argv) {
+  if (argc < 2 || strcmp(argv[0], "-w") != 0) {
+    fprintf(stderr, "softverbs trace: usage: softverbs trace -w FILE -- <program> [args]\n");
+    return 2;
+  }
+  const std::string output = argv[1];
+  std::string parts = output + ".parts-XXXXXX";
+  if (mkdtemp(parts.data()) == nullptr) {
+    fprintf(stderr, "softverbs trace: cannot create %s: %s\n", parts.c_str(), strerror(errno));
+    return 1;
+  }
+  setenv("SOFTVERBS_PCAP", (parts + "/%p.pcap").c_str(), 1);
+  const pid_t child = fork();
+  if (child < 0) {
+    fprintf(stderr, "softverbs trace: fork: %s\n", strerror(errno));
+    rmdir(parts.c_str());
+    return 1;
+  }
+  if (child == 0) _exit(Run(argc - 2, argv + 2));
+  // Ctrl-C reaches the program (same process group); this process outlives it to merge.
+  signal(SIGINT, SIG_IGN);
+  signal(SIGTERM, SIG_IGN);
+  int wstatus = 0;
+  while (waitpid(child, &wstatus, 0) < 0 && errno == EINTR) {
+  }
+  std::vector<std::string> files;
+  if (DIR* d = opendir(parts.c_str())) {
+    while (dirent* e = readdir(d))
+      if (strstr(e->d_name, ".pcap") != nullptr) files.push_back(parts + "/" + e->d_name);
+    closedir(d);
+  }
+  const Status merged = MergePcaps(files, output);
+  for (const std::string& f : files) unlink(f.c_str());
+  rmdir(parts.c_str());
+  if (!merged.ok()) fprintf(stderr, "softverbs trace: %s\n", merged.rule().c_str());
+  else fprintf(stderr, "softverbs trace: %zu process capture(s) merged into %s\n", files.size(), output.c_str());
+  if (WIFSIGNALED(wstatus)) return 128 + WTERMSIG(wstatus);
+  return merged.ok() ? WEXITSTATUS(wstatus) : 1;
+}
+
 std::string GidString(const core::Gid& gid) {
   char buf[INET6_ADDRSTRLEN];
   inet_ntop(AF_INET6, gid.data(), buf, sizeof(buf));
@@ -178,6 +231,7 @@ int main(int argc, char** argv) {
   if (cmd == "devices") return Devices();
   if (cmd == "sysfs-view") return SysfsView(argc - 2, argv + 2);
   if (cmd == "status") return StatusCommand(argc - 2, argv + 2);
+  if (cmd == "trace") return Trace(argc - 2, argv + 2);
   if (cmd == "version" || cmd == "--version") return printf("softverbs %s\n", SOFTVERBS_VERSION) < 0;
   if (cmd == "help" || cmd == "--help" || cmd == "-h") return Usage(stdout);
   fprintf(stderr, "softverbs: unknown command '%s'\n", cmd.c_str());

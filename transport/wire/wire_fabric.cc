@@ -17,6 +17,7 @@
 #include "transport/grh.h"
 #include "transport/host/host_target.h"
 #include "transport/responder.h"
+#include "transport/wire/capture.h"
 #include "transport/wire/packet_responder.h"
 #include "transport/wire/rc_responder.h"
 #include "transport/wire/wire_link.h"
@@ -124,15 +125,7 @@ WireFabric& WireFabric::Get(fabric::LocalProcess& local) {
 
 WireFabric::WireFabric(fabric::LocalProcess& local)
     : local_(local), generation_(fabric::LocalProcess::ForkGeneration()), epoll_(epoll_create1(EPOLL_CLOEXEC)) {
-  if (const char* path = getenv("SOFTVERBS_PCAP"); path != nullptr && *path != '\0') {
-    std::string name = path;
-    if (size_t at = name.find("%p"); at != std::string::npos) name.replace(at, 2, std::to_string(getpid()));
-    auto writer = fabric::packet::PcapWriter::Open(name);
-    if (writer.ok())
-      pcap_ = std::move(writer.value());
-    else
-      SV_LOG(kError, "SOFTVERBS_PCAP=%s: %s", path, writer.status().rule().c_str());
-  }
+  pcap_ = ProcessCapture();  // SOFTVERBS_PCAP (transport/wire/capture.h)
   auto channel = fabric::ProcessChannel::Open(local.registry().name(), local.slot());
   if (channel.ok()) {
     channel_ = std::move(channel.value());

@@ -168,7 +168,7 @@ class WireFabric {
   std::mutex qp1_mu_;  // held while the handler runs, so withdrawing it waits for that
   Qp1Handler* qp1_handler_ = nullptr;
   std::atomic<uint32_t> qp1_psn_{0};  // QP1's send PSN (not checked on UD; rxe increments it)
-  std::unique_ptr<fabric::packet::PcapWriter> pcap_;  // SOFTVERBS_PCAP=<file> ("%p": the pid)
+  fabric::packet::PcapWriter* pcap_ = nullptr;  // SOFTVERBS_PCAP (capture.h): the process's file
   UniqueFd epoll_;
   std::thread thread_;
   std::atomic<int64_t> last_poll_ns_{0};  // the last busy poll (CLOCK_MONOTONIC; the thread watches it)
