@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "base/big_endian.h"
 #include "base/log.h"
 #include "transport/codes.h"
 #include "transport/cq_ring.h"
@@ -110,16 +111,17 @@ struct ResponderTmMode {
   TagTable* table = nullptr;
 };
 
-// The message's first kTmhBytes (the requester's memory, readable here); false if shorter.
-bool ResponderPeekTmh(const Request& r, uint8_t* out) {
-  if (r.length < kTmhBytes) return false;
+// The message's first `want` bytes (a TMH, an RVH: the requester's memory, readable here);
+// false if it is shorter.
+bool ResponderPeek(const Request& r, uint8_t* out, uint32_t want) {
+  if (r.length < want) return false;
   uint32_t got = 0;
-  for (size_t i = 0; i < r.local_count && got < kTmhBytes; ++i) {
-    const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(r.local[i].iov_len, kTmhBytes - got));
+  for (size_t i = 0; i < r.local_count && got < want; ++i) {
+    const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(r.local[i].iov_len, want - got));
     memcpy(out + got, r.local[i].iov_base, n);
     got += n;
   }
-  return got == kTmhBytes;
+  return got == want;
 }
 
 // The gather list without its first `skip` bytes.
@@ -260,7 +262,7 @@ Reply Responder::Deliver(const TargetQp& t, const Request& r, const uint8_t* grh
   uint8_t tmh_bytes[kTmhBytes];
   // Tag matching is offered to RC (tm_caps.flags IBV_TM_CAP_RC); a message shorter than a TMH
   // has none and is an ordinary receive.
-  if (rq->tm.valid() && r.qp_type == kRc && r.opcode != WrOpcode::kRdmaWriteWithImm && ResponderPeekTmh(r, tmh_bytes)) {
+  if (rq->tm.valid() && r.qp_type == kRc && r.opcode != WrOpcode::kRdmaWriteWithImm && ResponderPeek(r, tmh_bytes, kTmhBytes)) {
     tm.table = static_cast<TagTable*>(t.Resolve(rq->tm));
     const TmHeader h = ParseTmh(tmh_bytes);
     tm.active = tm.table != nullptr;
@@ -350,10 +352,14 @@ Reply Responder::DeliverMatched(const TargetQp& t, const Request& r, const TagMa
   Completion c = ReceiveCompletion(t.endpoint(), w, r, need, false);
   c.opcode = wc_opcode::kTmRecv;
   c.wc_flags |= wc_flag::kTmMatch | wc_flag::kTmDataValid;
-  // RNDV: the receiver is to RDMA READ the sender's buffer that the RVH names. softverbs leaves
-  // that READ to the application, as mlx5 does when its hardware cannot (CONSUMED_MSG_SW_RNDV:
-  // IBV_WC_TM_RNDV_INCOMPLETE, the RVH and what follows in the tag's buffer).
-  if (h.opcode == kTmhRndv) c.status = wc_status::kTmRndvIncomplete;
+  // RNDV: the receiver READs the sender's buffer that the RVH names. Where the fabric cannot
+  // reach the sender, that READ is left to the application, as mlx5 does when its hardware
+  // cannot (CONSUMED_MSG_SW_RNDV: IBV_WC_TM_RNDV_INCOMPLETE, the RVH and what follows in the
+  // tag's buffer).
+  if (h.opcode == kTmhRndv) {
+    if (Rendezvous(t, r, w, h)) return Reply::Of(ReplyCode::kAck);
+    c.status = wc_status::kTmRndvIncomplete;
+  }
   ScatterList scatter;
   const ReplyCode code = need > 0 ? Scatter(t, w, 0, need, false, &scatter) : ReplyCode::kAck;
   if (code != ReplyCode::kAck) {
@@ -374,6 +380,62 @@ Reply Responder::DeliverMatched(const TargetQp& t, const Request& r, const TagMa
   }
   CompleteAtTarget(t, c, [&h](CqEntry& entry) { entry.tm = TmInfo{h.tag, h.app_ctx}; });
   return Reply::Of(ReplyCode::kAck);
+}
+
+bool Responder::Rendezvous(const TargetQp& t, const Request& r, const TakenWqe& w, const TmHeader& h) {
+  uint8_t head[kTmhBytes + kRvhBytes];
+  if (!ResponderPeek(r, head, sizeof(head))) return false;  // no RVH: left to the application
+  std::unique_ptr<TargetQp> sender = t.Requester(r.src_qp);
+  if (sender == nullptr) return false;
+  const uint64_t va = Be64(head + 16);
+  const uint32_t rkey = Be32(head + 24), len = Be32(head + 28);
+  const auto info = [&h](CqEntry& entry) { entry.tm = TmInfo{h.tag, h.app_ctx}; };
+  // mlx5 (cq.c): a first completion when the tag is consumed (IBV_WC_TM_MATCH)...
+  Completion c = ReceiveCompletion(t.endpoint(), w, r, 0, false);
+  c.opcode = wc_opcode::kTmRecv;
+  c.wc_flags = wc_flag::kTmMatch;
+  CompleteAtTarget(t, c, info);
+  // ...the READ (IBA 9.4.4 rules at the sender: its QP's REMOTE_READ, the key in its PD)...
+  c.wc_flags = wc_flag::kTmDataValid;
+  c.byte_len = len;
+  ScatterList dst;
+  PinnedPieces src;
+  ReplyCode code = len > 0 ? Scatter(t, w, 0, len, false, &dst) : ReplyCode::kAck;
+  uint32_t status = code == ReplyCode::kAck ? wc_status::kSuccess
+                    : code == ReplyCode::kInvalidRequest ? wc_status::kLocLenErr : wc_status::kLocProtErr;
+  if (status == wc_status::kSuccess && len > 0 &&
+      CheckRemote(*sender, rkey, va, len, kRemoteRead, &src) != ReplyCode::kAck)
+    status = wc_status::kRemAccessErr;
+  if (status == wc_status::kSuccess && len > 0) {
+    std::vector<uint8_t> bounce(len);  // the sender's memory, then the receiver's
+    iovec b{bounce.data(), len};
+    if (!sender->Move(false, &b, 1, src).ok() || !t.Move(true, &b, 1, dst.pieces).ok()) status = wc_status::kRemOpErr;
+  }
+  if (status != wc_status::kSuccess) {
+    SV_LOG(kError, "tag matching rendezvous at qp 0x%x (tag 0x%llx): READ of [0x%llx, +%u) rkey 0x%x from qp 0x%x "
+           "failed (wc status %u)", t.endpoint().qp_num, static_cast<unsigned long long>(h.tag),
+           static_cast<unsigned long long>(va), len, rkey, r.src_qp, status);
+    c.wc_flags = 0;
+    FailReceive(t, c, status);
+    return true;
+  }
+  // ...a FIN to the sender, a SEND carrying a TMH (ibv_tmh FIN, its tag and app_ctx), and the
+  // second completion (IBV_WC_TM_DATA_VALID; mlx5's carries no TMH: tag info 0).
+  uint8_t fin_tmh[kTmhBytes];
+  WriteTmh(TmHeader{kTmhFin, h.app_ctx, h.tag}, fin_tmh);
+  iovec fin_bytes{fin_tmh, kTmhBytes};
+  Request fin;
+  fin.qp_type = kRc;
+  fin.src_qp = t.endpoint().qp_num;
+  fin.dest_qp = r.src_qp;
+  fin.local = &fin_bytes;
+  fin.local_count = 1;
+  fin.length = kTmhBytes;
+  if (Reply sent = Execute(*sender, fin); sent.code != ReplyCode::kAck)
+    SV_LOG(kError, "tag matching rendezvous at qp 0x%x: the FIN to qp 0x%x was not received (reply %d)",
+           t.endpoint().qp_num, r.src_qp, static_cast<int>(sent.code));
+  CompleteAtTarget(t, c);
+  return true;
 }
 
 ReplyCode Responder::Scatter(const TargetQp& t, const TakenWqe& w, uint64_t skip, uint64_t need, bool peek_only,
