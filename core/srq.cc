@@ -131,6 +131,9 @@ Result<uint32_t> Srq::PostOp(const SrqOp& op, uint32_t index) {
     case srq_op::kTagAdd:
       // ibv_post_srq_ops(3): "SGE list size is limited by max_sge" (tm_caps.max_sge 1).
       if (op.num_sge > 1) return Invalid("tm.add.num_sge " + std::to_string(op.num_sge) + " exceeds tm_caps.max_sge 1");
+      // mlx5_post_srq_ops: "tag matching list is full" -> ENOMEM, before anything is posted.
+      if (TagPosted(table) >= tm_.max_num_tags)
+        return Status(ENOMEM, "the tag matching list is full (tm_cap.max_num_tags " + std::to_string(tm_.max_num_tags) + ")");
       if (op.flags & srq_op::kTmSync) TagSync(table, op.unexpected_cnt);
       r = TagAdd(table, TagSpec{op.tag, op.mask, op.recv_wr_id, op.num_sge ? op.sge->addr : 0,
                                 op.num_sge ? op.sge->length : 0, op.num_sge ? op.sge->lkey : 0, op.num_sge});
