@@ -8,6 +8,7 @@
 #include "core/device_limits.h"
 #include "core/qp.h"
 #include "transport/key_table.h"
+#include "transport/work_request.h"
 #include "transport/wire/wire_fabric.h"
 
 namespace softverbs::core {
@@ -182,7 +183,7 @@ void Cq::DetachQp(Qp* qp) {
   std::erase(qps_, qp);
 }
 
-int Cq::Poll(Completion* out, int max) {
+int Cq::Poll(Completion* out, int max, transport::TmInfo* tm) {
   CqRing& r = ring();
   if (r.attention.load(std::memory_order_relaxed) != 0 && r.attention.exchange(0) != 0) {
     // A QP of this CQ failed (its requester in the background, or a peer as responder): move it
@@ -211,6 +212,7 @@ int Cq::Poll(Completion* out, int max) {
     const CqEntry& entry = e[(head + static_cast<uint64_t>(n)) % r.capacity];
     out[n] = entry.c;
     if (entry.landing_length != 0) ScatterLanding(entry, &out[n]);
+    if (tm != nullptr) tm[n] = (out[n].wc_flags & transport::wc_flag::kTmMatch) ? entry.tm : transport::TmInfo{};
   }
   r.head.store(head + static_cast<uint64_t>(n), std::memory_order_release);
   return n;

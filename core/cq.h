@@ -88,8 +88,9 @@ class Cq {
 
   // Adds a completion produced by this process; false if the CQ is full (an overrun).
   bool Push(const Completion& c);
-  // Moves up to `max` completions into `out`; returns how many.
-  int Poll(Completion* out, int max);
+  // Moves up to `max` completions into `out`; returns how many. `tm`, if given, receives each
+  // one's tag matching info (zeros unless IBV_WC_TM_MATCH, as mlx5 reports).
+  int Poll(Completion* out, int max, transport::TmInfo* tm = nullptr);
   // Drops the completions of QP `qp_num` (the QP moved to RESET: ibv_modify_qp, IBA 10.3.1; or
   // was destroyed); returns how many it held.
   uint32_t RemoveEntriesOf(uint32_t qp_num);

@@ -17,6 +17,10 @@ struct DeviceLimits {
   static constexpr uint32_t kMaxSrq = fabric::HostRegistry::kSrqSlots;
   // Per-object limits.
   static constexpr uint32_t kMaxQpWr = 32768;
+  // Tag matching (tm_caps): a list of 255 tags ((1 << log_tag_matching_list_sz) - 1 on mlx5),
+  // a rendezvous header of at most 64 bytes (MLX5_TM_MAX_RNDV_MSG_SIZE).
+  static constexpr uint32_t kMaxTmTags = 255;
+  static constexpr uint32_t kMaxRndvHdrSize = 64;
   // TSO on raw packet QPs (ibv_query_device_ex tso_caps): the largest payload of one WR and the
   // largest header it may carry.
   static constexpr uint32_t kMaxTso = 256 * 1024;

@@ -7,6 +7,9 @@
 #include "fabric/host/pin_line.h"
 #include "base/strings.h"
 #include "core/device_limits.h"
+#include "base/log.h"
+#include "transport/tag_matcher.h"
+#include "transport/work_request.h"
 #include "fabric/host/process_token.h"
 
 namespace softverbs::core {
@@ -86,8 +89,93 @@ Result<std::unique_ptr<Srq>> Srq::Make(Pd& pd, SrqAttributes& attr) {
   return std::unique_ptr<Srq>(new Srq(pd, attr, *slot, std::move(queue.value())));
 }
 
+Result<std::unique_ptr<Srq>> Srq::CreateTm(Pd& pd, SrqAttributes& attr, Cq& cq, const TmAttributes& tm) {
+  // The kernel's mlx5 create_srq: a list longer than the device's is EINVAL; mlx5's command QP
+  // holds max_ops list operations, bounded as any send queue.
+  if (tm.max_num_tags > DeviceLimits::kMaxTmTags)
+    return Invalid("tm_cap.max_num_tags " + std::to_string(tm.max_num_tags) + " exceeds tm_caps.max_num_tags " +
+                   std::to_string(DeviceLimits::kMaxTmTags));
+  if (tm.max_ops > DeviceLimits::kMaxQpWr)
+    return Invalid("tm_cap.max_ops " + std::to_string(tm.max_ops) + " exceeds tm_caps.max_ops " +
+                   std::to_string(DeviceLimits::kMaxQpWr));
+  auto made = Make(pd, attr);
+  if (!made.ok()) return made.status();
+  std::unique_ptr<Srq> srq = std::move(made.value());
+  const size_t bytes = transport::TagTableBytes(tm.max_num_tags);
+  auto block = pd.context().local().Allocate(bytes);
+  if (!block.ok()) return block.status();  // ~Srq gives back the rest
+  auto* table = static_cast<transport::TagTable*>(pd.context().local().At(*block));
+  memset(static_cast<void*>(table), 0, bytes);
+  transport::TagTableInit(*table, tm.max_num_tags);
+  srq->tm_ref_ = *block;
+  srq->tm_ = tm;
+  srq->cq_ = &cq;
+  cq.users().Acquire();
+  srq->queue_->ring().tm = *block;  // senders match from now on
+  pd.context().Register(srq.get());
+  return srq;
+}
+
+Result<uint32_t> Srq::PostOp(const SrqOp& op, uint32_t index) {
+  using namespace transport;
+  if (!is_tm()) return Invalid("the SRQ is not a tag matching SRQ (IBV_SRQT_TM)");
+  // mlx5_post_srq_ops: a list longer than the command QP's queue overflows it (ENOMEM).
+  if (index >= tm_.max_ops)
+    return Status(ENOMEM, "more list operations than tm_cap.max_ops " + std::to_string(tm_.max_ops));
+  auto& table = *static_cast<TagTable*>(pd_.context().local().At(tm_ref_));
+  std::lock_guard lock(ops_mu_);
+  Completion c;
+  c.wr_id = op.wr_id;
+  TagOpResult r;
+  switch (op.opcode) {
+    case srq_op::kTagAdd:
+      // ibv_post_srq_ops(3): "SGE list size is limited by max_sge" (tm_caps.max_sge 1).
+      if (op.num_sge > 1) return Invalid("tm.add.num_sge " + std::to_string(op.num_sge) + " exceeds tm_caps.max_sge 1");
+      // mlx5_post_srq_ops: "tag matching list is full" -> ENOMEM, before anything is posted.
+      if (TagPosted(table) >= tm_.max_num_tags)
+        return Status(ENOMEM, "the tag matching list is full (tm_cap.max_num_tags " + std::to_string(tm_.max_num_tags) + ")");
+      if (op.flags & srq_op::kTmSync) TagSync(table, op.unexpected_cnt);
+      r = TagAdd(table, TagSpec{op.tag, op.mask, op.recv_wr_id, op.num_sge ? op.sge->addr : 0,
+                                op.num_sge ? op.sge->length : 0, op.num_sge ? op.sge->lkey : 0, op.num_sge});
+      if (!r.ok)
+        return Status(ENOMEM, "the tag matching list is full (tm_cap.max_num_tags " + std::to_string(tm_.max_num_tags) + ")");
+      c.opcode = wc_opcode::kTmAdd;
+      break;
+    case srq_op::kTagDel:
+      if (op.handle >= tm_.max_num_tags)
+        return Invalid("tm.handle " + std::to_string(op.handle) + " was never returned by IBV_WR_TAG_ADD");
+      if (op.flags & srq_op::kTmSync) TagSync(table, op.unexpected_cnt);
+      r = TagRemove(table, op.handle);
+      c.opcode = wc_opcode::kTmDel;
+      // ibv_post_srq_ops(3): a tag consumed meanwhile (or not posted) fails with IBV_WC_TM_ERR.
+      if (!r.ok) {
+        c.status = wc_status::kTmErr;
+        SV_LOG(kDebug, "ibv_post_srq_ops(srq 0x%x): IBV_WR_TAG_DEL of handle %u, which is not in the list: "
+               "IBV_WC_TM_ERR", srqn_, op.handle);
+      }
+      break;
+    case srq_op::kTagSync:
+      if (op.flags & srq_op::kTmSync) TagSync(table, op.unexpected_cnt);
+      c.opcode = wc_opcode::kTmSync;
+      break;
+    default:
+      return Invalid("opcode " + std::to_string(op.opcode) + " is not an ibv_ops_wr_opcode");
+  }
+  if (r.sync_req) c.wc_flags |= wc_flag::kTmSyncReq;
+  // IBV_OPS_SIGNALED asks for a completion on the SRQ's CQ (a failed DEL completes only then).
+  if ((op.flags & srq_op::kSignaled) && !cq_->Push(c))
+    SV_LOG(kError, "ibv_post_srq_ops(srq 0x%x): the CQ is full: the completion of wr_id %llu is lost",
+           srqn_, static_cast<unsigned long long>(op.wr_id));
+  return r.handle;
+}
+
 Srq::~Srq() {
   pd_.context().Unregister(this);
+  if (tm_ref_.valid()) {
+    queue_->ring().tm = {};
+    cq_->users().Release();
+    pd_.context().local().Free(tm_ref_, transport::TagTableBytes(tm_.max_num_tags));
+  }
   if (endpoint_ref_.valid()) {  // (an XRC SRQ)
     if (cq_ != nullptr) {
       WithdrawXrc();

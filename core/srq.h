@@ -31,6 +31,28 @@ struct SrqAttributes {
 
 class Cq;
 
+// ibv_srq_init_attr_ex.tm_cap
+struct TmAttributes {
+  uint32_t max_num_tags = 0;
+  uint32_t max_ops = 0;
+};
+
+// One struct ibv_ops_wr (ibv_post_srq_ops(3)); the enum values are rdma-core's.
+namespace srq_op {
+inline constexpr uint32_t kTagAdd = 0, kTagDel = 1, kTagSync = 2;  // enum ibv_ops_wr_opcode
+inline constexpr uint32_t kSignaled = 1u << 0, kTmSync = 1u << 1;  // enum ibv_ops_flags
+}  // namespace srq_op
+struct SrqOp {
+  uint64_t wr_id = 0;
+  uint32_t opcode = 0;
+  uint32_t flags = 0;
+  uint32_t unexpected_cnt = 0;
+  uint32_t handle = 0;  // DEL
+  uint64_t recv_wr_id = 0, tag = 0, mask = 0;  // ADD
+  const transport::RecvSge* sge = nullptr;
+  uint32_t num_sge = 0;
+};
+
 class Srq {
  public:
   // The ABI object wrapping this one (events name it to the application).
@@ -43,7 +65,15 @@ class Srq {
   // `cq` (IBA A14.4.2). XRC senders name it by its number, through any XRC_RECV QP of the same
   // domain, from any process: its receive side is published host-wide (receive_endpoint()).
   static Result<std::unique_ptr<Srq>> CreateXrc(Pd& pd, SrqAttributes& attr, Xrcd& xrcd, Cq& cq);
+  // ibv_create_srq_ex with IBV_SRQT_TM: a tag matching SRQ whose list operations and tagged
+  // receives complete on `cq`; its tag table is published beside its receive ring
+  // (transport/tag_matcher.h) for senders of any process.
+  static Result<std::unique_ptr<Srq>> CreateTm(Pd& pd, SrqAttributes& attr, Cq& cq, const TmAttributes& tm);
   ~Srq();
+
+  bool is_tm() const { return tm_ref_.valid(); }
+  // ibv_post_srq_ops(3), one operation: the `index`-th of its list. ADD returns the handle.
+  Result<uint32_t> PostOp(const SrqOp& op, uint32_t index);
 
   Status Modify(const SrqAttributes& attr, uint32_t mask);
   SrqAttributes Query() const;
@@ -75,6 +105,10 @@ class Srq {
   std::shared_ptr<XrcdHold> xrcd_hold_;
   Cq* cq_ = nullptr;
   fabric::SharedRef endpoint_ref_{};
+  // TM only: the tag table in this process's arena, and the list operation budget.
+  fabric::SharedRef tm_ref_{};
+  TmAttributes tm_{};
+  std::mutex ops_mu_;  // ibv_post_srq_ops from several threads
 };
 
 }  // namespace softverbs::core

@@ -29,4 +29,11 @@ struct Completion {
   uint64_t wallclock_ns = 0;  // CLOCK_REALTIME, if the CQ asked for it
 };
 
+// A tag-matched receive's TMH fields (ibv_wc_read_tm_info(3)); kept beside the completion in
+// its ring entry (transport/cq_ring.h), read only for completions with IBV_WC_TM_MATCH.
+struct TmInfo {
+  uint64_t tag = 0;
+  uint32_t priv = 0;  // the TMH's app_ctx
+};
+
 }  // namespace softverbs::transport

@@ -46,8 +46,10 @@ struct alignas(64) CqEntry {  // a small message touches the first two cache lin
   uint32_t landing_pieces;
   LandingPiece piece[kLandingPieces];
   uint8_t landing[kLandingBytes];
+  TmInfo tm;  // in the entry's last line: only tag-matched receives write or read it
 };
 static_assert(std::is_trivially_copyable_v<CqEntry>);
+static_assert(sizeof(CqEntry) == 256 && offsetof(CqEntry, landing) < 128, "TM info costs no line of a small message");
 
 // Three cache lines with one writer pattern each (issue 16 item 3: a small message costs the
 // lines that cross cores): what producers write at every completion, next to the lock they

@@ -23,6 +23,7 @@ Result<std::unique_ptr<RecvQueue>> RecvQueue::Create(fabric::LocalProcess& local
   ring->async_fd = async_fd;
   ring->async_tag = async_tag;
   ring->entries = *entries;
+  ring->tm = {};
   return std::unique_ptr<RecvQueue>(new RecvQueue(local, *ref));
 }
 

@@ -51,6 +51,7 @@ struct RecvRing {
   int32_t async_fd;  // the owner context's async event fd, signalled when the limit fires
   uint64_t async_tag;
   fabric::SharedRef entries;
+  fabric::SharedRef tm;  // a TM SRQ's tag table (transport/tag_matcher.h); none otherwise
   alignas(64) std::atomic<uint64_t> tail;  // next slot to fill (the owner)
 };
 static_assert(offsetof(RecvRing, max_wr) == 64, "the takers' line holds the lock, head and the limit");

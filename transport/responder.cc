@@ -1,8 +1,10 @@
 #include "transport/responder.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
+#include "base/big_endian.h"
 #include "base/log.h"
 #include "transport/codes.h"
 #include "transport/cq_ring.h"
@@ -96,6 +98,44 @@ Completion ReceiveCompletion(const QpEndpoint& e, const TakenWqe& w, const Reque
   c.solicited = r.solicited;
   c.byte_len = static_cast<uint32_t>(need);
   return c;
+}
+
+// How a SEND arriving through a TM SRQ completes (ibv_post_srq_ops(3); mlx5 cq.c): matched
+// (handled apart), unexpected (a tagged message no posted tag took: an ordinary SRQ WQE gets the
+// whole message, TMH included, as IBV_WC_TM_RECV without IBV_WC_TM_MATCH, and the unexpected
+// count rises), or NO_TAG (IBV_WC_TM_NO_TAG, the whole message).
+struct ResponderTmMode {
+  bool active = false;
+  bool unexpected = false;
+  uint32_t opcode = 0;
+  TagTable* table = nullptr;
+};
+
+// The message's first `want` bytes (a TMH, an RVH: the requester's memory, readable here);
+// false if it is shorter.
+bool ResponderPeek(const Request& r, uint8_t* out, uint32_t want) {
+  if (r.length < want) return false;
+  uint32_t got = 0;
+  for (size_t i = 0; i < r.local_count && got < want; ++i) {
+    const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(r.local[i].iov_len, want - got));
+    memcpy(out + got, r.local[i].iov_base, n);
+    got += n;
+  }
+  return got == want;
+}
+
+// The gather list without its first `skip` bytes.
+std::vector<iovec> ResponderSkipBytes(const iovec* local, size_t count, uint64_t skip) {
+  std::vector<iovec> out;
+  for (size_t i = 0; i < count; ++i) {
+    if (skip >= local[i].iov_len) {
+      skip -= local[i].iov_len;
+      continue;
+    }
+    out.push_back({static_cast<uint8_t*>(local[i].iov_base) + skip, local[i].iov_len - skip});
+    skip = 0;
+  }
+  return out;
 }
 
 uint64_t CompareSwap(uint64_t value, const void* arg) {
@@ -218,6 +258,21 @@ Reply Responder::Deliver(const TargetQp& t, const Request& r, const uint8_t* grh
   QpEndpoint& e = t.endpoint();
   auto* rq = static_cast<RecvRing*>(t.Resolve(e.recv_queue));
   if (rq == nullptr) return Silence(r);
+  ResponderTmMode tm;
+  uint8_t tmh_bytes[kTmhBytes];
+  // Tag matching is offered to RC (tm_caps.flags IBV_TM_CAP_RC); a message shorter than a TMH
+  // has none and is an ordinary receive.
+  if (rq->tm.valid() && r.qp_type == kRc && r.opcode != WrOpcode::kRdmaWriteWithImm && ResponderPeek(r, tmh_bytes, kTmhBytes)) {
+    tm.table = static_cast<TagTable*>(t.Resolve(rq->tm));
+    const TmHeader h = ParseTmh(tmh_bytes);
+    tm.active = tm.table != nullptr;
+    if (tm.active && (h.opcode == kTmhEager || h.opcode == kTmhRndv)) {
+      TagMatch m = TagMatchTake(*tm.table, h.tag);
+      if (m.found) return DeliverMatched(t, r, m, h);
+      tm.unexpected = true;
+    }
+    tm.opcode = tm.unexpected ? wc_opcode::kTmRecv : wc_opcode::kTmNoTag;
+  }
   TakenWqe w = RecvRingTake(*rq, [&t](fabric::SharedRef ref) { return t.Resolve(ref); });
   if (w.limit_crossed && rq->async_fd >= 0) t.Signal(rq->async_fd, rq->async_tag);  // IBV_EVENT_SRQ_LIMIT_REACHED
   // No WQE: RC answers RNR NAK (IBA 9.7.5.2.8); UC and UD drop the message (IBA 9.8.3, 9.6.3).
@@ -229,6 +284,10 @@ Reply Responder::Deliver(const TargetQp& t, const Request& r, const uint8_t* grh
   const uint64_t need = r.length + (grh ? 40 : 0);
   Completion c = ReceiveCompletion(e, w, r, need, grh != nullptr);
   if (grh) c.sl = RoceL3Type(grh);
+  if (tm.active) {
+    c.opcode = tm.opcode;
+    if (tm.unexpected && TagNoteUnexpected(*tm.table)) c.wc_flags |= wc_flag::kTmSyncReq;
+  }
   if (r.opcode == WrOpcode::kRdmaWriteWithImm) {  // consumes the WQE without touching its buffers
     CompleteAtTarget(t, c);
     return Reply::Of(ReplyCode::kAck);
@@ -281,6 +340,102 @@ Reply Responder::Deliver(const TargetQp& t, const Request& r, const uint8_t* grh
   }
   CompleteAtTarget(t, c);
   return Reply::Of(ReplyCode::kAck);
+}
+
+Reply Responder::DeliverMatched(const TargetQp& t, const Request& r, const TagMatch& m, const TmHeader& h) {
+  TakenWqe w;
+  w.found = true;
+  w.wr_id = m.entry.wr_id;  // the ADD's recv_wr_id
+  w.num_sge = m.entry.num_sge;
+  w.sge[0] = {m.entry.addr, m.entry.length, m.entry.lkey};
+  const uint64_t need = r.length - kTmhBytes;
+  Completion c = ReceiveCompletion(t.endpoint(), w, r, need, false);
+  c.opcode = wc_opcode::kTmRecv;
+  c.wc_flags |= wc_flag::kTmMatch | wc_flag::kTmDataValid;
+  // RNDV: the receiver READs the sender's buffer that the RVH names. Where the fabric cannot
+  // reach the sender, that READ is left to the application, as mlx5 does when its hardware
+  // cannot (CONSUMED_MSG_SW_RNDV: IBV_WC_TM_RNDV_INCOMPLETE, the RVH and what follows in the
+  // tag's buffer).
+  if (h.opcode == kTmhRndv) {
+    if (Rendezvous(t, r, w, h)) return Reply::Of(ReplyCode::kAck);
+    c.status = wc_status::kTmRndvIncomplete;
+  }
+  ScatterList scatter;
+  const ReplyCode code = need > 0 ? Scatter(t, w, 0, need, false, &scatter) : ReplyCode::kAck;
+  if (code != ReplyCode::kAck) {
+    SV_LOG(kError, "SEND to qp 0x%x: the %llu bytes after the TMH do not fit the buffer of tag 0x%llx "
+           "(handle %u): IBV_WC_%s at the target", t.endpoint().qp_num, static_cast<unsigned long long>(need),
+           static_cast<unsigned long long>(h.tag), m.handle,
+           code == ReplyCode::kInvalidRequest ? "LOC_LEN_ERR" : "LOC_PROT_ERR");
+    c.wc_flags = 0;
+    FailReceive(t, c, code == ReplyCode::kInvalidRequest ? wc_status::kLocLenErr : wc_status::kLocProtErr);
+    return Reply::Of(code);
+  }
+  std::vector<iovec> gather = ResponderSkipBytes(r.local, r.local_count, kTmhBytes);
+  if (Status s = need > 0 ? t.Move(true, gather.data(), gather.size(), scatter.pieces) : Status::Ok(); !s.ok()) {
+    if (s.code() == ESRCH) return Silence(r);
+    c.wc_flags = 0;
+    FailReceive(t, c, wc_status::kLocProtErr);
+    return Reply::Of(ReplyCode::kRemoteOp);
+  }
+  CompleteAtTarget(t, c, [&h](CqEntry& entry) { entry.tm = TmInfo{h.tag, h.app_ctx}; });
+  return Reply::Of(ReplyCode::kAck);
+}
+
+bool Responder::Rendezvous(const TargetQp& t, const Request& r, const TakenWqe& w, const TmHeader& h) {
+  uint8_t head[kTmhBytes + kRvhBytes];
+  if (!ResponderPeek(r, head, sizeof(head))) return false;  // no RVH: left to the application
+  std::unique_ptr<TargetQp> sender = t.Requester(r.src_qp);
+  if (sender == nullptr) return false;
+  const uint64_t va = Be64(head + 16);
+  const uint32_t rkey = Be32(head + 24), len = Be32(head + 28);
+  const auto info = [&h](CqEntry& entry) { entry.tm = TmInfo{h.tag, h.app_ctx}; };
+  // mlx5 (cq.c): a first completion when the tag is consumed (IBV_WC_TM_MATCH)...
+  Completion c = ReceiveCompletion(t.endpoint(), w, r, 0, false);
+  c.opcode = wc_opcode::kTmRecv;
+  c.wc_flags = wc_flag::kTmMatch;
+  CompleteAtTarget(t, c, info);
+  // ...the READ (IBA 9.4.4 rules at the sender: its QP's REMOTE_READ, the key in its PD)...
+  c.wc_flags = wc_flag::kTmDataValid;
+  c.byte_len = len;
+  ScatterList dst;
+  PinnedPieces src;
+  ReplyCode code = len > 0 ? Scatter(t, w, 0, len, false, &dst) : ReplyCode::kAck;
+  uint32_t status = code == ReplyCode::kAck ? wc_status::kSuccess
+                    : code == ReplyCode::kInvalidRequest ? wc_status::kLocLenErr : wc_status::kLocProtErr;
+  if (status == wc_status::kSuccess && len > 0 &&
+      CheckRemote(*sender, rkey, va, len, kRemoteRead, &src) != ReplyCode::kAck)
+    status = wc_status::kRemAccessErr;
+  if (status == wc_status::kSuccess && len > 0) {
+    std::vector<uint8_t> bounce(len);  // the sender's memory, then the receiver's
+    iovec b{bounce.data(), len};
+    if (!sender->Move(false, &b, 1, src).ok() || !t.Move(true, &b, 1, dst.pieces).ok()) status = wc_status::kRemOpErr;
+  }
+  if (status != wc_status::kSuccess) {
+    SV_LOG(kError, "tag matching rendezvous at qp 0x%x (tag 0x%llx): READ of [0x%llx, +%u) rkey 0x%x from qp 0x%x "
+           "failed (wc status %u)", t.endpoint().qp_num, static_cast<unsigned long long>(h.tag),
+           static_cast<unsigned long long>(va), len, rkey, r.src_qp, status);
+    c.wc_flags = 0;
+    FailReceive(t, c, status);
+    return true;
+  }
+  // ...a FIN to the sender, a SEND carrying a TMH (ibv_tmh FIN, its tag and app_ctx), and the
+  // second completion (IBV_WC_TM_DATA_VALID; mlx5's carries no TMH: tag info 0).
+  uint8_t fin_tmh[kTmhBytes];
+  WriteTmh(TmHeader{kTmhFin, h.app_ctx, h.tag}, fin_tmh);
+  iovec fin_bytes{fin_tmh, kTmhBytes};
+  Request fin;
+  fin.qp_type = kRc;
+  fin.src_qp = t.endpoint().qp_num;
+  fin.dest_qp = r.src_qp;
+  fin.local = &fin_bytes;
+  fin.local_count = 1;
+  fin.length = kTmhBytes;
+  if (Reply sent = Execute(*sender, fin); sent.code != ReplyCode::kAck)
+    SV_LOG(kError, "tag matching rendezvous at qp 0x%x: the FIN to qp 0x%x was not received (reply %d)",
+           t.endpoint().qp_num, r.src_qp, static_cast<int>(sent.code));
+  CompleteAtTarget(t, c);
+  return true;
 }
 
 ReplyCode Responder::Scatter(const TargetQp& t, const TakenWqe& w, uint64_t skip, uint64_t need, bool peek_only,

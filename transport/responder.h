@@ -13,6 +13,7 @@
 #include "transport/indirect_key.h"
 #include "transport/recv_queue.h"
 #include "transport/request.h"
+#include "transport/tag_matcher.h"
 #include "transport/target_qp.h"
 
 namespace softverbs::transport {
@@ -52,6 +53,13 @@ class Responder {
   // SEND / SEND_WITH_IMM / SEND_WITH_INV / RDMA_WRITE_WITH_IMM's receive side: takes a WQE,
   // scatters the message (after `grh`, if any) into it and completes it on the receive CQ.
   static Reply Deliver(const TargetQp& t, const Request& r, const uint8_t* grh);
+  // A TM SRQ's EAGER / RNDV message whose tag matched entry `m`: the bytes after the TMH land in
+  // the tag's buffer and complete as IBV_WC_TM_RECV with its tag info.
+  static Reply DeliverMatched(const TargetQp& t, const Request& r, const TagMatch& m, const TmHeader& h);
+  // A matched RNDV (TMH + RVH) where the fabric reaches the requester: READs the buffer the RVH
+  // names into the tag's buffer and SENDs the requester a FIN, as mlx5 hardware does; false
+  // where it cannot (the application then does it: IBV_WC_TM_RNDV_INCOMPLETE).
+  static bool Rendezvous(const TargetQp& t, const Request& r, const TakenWqe& w, const TmHeader& h);
   // The gates every request passes (transport, DC access, receiving state); false: discarded.
   static bool Admits(const TargetQp& t, const Request& r);
   static Reply Rdma(const TargetQp& t, const Request& r, bool write);

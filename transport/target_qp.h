@@ -8,6 +8,7 @@
 #include <sys/uio.h>
 
 #include <cstdint>
+#include <memory>
 
 #include "base/status.h"
 #include "fabric/host/shared_arena.h"
@@ -49,6 +50,10 @@ class TargetQp {
   // A small SEND may travel inside its receive completion, for the owner's poll to scatter
   // (transport/cq_ring.h): worth it when reaching the owner's memory costs a system call.
   virtual bool LandsInCompletion() const = 0;
+  // QP `qpn`, the requester of a message to this one, reached the same way: the target's side
+  // of a tag matching rendezvous READs the requester's memory and SENDs it the FIN
+  // (transport/tag_matcher.h). nullptr where the fabric cannot reach it.
+  virtual std::unique_ptr<TargetQp> Requester(uint32_t /*qpn*/) const { return nullptr; }
 };
 
 }  // namespace softverbs::transport

@@ -61,6 +61,9 @@ inline constexpr uint32_t kBindMw = 5;
 inline constexpr uint32_t kLocalInv = 6;
 inline constexpr uint32_t kRecv = 1u << 7;
 inline constexpr uint32_t kRecvRdmaWithImm = kRecv + 1;
+// Tag matching (ibv_post_srq_ops(3)): list operations and tagged receives of a TM SRQ.
+inline constexpr uint32_t kTmAdd = kRecv + 2, kTmDel = kRecv + 3, kTmSync = kRecv + 4, kTmRecv = kRecv + 5,
+                          kTmNoTag = kRecv + 6;
 inline constexpr uint32_t kDriver1 = kRecv + 7;  // IBV_WC_DRIVER1 = MLX5DV_WC_UMR
 }  // namespace wc_opcode
 
@@ -78,6 +81,8 @@ inline constexpr uint32_t kRemOpErr = 11;
 inline constexpr uint32_t kRetryExcErr = 12;
 inline constexpr uint32_t kRnrRetryExcErr = 13;
 inline constexpr uint32_t kFatalErr = 19;
+inline constexpr uint32_t kTmErr = 22;
+inline constexpr uint32_t kTmRndvIncomplete = 23;
 }  // namespace wc_status
 
 // ibv_wc_flags
@@ -85,6 +90,7 @@ namespace wc_flag {
 inline constexpr uint32_t kGrh = 1u << 0;
 inline constexpr uint32_t kWithImm = 1u << 1;
 inline constexpr uint32_t kWithInv = 1u << 3;
+inline constexpr uint32_t kTmSyncReq = 1u << 4, kTmMatch = 1u << 5, kTmDataValid = 1u << 6;
 }  // namespace wc_flag
 
 // The UD destination of a send (from its address handle and the WR).

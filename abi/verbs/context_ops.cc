@@ -39,9 +39,33 @@ int QueryRtValues(ibv_context*, ibv_values_ex* values) {
 int ModifyCq(ibv_cq* cq, ibv_modify_cq_attr*) { return ReturnErrno("ibv_modify_cq", Name(cq), Unsupported("CQ moderation")); }
 
 void PlaceholderSlot() {}  // "ABI_placeholder" slots of verbs_context: never called by libibverbs
+// ibv_post_srq_ops(3): the list in order; the first refused operation is *bad_op (mlx5_post_srq_ops).
 int PostSrqOps(ibv_srq* srq, ibv_ops_wr* op, ibv_ops_wr** bad_op) {
-  *bad_op = op;
-  return ReturnErrno("ibv_post_srq_ops", Name(srq), Unsupported("tag matching"));
+  uint32_t index = 0;
+  for (; op != nullptr; op = op->next, ++index) {
+    core::SrqOp o;
+    o.wr_id = op->wr_id;
+    o.opcode = op->opcode;
+    o.flags = static_cast<uint32_t>(op->flags);
+    o.unexpected_cnt = op->tm.unexpected_cnt;
+    o.handle = op->tm.handle;
+    o.recv_wr_id = op->tm.add.recv_wr_id;
+    o.tag = op->tm.add.tag;
+    o.mask = op->tm.add.mask;
+    transport::RecvSge sge{};
+    if (op->opcode == IBV_WR_TAG_ADD && op->tm.add.num_sge > 0 && op->tm.add.sg_list != nullptr) {
+      sge = {op->tm.add.sg_list->addr, op->tm.add.sg_list->length, op->tm.add.sg_list->lkey};
+      o.sge = &sge;
+      o.num_sge = static_cast<uint32_t>(op->tm.add.num_sge);
+    }
+    auto handle = ToSv(srq)->core->PostOp(o, index);
+    if (!handle.ok()) {
+      *bad_op = op;
+      return ReturnErrno("ibv_post_srq_ops", Name(srq), handle.status());
+    }
+    if (op->opcode == IBV_WR_TAG_ADD) op->tm.handle = *handle;
+  }
+  return 0;
 }
 int ModifyQpRateLimit(ibv_qp* qp, ibv_qp_rate_limit_attr*) {
   return ReturnErrno("ibv_modify_qp_rate_limit", Name(qp), Unsupported("packet pacing"));

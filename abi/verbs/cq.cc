@@ -18,12 +18,12 @@ namespace softverbs::abi {
 
 std::string Name(const ibv_cq* cq) { return ObjectName("cq", cq->handle); }
 
-// The completion flags an ibv_cq_ex can deliver: the standard ones, both timestamps, and the
-// CVLAN and flow tag of raw packet QPs' receives. Tag matching info is refused at creation
-// (EOPNOTSUPP): no tag matching.
+// The completion flags an ibv_cq_ex can deliver: the standard ones, both timestamps, the
+// CVLAN and flow tag of raw packet QPs' receives, and the TMH of tag-matched receives.
 constexpr uint64_t kDeliverableWcFlags =
     static_cast<uint64_t>(IBV_WC_STANDARD_FLAGS) | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
-    IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK | IBV_WC_EX_WITH_CVLAN | IBV_WC_EX_WITH_FLOW_TAG;
+    IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK | IBV_WC_EX_WITH_CVLAN | IBV_WC_EX_WITH_FLOW_TAG |
+    IBV_WC_EX_WITH_TM_INFO;
 
 namespace {
 
@@ -32,7 +32,7 @@ SvCq* Cur(ibv_cq_ex* cq) { return ToSv(cq); }
 // ibv_start_poll / ibv_next_poll position the CQ on one completion; ENOENT when empty.
 int Advance(ibv_cq_ex* cqx) {
   SvCq* cq = Cur(cqx);
-  if (cq->core->Poll(&cq->current, 1) == 0) return ENOENT;
+  if (cq->core->Poll(&cq->current, 1, &cq->current_tm) == 0) return ENOENT;
   cqx->wr_id = cq->current.wr_id;
   cqx->status = static_cast<ibv_wc_status>(cq->current.status);
   return 0;
@@ -68,9 +68,13 @@ uint64_t ReadCompletionWallclockNs(ibv_cq_ex* cq) { return Cur(cq)->current.wall
 // Raw packet receives: the stripped VLAN TCI and the steering rule's tag (0 without one).
 uint16_t ReadCvlan(ibv_cq_ex* cq) { return Cur(cq)->current.cvlan; }
 uint32_t ReadFlowTag(ibv_cq_ex* cq) { return Cur(cq)->current.flow_tag; }
-// The getter of a flag that creation refuses: reachable only by a program that calls a getter it
-// did not ask for (undefined in ibv_create_cq_ex(3)); it returns zeros rather than crash.
-void ReadTmInfo(ibv_cq_ex*, ibv_wc_tm_info* info) { memset(info, 0, sizeof(*info)); }
+// The TMH of a tag-matched receive (IBV_WC_TM_MATCH); zeros for any other completion, as mlx5
+// reports for unexpected messages.
+void ReadTmInfo(ibv_cq_ex* cq, ibv_wc_tm_info* info) {
+  memset(info, 0, sizeof(*info));
+  info->tag = Cur(cq)->current_tm.tag;
+  info->priv = Cur(cq)->current_tm.priv;
+}
 
 }  // namespace
 
@@ -139,7 +143,7 @@ ibv_cq_ex* CreateCqEx(ibv_context* context, ibv_cq_init_attr_ex* attr) {
     return ReturnNull<ibv_cq_ex>(verb, context->device->name, Invalid("flags has unknown bits"));
   if (attr->wc_flags & ~kDeliverableWcFlags)
     return ReturnNull<ibv_cq_ex>(verb, context->device->name, NotSupported(
-        "wc_flags asks for fields softverbs0 cannot deliver (TM info): " +
+        "wc_flags asks for fields softverbs0 cannot deliver: " +
         std::to_string(attr->wc_flags & ~kDeliverableWcFlags)));
   // A CQ on a parent domain with a thread domain is polled by that thread only (ibv_alloc_td(3):
   // objects under a TD "disable internal locking"; mlx5 drops the CQ lock the same way).
@@ -154,10 +158,12 @@ ibv_cq_ex* CreateCqEx(ibv_context* context, ibv_cq_init_attr_ex* attr) {
     return ReturnNull<ibv_cq_ex>(verb, context->device->name, s);
   ibv_cq_ex* cq = CreateCq(verb, context, static_cast<int>(attr->cqe), attr->cq_context, attr->channel,
                            static_cast<int>(attr->comp_vector), attr->wc_flags, single_threaded);
-  if (cq == nullptr)
+  if (cq == nullptr) {
     ReleaseParentDomain(parent);
-  else
+  } else {
     ToSv(cq)->parent_domain = parent;
+    ToSv(cq)->extended = true;
+  }
   return cq;
 }
 

@@ -92,8 +92,15 @@ ibv_device_attr_ex DeviceAttrEx() {
   ex.odp_caps.per_transport_caps.ud_odp_caps = kMessages | IBV_ODP_SUPPORT_SRQ_RECV;
   ex.xrc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC |
                     IBV_ODP_SUPPORT_SRQ_RECV;
-  // Device memory (core/dm.h): the largest one allocation. No packet pacing or tag matching yet.
+  // Device memory (core/dm.h): the largest one allocation. No packet pacing yet.
   ex.max_dm_size = DeviceLimits::kMaxDmSize;
+  // Tag matching on RC (transport/tag_matcher.h), with mlx5's shapes: one SGE per tag, list
+  // operations bounded as a send queue, a 64-byte rendezvous header.
+  ex.tm_caps.max_rndv_hdr_size = DeviceLimits::kMaxRndvHdrSize;
+  ex.tm_caps.max_num_tags = DeviceLimits::kMaxTmTags;
+  ex.tm_caps.flags = IBV_TM_CAP_RC;
+  ex.tm_caps.max_ops = DeviceLimits::kMaxQpWr;
+  ex.tm_caps.max_sge = 1;
   ex.phys_port_cnt_ex = DeviceLimits::kPortCount;
   return ex;
 }

@@ -103,6 +103,8 @@ struct SvCq {
   std::unique_ptr<core::Cq> core;
   uint64_t wc_flags = 0;       // the ibv_cq_ex read_* getters that were asked for
   core::Completion current{};  // the completion ibv_start_poll/ibv_next_poll positioned on
+  transport::TmInfo current_tm{};  // its tag matching info (ibv_wc_read_tm_info)
+  bool extended = false;           // created by ibv_create_cq_ex (a TM SRQ needs one, as mlx5)
   // Held from ibv_start_poll to ibv_end_poll so concurrent pollers do not share `current`,
   // unless the CQ was created IBV_CREATE_CQ_ATTR_SINGLE_THREADED.
   std::mutex poll_mu;

@@ -19,7 +19,7 @@ namespace softverbs::abi {
 std::string Name(const ibv_srq* srq) { return ObjectName("srq", srq->handle); }
 
 ibv_srq* CreateSrq(const char* verb, ibv_pd* pd, void* srq_context, ibv_srq_attr* attr,
-                  ibv_xrcd* xrcd = nullptr, ibv_cq* cq = nullptr) {
+                  ibv_xrcd* xrcd = nullptr, ibv_cq* cq = nullptr, const ibv_tm_cap* tm = nullptr) {
   core::SrqAttributes a{attr->max_wr, attr->max_sge, attr->srq_limit};
   // On a parent domain: its allocator is asked for the receive ring (domains.cc).
   SvPd* parent = nullptr;
@@ -29,6 +29,8 @@ ibv_srq* CreateSrq(const char* verb, ibv_pd* pd, void* srq_context, ibv_srq_attr
       !s.ok())
     return ReturnNull<ibv_srq>(verb, Name(pd), s);
   auto core = xrcd != nullptr ? core::Srq::CreateXrc(*ToSv(pd)->core, a, *ToSv(xrcd)->core, *ToSv(cq)->core)
+              : tm != nullptr ? core::Srq::CreateTm(*ToSv(pd)->core, a, *ToSv(cq)->core,
+                                                   core::TmAttributes{tm->max_num_tags, tm->max_ops})
                               : core::Srq::Create(*ToSv(pd)->core, a);
   auto* srq = core.ok() ? new (std::nothrow) SvSrq{} : nullptr;
   if (srq == nullptr) {
@@ -69,9 +71,30 @@ ibv_srq* CreateXrcSrq(ibv_context* context, ibv_srq_init_attr_ex* attr) {
   return srq;
 }
 
+// ibv_create_srq_ex(3) with IBV_SRQT_TM: a PD, and a CQ created by ibv_create_cq_ex (mlx5:
+// "An extended CQ is required to read TM information from"), else EINVAL; tm_cap is read
+// whatever comp_mask says, as libibverbs and mlx5 read it.
+ibv_srq* CreateTmSrq(ibv_context* context, ibv_srq_init_attr_ex* attr) {
+  const char* verb = "ibv_create_srq_ex";
+  const std::string object = context->device->name;
+  if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || attr->pd == nullptr || attr->cq == nullptr)
+    return ReturnNull<ibv_srq>(verb, object, Invalid("a tag matching SRQ needs pd and cq (IBV_SRQ_INIT_ATTR_PD, "
+                                                     "attr->cq)"));
+  if (attr->pd->context != context || attr->cq->context != context)
+    return ReturnNull<ibv_srq>(verb, object, Invalid("pd and cq must belong to this context"));
+  if (!ToSv(attr->cq)->extended)
+    return ReturnNull<ibv_srq>(verb, object, Invalid("a tag matching SRQ needs a CQ created by ibv_create_cq_ex "
+                                                     "(its TM completions are read through ibv_wc_read_tm_info)"));
+  ibv_srq* srq = CreateSrq(verb, attr->pd, attr->srq_context, &attr->attr, nullptr, attr->cq, &attr->tm_cap);
+  if (srq != nullptr)
+    SV_LOG(kDebug, "%s: TM srq 0x%x created (max_num_tags %u, max_ops %u)", verb, srq->handle,
+           attr->tm_cap.max_num_tags, attr->tm_cap.max_ops);
+  return srq;
+}
+
 }  // namespace
 
-// verbs_context::create_srq_ex: basic and XRC SRQs; tag-matching SRQs need what is not offered.
+// verbs_context::create_srq_ex: basic, XRC and tag matching SRQs.
 ibv_srq* CreateSrqEx(ibv_context* context, ibv_srq_init_attr_ex* attr) {
   const char* verb = "ibv_create_srq_ex";
   constexpr uint32_t kKnown = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD |
@@ -79,7 +102,7 @@ ibv_srq* CreateSrqEx(ibv_context* context, ibv_srq_init_attr_ex* attr) {
   if (attr->comp_mask & ~kKnown) return ReturnNull<ibv_srq>(verb, context->device->name, Invalid("comp_mask has unknown bits"));
   ibv_srq_type type = (attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) ? attr->srq_type : IBV_SRQT_BASIC;
   if (type == IBV_SRQT_XRC) return CreateXrcSrq(context, attr);
-  if (type == IBV_SRQT_TM) return ReturnNull<ibv_srq>(verb, context->device->name, Unsupported("tag-matching SRQs (IBV_SRQT_TM)"));
+  if (type == IBV_SRQT_TM) return CreateTmSrq(context, attr);
   if (type != IBV_SRQT_BASIC) return ReturnNull<ibv_srq>(verb, context->device->name, Invalid("srq_type is not an ibv_srq_type"));
   if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || attr->pd == nullptr)
     return ReturnNull<ibv_srq>(verb, context->device->name, Invalid("a basic SRQ needs a PD (IBV_SRQ_INIT_ATTR_PD)"));

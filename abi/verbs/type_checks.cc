@@ -145,6 +145,11 @@ SV_SAME(wc_opcode::kLocalInv, IBV_WC_LOCAL_INV);
 SV_SAME(wc_opcode::kRecv, IBV_WC_RECV);
 SV_SAME(wc_opcode::kRecvRdmaWithImm, IBV_WC_RECV_RDMA_WITH_IMM);
 SV_SAME(wc_opcode::kDriver1, IBV_WC_DRIVER1);
+SV_SAME(wc_opcode::kTmAdd, IBV_WC_TM_ADD);
+SV_SAME(wc_opcode::kTmDel, IBV_WC_TM_DEL);
+SV_SAME(wc_opcode::kTmSync, IBV_WC_TM_SYNC);
+SV_SAME(wc_opcode::kTmRecv, IBV_WC_TM_RECV);
+SV_SAME(wc_opcode::kTmNoTag, IBV_WC_TM_NO_TAG);
 SV_SAME(wc_status::kSuccess, IBV_WC_SUCCESS);
 SV_SAME(wc_status::kLocLenErr, IBV_WC_LOC_LEN_ERR);
 SV_SAME(wc_status::kLocQpOpErr, IBV_WC_LOC_QP_OP_ERR);
@@ -157,9 +162,19 @@ SV_SAME(wc_status::kRemOpErr, IBV_WC_REM_OP_ERR);
 SV_SAME(wc_status::kRetryExcErr, IBV_WC_RETRY_EXC_ERR);
 SV_SAME(wc_status::kRnrRetryExcErr, IBV_WC_RNR_RETRY_EXC_ERR);
 SV_SAME(wc_status::kFatalErr, IBV_WC_FATAL_ERR);
+SV_SAME(wc_status::kTmErr, IBV_WC_TM_ERR);
+SV_SAME(wc_status::kTmRndvIncomplete, IBV_WC_TM_RNDV_INCOMPLETE);
 SV_SAME(wc_flag::kGrh, IBV_WC_GRH);
 SV_SAME(wc_flag::kWithImm, IBV_WC_WITH_IMM);
 SV_SAME(wc_flag::kWithInv, IBV_WC_WITH_INV);
+SV_SAME(wc_flag::kTmSyncReq, IBV_WC_TM_SYNC_REQ);
+SV_SAME(wc_flag::kTmMatch, IBV_WC_TM_MATCH);
+SV_SAME(wc_flag::kTmDataValid, IBV_WC_TM_DATA_VALID);
+SV_SAME(core::srq_op::kTagAdd, IBV_WR_TAG_ADD);
+SV_SAME(core::srq_op::kTagDel, IBV_WR_TAG_DEL);
+SV_SAME(core::srq_op::kTagSync, IBV_WR_TAG_SYNC);
+SV_SAME(core::srq_op::kSignaled, IBV_OPS_SIGNALED);
+SV_SAME(core::srq_op::kTmSync, IBV_OPS_TM_SYNC);
 
 }  // namespace softverbs::transport
 

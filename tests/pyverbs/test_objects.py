@@ -211,11 +211,12 @@ class CqTest(base.SoftverbsTestCase):
         cq.close()
 
     def test_cq_ex_refusals(self):
-        # No tag matching: its field cannot be delivered. CVLAN and the flow tag come with raw
-        # packet QPs and flow steering (test_raw_packet.py).
+        # A field no device knows (mlx5_create_cq: ENOTSUP). CVLAN and the flow tag come with
+        # raw packet QPs and flow steering (test_raw_packet.py), TM info with tag matching
+        # (test_tag_matching.py).
         self.assertRDMAError(errno.EOPNOTSUPP, CQEX, self.ctx,
-                             CqInitAttrEx(cqe=64, wc_flags=e.IBV_WC_EX_WITH_BYTE_LEN | e.IBV_WC_EX_WITH_TM_INFO))
-        for flag in (e.IBV_WC_EX_WITH_CVLAN, e.IBV_WC_EX_WITH_FLOW_TAG):
+                             CqInitAttrEx(cqe=64, wc_flags=e.IBV_WC_EX_WITH_BYTE_LEN | (1 << 20)))
+        for flag in (e.IBV_WC_EX_WITH_CVLAN, e.IBV_WC_EX_WITH_FLOW_TAG, e.IBV_WC_EX_WITH_TM_INFO):
             CQEX(self.ctx, CqInitAttrEx(cqe=64, wc_flags=e.IBV_WC_EX_WITH_BYTE_LEN | flag)).close()
         self.assertRDMAError(errno.EINVAL, CQEX, self.ctx,
                              CqInitAttrEx(cqe=0, wc_flags=e.IBV_WC_EX_WITH_BYTE_LEN))

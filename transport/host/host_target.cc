@@ -21,6 +21,12 @@ std::atomic<uint64_t>* HostTarget::Pin(fabric::LocalProcess& local, QpEndpoint* 
   return nullptr;
 }
 
+std::unique_ptr<TargetQp> HostTarget::Requester(uint32_t qpn) const {
+  auto found = Find(*local_, qpn);
+  if (!found.ok()) return nullptr;
+  return std::make_unique<HostTarget>(std::move(found.value()));
+}
+
 Result<HostTarget> HostTarget::Find(fabric::LocalProcess& local, uint32_t qpn, PeerHint* hint) {
   fabric::HostRegistry& registry = local.registry();
   // QP numbers are host-table slots plus 0x100 (core::QpnOfSlot). A number from a peer beyond

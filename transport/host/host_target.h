@@ -51,6 +51,8 @@ class HostTarget final : public TargetQp {
   bool IsAlive() const override { return peer_ == nullptr || peer_->process().IsAlive(); }
   // Another process's memory costs a system call to reach; this process's does not.
   bool LandsInCompletion() const override { return peer_ != nullptr; }
+  // The requester of a same-host message is on this host too (usually this very process).
+  std::unique_ptr<TargetQp> Requester(uint32_t qpn) const override;
 
  private:
   HostTarget(fabric::LocalProcess& local, uint32_t slot, uint32_t qpn, std::shared_ptr<fabric::Peer> peer,

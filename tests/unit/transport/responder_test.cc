@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <vector>
 
 #include "core/cq.h"
 #include "core/mr.h"
@@ -216,6 +217,94 @@ TEST_F(ResponderTest, DctAdmitsOnlyDcisWithItsKey) {
   EXPECT_EQ(transport::Responder::Execute(target_, r).code, ReplyCode::kNoAnswer);  // wrong key
   r.dc_access_key = 77;
   EXPECT_EQ(transport::Responder::Execute(target_, r).code, ReplyCode::kAck);
+}
+
+
+// Tag matching (transport/tag_matcher.h): the receive ring of a TM SRQ names its tag table.
+class ResponderTagTest : public ResponderTest {
+ protected:
+  ResponderTagTest() {
+    auto block = context_->local().Allocate(transport::TagTableBytes(4));
+    ref_ = block.value();
+    table_ = static_cast<transport::TagTable*>(context_->local().At(ref_));
+    memset(static_cast<void*>(table_), 0, transport::TagTableBytes(4));
+    transport::TagTableInit(*table_, 4);
+    rq_->ring().tm = ref_;
+  }
+  ~ResponderTagTest() override {
+    rq_->ring().tm = {};
+    context_->local().Free(ref_, transport::TagTableBytes(4));
+  }
+  // A message of a TMH (`op`, `tag`, app_ctx 0x55) and `body`.
+  Request Tagged(uint8_t op, uint64_t tag, const char* body) {
+    transport::WriteTmh(transport::TmHeader{op, 0x55, tag}, payload_);
+    const size_t n = strlen(body);
+    memcpy(payload_ + transport::kTmhBytes, body, n);
+    local_.iov_len = transport::kTmhBytes + n;
+    return Make(WrOpcode::kSend);
+  }
+  void AddTag(uint64_t tag, uint32_t offset, uint32_t length, uint64_t wr_id) {
+    ASSERT_TRUE(transport::TagAdd(*table_, {tag, ~0ull, wr_id, reinterpret_cast<uint64_t>(buf_) + offset, length,
+                                            mr_->lkey(), 1})
+                    .ok);
+  }
+  transport::TagTable* table_ = nullptr;
+  fabric::SharedRef ref_{};
+};
+
+TEST_F(ResponderTagTest, EagerMatchPlacesThePayloadAfterTheTmh) {
+  AddTag(0x42, 100, 32, 9);
+  EXPECT_EQ(transport::Responder::Execute(target_, Tagged(transport::kTmhEager, 0x42, "abc")).code, ReplyCode::kAck);
+  EXPECT_EQ(memcmp(buf_ + 100, "abc", 3), 0);
+  EXPECT_EQ(buf_[103], 0);
+  transport::Completion c;
+  transport::TmInfo tm;
+  ASSERT_EQ(cq_->Poll(&c, 1, &tm), 1);
+  EXPECT_EQ(c.opcode, transport::wc_opcode::kTmRecv);
+  EXPECT_EQ(c.wr_id, 9u);
+  EXPECT_EQ(c.byte_len, 3u);
+  EXPECT_EQ(c.wc_flags, transport::wc_flag::kTmMatch | transport::wc_flag::kTmDataValid);
+  EXPECT_EQ(tm.tag, 0x42u);
+  EXPECT_EQ(tm.priv, 0x55u);
+}
+
+TEST_F(ResponderTagTest, UnmatchedTakesAWqeWholeAndIsCounted) {
+  AddTag(0x42, 100, 32, 9);
+  PostRecv(7, 200, 64);
+  EXPECT_EQ(transport::Responder::Execute(target_, Tagged(transport::kTmhEager, 0x43, "xyz")).code, ReplyCode::kAck);
+  EXPECT_EQ(memcmp(buf_ + 200 + transport::kTmhBytes, "xyz", 3), 0);
+  EXPECT_EQ(buf_[200], transport::kTmhEager);
+  transport::Completion c;
+  transport::TmInfo tm{1, 1};
+  ASSERT_EQ(cq_->Poll(&c, 1, &tm), 1);
+  EXPECT_EQ(c.opcode, transport::wc_opcode::kTmRecv);
+  EXPECT_EQ(c.wr_id, 7u);
+  EXPECT_EQ(c.wc_flags, 0u);
+  EXPECT_EQ(tm.tag, 0u);
+  EXPECT_EQ(table_->hw_unexpected, 1u);
+  EXPECT_EQ(transport::TagPosted(*table_), 1u);  // the tag is still there
+}
+
+TEST_F(ResponderTagTest, NoTagIsAnOrdinaryReceiveNotCounted) {
+  PostRecv(7, 200, 64);
+  EXPECT_EQ(transport::Responder::Execute(target_, Tagged(transport::kTmhNoTag, 1, "n")).code, ReplyCode::kAck);
+  transport::Completion c;
+  ASSERT_EQ(Poll(&c), 1);
+  EXPECT_EQ(c.opcode, transport::wc_opcode::kTmNoTag);
+  EXPECT_EQ(c.byte_len, transport::kTmhBytes + 1);
+  EXPECT_EQ(table_->hw_unexpected, 0u);
+}
+
+TEST_F(ResponderTagTest, RendezvousTheFabricCannotDoIsLeftToTheApplication) {
+  // The fake fabric reaches no requester (TargetQp::Requester): mlx5's software rendezvous.
+  AddTag(0x42, 100, 64, 9);
+  EXPECT_EQ(transport::Responder::Execute(target_, Tagged(transport::kTmhRndv, 0x42, "0123456789abcdefRVH")).code,
+            ReplyCode::kAck);
+  EXPECT_EQ(memcmp(buf_ + 100, "0123456789abcdefRVH", 19), 0);
+  transport::Completion c;
+  ASSERT_EQ(Poll(&c), 1);
+  EXPECT_EQ(c.status, transport::wc_status::kTmRndvIncomplete);
+  EXPECT_EQ(c.wr_id, 9u);
 }
 
 }  // namespace
