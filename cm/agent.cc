@@ -157,9 +157,16 @@ void Agent::OnRequest(const mad::Mad& m, const Gid& sgid, const Gid& dgid) {
   for (auto& [local, c] : connections_) {
     if (c.remote_comm_id != remote_id || c.remote_guid != remote_guid) continue;
     // A REQ sent again (its sender's timer ran out before our REP arrived): the connection it
-    // started answers (cm.c cm_req_handler → cm_dup_req_handler).
-    if (c.conduit != nullptr) (void)c.conduit->Deliver(m, sgid);
+    // started answers (cm.c cm_req_handler → cm_dup_req_handler). Still in the listener's queue
+    // (the application has not taken it): an MRA, as rdma_cm's delayed MRA for a REQ whose
+    // userspace consumer has not answered (SIDR has none: cm.c drops a repeated SIDR_REQ).
     counters_.dispatched.fetch_add(1, std::memory_order_relaxed);
+    if (c.conduit != nullptr) {
+      (void)c.conduit->Deliver(m, sgid);
+    } else if (req != nullptr) {
+      counters_.mra_sent.fetch_add(1, std::memory_order_relaxed);
+      Answer(MraMad(m.hdr.tid, local, remote_id, 0), sgid, dgid);
+    }
     return;
   }
   mad::PortSpace ps{};

@@ -88,6 +88,7 @@ class Agent {
 
   struct Counters {
     std::atomic<uint64_t> received{0}, refused{0}, dispatched{0}, answered{0}, unowned{0};
+    std::atomic<uint64_t> mra_sent{0};  // for a REQ still in a listener's queue (also in answered)
   };
   const Counters& counters() const { return counters_; }
 

@@ -115,15 +115,26 @@ TEST_F(AgentTest, ReqGoesToTheExactListenerBeforeTheWildcard) {
   // Another address of the port: the wildcard listener.
   agent_.OnMad(Req("10.78.0.9", 7000, 0x5678), peer_, local_);
   EXPECT_TRUE(AgentTestReadable(wild_->fd()));
-  // The same REQ again (its sender's timer ran out) while its identifier is being made: not a
-  // second connection request.
+  // The same REQ again (its sender's timer ran out) while the application has not taken it:
+  // not a second connection request, but an MRA (rdma_cm's delayed MRA, service timeout 24)
+  // with the reserved comm ID and the REQ's TID, so that the peer waits.
   agent_.OnMad(Req("10.78.0.1", 7000), peer_, local_);
   MadInbox::Received again;
   EXPECT_FALSE(inbox_->Pop(&again));
-  EXPECT_TRUE(sent_.empty());
+  ASSERT_EQ(sent_.size(), 1u);
+  const auto* mra = std::get_if<mad::Mra>(&sent_[0].mad.body);
+  ASSERT_NE(mra, nullptr);
+  EXPECT_EQ(mra->message_mraed, 0);  // the REQ
+  EXPECT_EQ(mra->service_timeout, kMraServiceTimeout);
+  EXPECT_EQ(mra->local_comm_id, r.comm_id);
+  EXPECT_EQ(mra->remote_comm_id, 0x1234u);
+  EXPECT_EQ(sent_[0].mad.hdr.tid, 0x77u);
+  EXPECT_EQ(sent_[0].dgid, peer_);
+  EXPECT_EQ(agent_.counters().mra_sent.load(), 1u);
   // Another port: nobody.
   agent_.OnMad(Req("10.78.0.1", 7001, 0x9999), peer_, local_);
-  EXPECT_EQ(sent_.size(), 1u);
+  EXPECT_EQ(sent_.size(), 2u);
+  EXPECT_TRUE(std::holds_alternative<mad::Rej>(sent_[1].mad.body));
   agent_.RemoveListener(inbox_.get());
   agent_.RemoveListener(wild_.get());
 }
