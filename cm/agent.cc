@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <random>
 
 #include "base/log.h"
@@ -56,11 +57,58 @@ bool Agent::has_sender() const {
   return static_cast<bool>(send_);
 }
 
+namespace {
+
+// The CM attribute ID (MAD header bytes 16..17) and TID (bytes 8..15) of an encoded MAD.
+uint16_t AgentAttrOf(std::span<const uint8_t> mad) {
+  return mad.size() >= 18 ? static_cast<uint16_t>(mad[16] << 8 | mad[17]) : 0;
+}
+uint64_t AgentTidOf(std::span<const uint8_t> mad) {
+  uint64_t tid = 0;
+  for (size_t i = 8; i < 16 && i < mad.size(); ++i) tid = tid << 8 | mad[i];
+  return tid;
+}
+constexpr size_t kAgentRecentSends = 1024;  // (attribute, TID) pairs remembered to tell a resend
+
+}  // namespace
+
+void Agent::CountByType(ByType& counters, std::span<const uint8_t> mad) {
+  const uint16_t attr = AgentAttrOf(mad);
+  if (attr >= kFirstAttr && attr < kFirstAttr + kAttrCount)
+    counters[attr - kFirstAttr].fetch_add(1, std::memory_order_relaxed);
+}
+
+std::string Agent::Report() const {
+  static constexpr const char* kNames[kAttrCount] = {"REQ", "MRA", "REJ", "REP", "RTU", "DREQ",
+                                                     "DREP", "SIDR_REQ", "SIDR_REP", "LAP", "APR"};
+  std::string out;
+  auto line = [&](const char* what, const ByType& c) {
+    out += std::string("  cm ") + what;
+    for (uint16_t i = 0; i < kAttrCount; ++i)
+      out += std::string(" ") + kNames[i] + "=" + std::to_string(c[i].load(std::memory_order_relaxed));
+    out += "\n";
+  };
+  line("received", counters_.received_by_type);
+  line("sent", counters_.sent_by_type);
+  line("resent", counters_.resent_by_type);
+  line("dropped", counters_.dropped_by_type);
+  return out;
+}
+
 Status Agent::Send(const Gid& sgid, const Gid& dgid, std::span<const uint8_t> mad) {
   MadSender send;
   {
     std::lock_guard lock(send_mu_);
     send = send_;
+    // A resend carries the TID of the MAD it repeats (IBA 12.6.1; cm.c resends the same MAD).
+    const std::pair<uint16_t, uint64_t> key{AgentAttrOf(mad), AgentTidOf(mad)};
+    if (std::find(recent_.begin(), recent_.end(), key) != recent_.end()) {
+      CountByType(counters_.resent_by_type, mad);
+    } else {
+      recent_.push_back(key);
+      if (recent_.size() > kAgentRecentSends) recent_.pop_front();
+    }
+    CountByType(counters_.sent_by_type, mad);
   }
   if (!send) return Status(ENETUNREACH, "no MAD path: softverbs0 has no wire sender in this process");
   return send(sgid, dgid, mad);
@@ -116,9 +164,11 @@ uint32_t AgentOurCommId(const mad::Body& body) {
 
 void Agent::OnMad(std::span<const uint8_t> bytes, const Gid& sgid, const Gid& dgid) {
   counters_.received.fetch_add(1, std::memory_order_relaxed);
+  CountByType(counters_.received_by_type, bytes);
   auto decoded = mad::DecodeMad(bytes);
   if (!decoded.ok()) {
     counters_.refused.fetch_add(1, std::memory_order_relaxed);
+    CountByType(counters_.dropped_by_type, bytes);
     SV_LOG(kInfo, "rdma_cm: dropped a MAD on QP1: %s", decoded.status().rule().c_str());
     return;
   }
@@ -130,6 +180,7 @@ void Agent::OnMad(std::span<const uint8_t> bytes, const Gid& sgid, const Gid& dg
   auto it = connections_.find(ours);
   if (it != connections_.end() && it->second.conduit != nullptr) {
     Status s = it->second.conduit->Deliver(m, sgid);
+    if (!s.ok()) CountByType(counters_.dropped_by_type, bytes);
     if (!s.ok()) SV_LOG(kInfo, "rdma_cm: %s for comm ID 0x%08x refused: %s", mad::AttrName(m.hdr.attr_id), ours, s.rule().c_str());
     counters_.dispatched.fetch_add(1, std::memory_order_relaxed);
     return;
@@ -145,6 +196,7 @@ void Agent::OnMad(std::span<const uint8_t> bytes, const Gid& sgid, const Gid& dg
   // Not ours: another process of this host may own it (a port's UDP group has several members);
   // forwarding it there is the designed next step (docs/cm.md, Dispatch).
   counters_.unowned.fetch_add(1, std::memory_order_relaxed);
+  CountByType(counters_.dropped_by_type, bytes);
   SV_LOG(kInfo, "rdma_cm: %s for comm ID 0x%08x: no connection of this process (dropped)",
          mad::AttrName(m.hdr.attr_id), ours);
 }

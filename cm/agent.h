@@ -17,6 +17,8 @@
 #include <map>
 #include <mutex>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "base/event_fd.h"
@@ -86,11 +88,20 @@ class Agent {
   // One MAD received on QP1 from `sgid` on local GID `dgid` (the wire's receive thread).
   void OnMad(std::span<const uint8_t> bytes, const Gid& sgid, const Gid& dgid);
 
+  // Per CM attribute (REQ 0x10 .. APR 0x1A, IBA table 99): MADs received, sent (copies
+  // included), resent (a copy of one sent before: same attribute and TID, IBA 12.6.1), dropped
+  // (undecodable, refused by its connection, or no connection of this process).
+  static constexpr uint16_t kFirstAttr = 0x10, kAttrCount = 11;
+  using ByType = std::array<std::atomic<uint64_t>, kAttrCount>;
   struct Counters {
     std::atomic<uint64_t> received{0}, refused{0}, dispatched{0}, answered{0}, unowned{0};
     std::atomic<uint64_t> mra_sent{0};  // for a REQ still in a listener's queue (also in answered)
+    ByType received_by_type{}, sent_by_type{}, resent_by_type{}, dropped_by_type{};
   };
   const Counters& counters() const { return counters_; }
+  // The counters by type as `softverbs status` shows them: "  cm received REQ=1 MRA=0 ...\n",
+  // then sent, resent, dropped (tools/cli/status.cc parses them; docs/device.md).
+  std::string Report() const;
 
  private:
   struct Listener {
@@ -106,9 +117,11 @@ class Agent {
   void OnRequest(const mad::Mad& m, const Gid& sgid, const Gid& dgid);  // under mu_
   void Answer(const mad::Mad& m, const Gid& sgid, const Gid& dgid);     // sends `m` back
   Status Send(const Gid& sgid, const Gid& dgid, std::span<const uint8_t> mad);
+  void CountByType(ByType& counters, std::span<const uint8_t> mad);
 
   mutable std::mutex send_mu_;
   MadSender send_;  // under send_mu_
+  std::deque<std::pair<uint16_t, uint64_t>> recent_;  // (attribute, TID) of MADs sent, under send_mu_
   std::mutex mu_;   // the tables; held while a MAD is delivered
   std::vector<Listener> listeners_;
   std::map<uint32_t, Connection> connections_;

@@ -102,6 +102,16 @@ sleep 0.5
 ip netns exec "$ns_b" timeout 20 rping -c -a "$net.1" -p "$port" -C 1 >"$logs/client" 2>&1
 check "a REQ to a port nobody listens to on the other host: REJECTED, error 8" \
   grep -q "RDMA_CM_EVENT_REJECTED, error 8" "$logs/client" || tail -n 5 "$logs/client"
+# The server's CM agent counted it: `softverbs status --json` (docs/device.md) shows the REQ
+# received and the REJ sent by type.
+ip netns exec "$ns_a" "$build/bin/softverbs" status --json >"$logs/status" 2>&1
+cm_counts=$(python3 -c '
+import json, sys
+doc = json.load(open(sys.argv[1]))
+cm = [p["wire"]["cm"] for p in doc["processes"] if p["wire"] and p["wire"].get("cm")]
+print(" ".join(f"{k}={c[k][t]}" for c in cm for k, t in (("received", "REQ"), ("sent", "REJ"))))' "$logs/status" 2>&1)
+check "softverbs status --json counts the CM's MADs by type ($cm_counts)" \
+  eval '[[ "$cm_counts" =~ received=[1-9].*sent=[1-9] ]]' || tail -n 5 "$logs/status"
 kill "$server" 2>/dev/null
 wait "$server" 2>/dev/null
 

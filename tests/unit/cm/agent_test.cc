@@ -167,6 +167,30 @@ TEST_F(AgentTest, RepGoesToTheConnectionItsRemoteCommIdNames) {
   EXPECT_EQ(agent_.counters().unowned.load(), 2u);
 }
 
+TEST_F(AgentTest, CountsMadsByTypeReceivedSentResentDropped) {
+  agent_.AddListener(static_cast<uint16_t>(mad::PortSpace::kTcp), 7000, local_, inbox_.get());
+  agent_.OnMad(Req("10.78.0.1", 7000), peer_, local_);  // received, to the listener
+  agent_.OnMad(Req("10.78.0.1", 7000), peer_, local_);  // again: an MRA
+  agent_.OnMad(Req("10.78.0.1", 7000), peer_, local_);  // again: the same MRA, resent
+  mad::Rep rep;
+  rep.remote_comm_id = 0xdead;  // no connection of ours: dropped
+  agent_.OnMad(Encode(rep), peer_, local_);
+  const auto& c = agent_.counters();
+  constexpr auto kIdx = [](mad::Attr a) { return static_cast<uint16_t>(a) - Agent::kFirstAttr; };
+  EXPECT_EQ(c.received_by_type[kIdx(mad::Attr::kReq)].load(), 3u);
+  EXPECT_EQ(c.received_by_type[kIdx(mad::Attr::kRep)].load(), 1u);
+  EXPECT_EQ(c.dropped_by_type[kIdx(mad::Attr::kRep)].load(), 1u);
+  EXPECT_EQ(c.dropped_by_type[kIdx(mad::Attr::kReq)].load(), 0u);
+  EXPECT_EQ(c.sent_by_type[kIdx(mad::Attr::kMra)].load(), 2u);
+  EXPECT_EQ(c.resent_by_type[kIdx(mad::Attr::kMra)].load(), 1u);
+  const std::string report = agent_.Report();
+  EXPECT_NE(report.find("  cm received REQ=3 MRA=0 REJ=0 REP=1 "), std::string::npos) << report;
+  EXPECT_NE(report.find("  cm sent REQ=0 MRA=2 "), std::string::npos) << report;
+  EXPECT_NE(report.find("  cm resent REQ=0 MRA=1 "), std::string::npos) << report;
+  EXPECT_NE(report.find("  cm dropped REQ=0 MRA=0 REJ=0 REP=1 "), std::string::npos) << report;
+  agent_.RemoveListener(inbox_.get());
+}
+
 TEST_F(AgentTest, UnknownDreqGetsItsDrep) {
   agent_.OnMad(Encode(mad::Dreq{0x1234, 0x5678, 0x111, {}}), peer_, local_);
   ASSERT_EQ(sent_.size(), 1u);
