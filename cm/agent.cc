@@ -97,21 +97,25 @@ std::string Agent::Report() const {
 
 Status Agent::Send(const Gid& sgid, const Gid& dgid, std::span<const uint8_t> mad) {
   MadSender send;
+  bool resend = false;
   {
     std::lock_guard lock(send_mu_);
     send = send_;
     // A resend carries the TID of the MAD it repeats (IBA 12.6.1; cm.c resends the same MAD).
     const std::pair<uint16_t, uint64_t> key{AgentAttrOf(mad), AgentTidOf(mad)};
-    if (std::find(recent_.begin(), recent_.end(), key) != recent_.end()) {
-      CountByType(counters_.resent_by_type, mad);
-    } else {
+    resend = std::find(recent_.begin(), recent_.end(), key) != recent_.end();
+    if (send && !resend) {
       recent_.push_back(key);
       if (recent_.size() > kAgentRecentSends) recent_.pop_front();
     }
-    CountByType(counters_.sent_by_type, mad);
   }
   if (!send) return Status(ENETUNREACH, "no MAD path: softverbs0 has no wire sender in this process");
-  return send(sgid, dgid, mad);
+  Status sent = send(sgid, dgid, mad);
+  if (sent.ok()) {  // counted once it left
+    CountByType(counters_.sent_by_type, mad);
+    if (resend) CountByType(counters_.resent_by_type, mad);
+  }
+  return sent;
 }
 
 MadSender Agent::Sender() {
