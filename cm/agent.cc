@@ -39,7 +39,7 @@ Agent::Agent() {
   // guaranteed: docs/cm.md, Limits).
   std::mt19937 rng(std::random_device{}() ^ static_cast<uint32_t>(getpid()));
   hi_tid_ = static_cast<uint32_t>(rng());
-  comm_base_ = 1 + static_cast<uint32_t>(rng() % 0xffff);
+  comm_base_.store(1 + static_cast<uint32_t>(rng() % 0xffff), std::memory_order_relaxed);
 }
 
 Agent& Agent::Get() {
@@ -126,7 +126,13 @@ uint32_t Agent::NewCommId() {
   uint32_t low;
   do low = next_.fetch_add(1, std::memory_order_relaxed) & 0xffff;
   while (low == 0);
-  return (comm_base_ << 16) | low;
+  return (comm_base_.load(std::memory_order_relaxed) << 16) | low;
+}
+
+void Agent::SetProcessSlot(uint32_t slot) {
+  // 12 bits of slot: the registry's 4096 process slots (fabric/host/host_registry.h).
+  const uint32_t random = comm_base_.load(std::memory_order_relaxed) & 0xf;
+  comm_base_.store(((slot & 0xfff) << 4) | random, std::memory_order_relaxed);
 }
 
 void Agent::AddListener(uint16_t port_space, uint16_t port, const Gid& addr, MadInbox* inbox) {

@@ -6,8 +6,8 @@
 // SIDR_REP "unsupported" for such a SIDR_REQ, DREP for a DREQ of an unknown connection. What it
 // cannot place is counted and logged.
 //
-// Comm IDs: unique per process with a random high part (kCommIdProcessBits); docs/cm.md says why
-// they should be host-wide, and what is missing for that.
+// Comm IDs: the high half names the process (its host registry slot once attached to the wire,
+// random before), the low half counts; docs/cm.md says what a host-wide space still lacks.
 #pragma once
 
 #include <array>
@@ -73,8 +73,13 @@ class Agent {
   // A sender for conduits: forwards to the one set (never takes the dispatch lock).
   MadSender Sender();
 
-  // A fresh local comm ID / TID high part (cm.c cm_form_tid: (hi_tid << 32) | comm ID).
+  // A fresh local comm ID / TID high part (cm.c cm_form_tid: (hi_tid << 32) | comm ID): the
+  // process's high half above a 16-bit counter that never yields 0.
   uint32_t NewCommId();
+  // Ties the high half to this process's slot in the host registry (12 bits, unique among the
+  // host's live processes, above 4 random bits that tell a recycled slot's IDs apart), so two
+  // live processes of the host never hand out the same comm ID (docs/cm.md, Limits).
+  void SetProcessSlot(uint32_t slot);
   uint32_t hi_tid() const { return hi_tid_; }
 
   // Listeners: `addr` is the bound address's GID, all zero for a wildcard.
@@ -126,7 +131,7 @@ class Agent {
   std::vector<Listener> listeners_;
   std::map<uint32_t, Connection> connections_;
   uint32_t hi_tid_;
-  uint32_t comm_base_;  // the process's random high 16 bits of every comm ID
+  std::atomic<uint32_t> comm_base_;  // the process's high 16 bits of every comm ID
   std::atomic<uint32_t> next_{1};
   Counters counters_;
 };

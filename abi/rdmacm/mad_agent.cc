@@ -34,6 +34,7 @@ void AttachMadAgent(ibv_context* context) {
     return;
   }
   bridge->set_reporter(RdmacmReport, nullptr);
+  if (uint32_t slot = 0; bridge->process_slot(context, &slot) == 0) cm::Agent::Get().SetProcessSlot(slot);
   if (cm::Agent::Get().has_sender()) return;
   cm::Agent::Get().SetSender([context, bridge](const cm::Gid& sgid, const cm::Gid& dgid, std::span<const uint8_t> mad) {
     int err = bridge->send_mad(context, sgid.data(), dgid.data(), mad.data(), mad.size());

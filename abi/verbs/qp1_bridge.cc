@@ -77,7 +77,13 @@ int Qp1SendMad(ibv_context* context, const uint8_t* sgid, const uint8_t* dgid, c
 
 void Qp1SetReporter(SvReportCallback report, void* arg) { TheQp1Handler().SetReporter(report, arg); }
 
-constexpr SvQp1Bridge kQp1Bridge{sizeof(SvQp1Bridge), Qp1Attach, Qp1SendMad, Qp1SetReporter};
+int Qp1ProcessSlot(ibv_context* context, uint32_t* slot) {
+  if (context == nullptr || slot == nullptr) return EINVAL;
+  *slot = ToSv(context)->core->local().slot();
+  return 0;
+}
+
+constexpr SvQp1Bridge kQp1Bridge{sizeof(SvQp1Bridge), Qp1Attach, Qp1SendMad, Qp1SetReporter, Qp1ProcessSlot};
 
 }  // namespace
 }  // namespace softverbs::abi

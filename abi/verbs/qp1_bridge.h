@@ -28,6 +28,9 @@ struct SvQp1Bridge {
                   size_t length);
   // Makes `report` (NULL: none) the source of the CM's lines in `softverbs status`.
   void (*set_reporter)(SvReportCallback report, void* arg);
+  // This process's slot in the host registry (unique among the host's live processes), for the
+  // CM's comm IDs. Returns 0 or an errno.
+  int (*process_slot)(struct ibv_context* context, uint32_t* slot);
 };
 
 extern "C" const SvQp1Bridge* sv_private_qp1_bridge(void);

@@ -86,6 +86,24 @@ TEST_F(AgentTest, CommIdsAreUniqueNonZeroAndShareTheProcessHalf) {
   }
 }
 
+TEST_F(AgentTest, TheProcessSlotNamesTheHighHalf) {
+  // Two live processes of one host hold different registry slots: their comm IDs never meet.
+  Agent other;
+  agent_.SetProcessSlot(0x123);
+  other.SetProcessSlot(0x124);
+  std::set<uint32_t> ours;
+  for (int i = 0; i < 1000; ++i) {
+    const uint32_t id = agent_.NewCommId();
+    EXPECT_EQ(id >> 20, 0x123u);
+    ours.insert(id);
+  }
+  for (int i = 0; i < 1000; ++i) {
+    const uint32_t id = other.NewCommId();
+    EXPECT_EQ(id >> 20, 0x124u);
+    EXPECT_EQ(ours.count(id), 0u);
+  }
+}
+
 TEST_F(AgentTest, ReqForNobodyIsRejectedWithReason8) {
   agent_.OnMad(Req("10.78.0.1", 7000), peer_, local_);
   ASSERT_EQ(sent_.size(), 1u);
