@@ -35,8 +35,8 @@ bool MadInbox::Pop(Received* r) {
 
 Agent::Agent() {
   // Comm IDs name a connection to the peer together with our CA GUID, which every process of
-  // the host shares: a random high half per process keeps two processes' IDs apart (not
-  // guaranteed: docs/cm.md, Limits).
+  // the host shares: a random high half until SetProcessSlot ties it to the registry slot
+  // (attached to the wire, before any MAD), which keeps live processes' IDs apart.
   std::mt19937 rng(std::random_device{}() ^ static_cast<uint32_t>(getpid()));
   hi_tid_ = static_cast<uint32_t>(rng());
   comm_base_.store(1 + static_cast<uint32_t>(rng() % 0xffff), std::memory_order_relaxed);
