@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # librdmacm across hosts (issue 12, docs/cm.md "Across hosts"): two network namespaces joined by
 # a veth pair this test creates; Debian's rping, ucmatose, udaddy, rdma_server / rdma_client,
-# cmtime, qperf -cm1 and perftest -R, unmodified, server in one namespace and client in the other. Their CMs meet with IB CM MADs on QP1 over RoCEv2 (REQ /
-# REP / RTU, DREQ / DREP, SIDR for UD), not with the same-host sockets.
+# cmtime, qperf -cm1 and perftest -R, unmodified, server in one namespace and client in the
+# other. Their CMs meet with IB CM MADs on QP1 over RoCEv2 (REQ / REP / RTU, DREQ / DREP, SIDR
+# for UD), not with the same-host sockets.
 #
 # Needs root for `ip netns` (CI runs as root); skipped otherwise. Everything started is bounded
 # by a timeout and removed by the names chosen here. Usage: cm_netns_test.sh <build dir>
@@ -64,7 +65,7 @@ pair() {
     # destroys that listener and listens again for the test's QPs while the client connects
     # them at once; a REQ in between meets no listener and is answered REJ 8, as the kernel's
     # CM answers it, and perftest's own retry reuses the identifiers it has just destroyed. The
-    # race is perftest's (docs/cm.md, Limits): run it again, at most five times.
+    # race is perftest's (docs/cm.md, "Across hosts"): run it again, at most five times.
     if [ -n "${PERFTEST_RACE:-}" ] && [ "$crc" -ne 0 ] && [ "$attempt" -lt 5 ] &&
        grep -q "RDMA_CM_EVENT_REJECTED; error: 8" "$logs/client"; then
       echo "     (attempt $attempt: perftest's client connected before its server listened again: REJ 8; again)"
