@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <random>
 
 #include "base/log.h"
@@ -34,11 +35,11 @@ bool MadInbox::Pop(Received* r) {
 
 Agent::Agent() {
   // Comm IDs name a connection to the peer together with our CA GUID, which every process of
-  // the host shares: a random high half per process keeps two processes' IDs apart (not
-  // guaranteed: docs/cm.md, Limits).
+  // the host shares: a random high half until SetProcessSlot ties it to the registry slot
+  // (attached to the wire, before any MAD), which keeps live processes' IDs apart.
   std::mt19937 rng(std::random_device{}() ^ static_cast<uint32_t>(getpid()));
   hi_tid_ = static_cast<uint32_t>(rng());
-  comm_base_ = 1 + static_cast<uint32_t>(rng() % 0xffff);
+  comm_base_.store(1 + static_cast<uint32_t>(rng() % 0xffff), std::memory_order_relaxed);
 }
 
 Agent& Agent::Get() {
@@ -56,14 +57,65 @@ bool Agent::has_sender() const {
   return static_cast<bool>(send_);
 }
 
+namespace {
+
+// The CM attribute ID (MAD header bytes 16..17) and TID (bytes 8..15) of an encoded MAD.
+uint16_t AgentAttrOf(std::span<const uint8_t> mad) {
+  return mad.size() >= 18 ? static_cast<uint16_t>(mad[16] << 8 | mad[17]) : 0;
+}
+uint64_t AgentTidOf(std::span<const uint8_t> mad) {
+  uint64_t tid = 0;
+  for (size_t i = 8; i < 16 && i < mad.size(); ++i) tid = tid << 8 | mad[i];
+  return tid;
+}
+constexpr size_t kAgentRecentSends = 1024;  // (attribute, TID) pairs remembered to tell a resend
+
+}  // namespace
+
+void Agent::CountByType(ByType& counters, std::span<const uint8_t> mad) {
+  const uint16_t attr = AgentAttrOf(mad);
+  if (attr >= kFirstAttr && attr < kFirstAttr + kAttrCount)
+    counters[attr - kFirstAttr].fetch_add(1, std::memory_order_relaxed);
+}
+
+std::string Agent::Report() const {
+  static constexpr const char* kNames[kAttrCount] = {"REQ", "MRA", "REJ", "REP", "RTU", "DREQ",
+                                                     "DREP", "SIDR_REQ", "SIDR_REP", "LAP", "APR"};
+  std::string out;
+  auto line = [&](const char* what, const ByType& c) {
+    out += std::string("  cm ") + what;
+    for (uint16_t i = 0; i < kAttrCount; ++i)
+      out += std::string(" ") + kNames[i] + "=" + std::to_string(c[i].load(std::memory_order_relaxed));
+    out += "\n";
+  };
+  line("received", counters_.received_by_type);
+  line("sent", counters_.sent_by_type);
+  line("resent", counters_.resent_by_type);
+  line("dropped", counters_.dropped_by_type);
+  return out;
+}
+
 Status Agent::Send(const Gid& sgid, const Gid& dgid, std::span<const uint8_t> mad) {
   MadSender send;
+  bool resend = false;
   {
     std::lock_guard lock(send_mu_);
     send = send_;
+    // A resend carries the TID of the MAD it repeats (IBA 12.6.1; cm.c resends the same MAD).
+    const std::pair<uint16_t, uint64_t> key{AgentAttrOf(mad), AgentTidOf(mad)};
+    resend = std::find(recent_.begin(), recent_.end(), key) != recent_.end();
+    if (send && !resend) {
+      recent_.push_back(key);
+      if (recent_.size() > kAgentRecentSends) recent_.pop_front();
+    }
   }
   if (!send) return Status(ENETUNREACH, "no MAD path: softverbs0 has no wire sender in this process");
-  return send(sgid, dgid, mad);
+  Status sent = send(sgid, dgid, mad);
+  if (sent.ok()) {  // counted once it left
+    CountByType(counters_.sent_by_type, mad);
+    if (resend) CountByType(counters_.resent_by_type, mad);
+  }
+  return sent;
 }
 
 MadSender Agent::Sender() {
@@ -74,7 +126,13 @@ uint32_t Agent::NewCommId() {
   uint32_t low;
   do low = next_.fetch_add(1, std::memory_order_relaxed) & 0xffff;
   while (low == 0);
-  return (comm_base_ << 16) | low;
+  return (comm_base_.load(std::memory_order_relaxed) << 16) | low;
+}
+
+void Agent::SetProcessSlot(uint32_t slot) {
+  // 12 bits of slot: the registry's 4096 process slots (fabric/host/host_registry.h).
+  const uint32_t random = comm_base_.load(std::memory_order_relaxed) & 0xf;
+  comm_base_.store(((slot & 0xfff) << 4) | random, std::memory_order_relaxed);
 }
 
 void Agent::AddListener(uint16_t port_space, uint16_t port, const Gid& addr, MadInbox* inbox) {
@@ -116,9 +174,11 @@ uint32_t AgentOurCommId(const mad::Body& body) {
 
 void Agent::OnMad(std::span<const uint8_t> bytes, const Gid& sgid, const Gid& dgid) {
   counters_.received.fetch_add(1, std::memory_order_relaxed);
+  CountByType(counters_.received_by_type, bytes);
   auto decoded = mad::DecodeMad(bytes);
   if (!decoded.ok()) {
     counters_.refused.fetch_add(1, std::memory_order_relaxed);
+    CountByType(counters_.dropped_by_type, bytes);
     SV_LOG(kInfo, "rdma_cm: dropped a MAD on QP1: %s", decoded.status().rule().c_str());
     return;
   }
@@ -130,6 +190,7 @@ void Agent::OnMad(std::span<const uint8_t> bytes, const Gid& sgid, const Gid& dg
   auto it = connections_.find(ours);
   if (it != connections_.end() && it->second.conduit != nullptr) {
     Status s = it->second.conduit->Deliver(m, sgid);
+    if (!s.ok()) CountByType(counters_.dropped_by_type, bytes);
     if (!s.ok()) SV_LOG(kInfo, "rdma_cm: %s for comm ID 0x%08x refused: %s", mad::AttrName(m.hdr.attr_id), ours, s.rule().c_str());
     counters_.dispatched.fetch_add(1, std::memory_order_relaxed);
     return;
@@ -145,6 +206,7 @@ void Agent::OnMad(std::span<const uint8_t> bytes, const Gid& sgid, const Gid& dg
   // Not ours: another process of this host may own it (a port's UDP group has several members);
   // forwarding it there is the designed next step (docs/cm.md, Dispatch).
   counters_.unowned.fetch_add(1, std::memory_order_relaxed);
+  CountByType(counters_.dropped_by_type, bytes);
   SV_LOG(kInfo, "rdma_cm: %s for comm ID 0x%08x: no connection of this process (dropped)",
          mad::AttrName(m.hdr.attr_id), ours);
 }
@@ -157,9 +219,16 @@ void Agent::OnRequest(const mad::Mad& m, const Gid& sgid, const Gid& dgid) {
   for (auto& [local, c] : connections_) {
     if (c.remote_comm_id != remote_id || c.remote_guid != remote_guid) continue;
     // A REQ sent again (its sender's timer ran out before our REP arrived): the connection it
-    // started answers (cm.c cm_req_handler → cm_dup_req_handler).
-    if (c.conduit != nullptr) (void)c.conduit->Deliver(m, sgid);
+    // started answers (cm.c cm_req_handler → cm_dup_req_handler). Still in the listener's queue
+    // (the application has not taken it): an MRA, as rdma_cm's delayed MRA for a REQ whose
+    // userspace consumer has not answered (SIDR has none: cm.c drops a repeated SIDR_REQ).
     counters_.dispatched.fetch_add(1, std::memory_order_relaxed);
+    if (c.conduit != nullptr) {
+      (void)c.conduit->Deliver(m, sgid);
+    } else if (req != nullptr) {
+      counters_.mra_sent.fetch_add(1, std::memory_order_relaxed);
+      Answer(MraMad(m.hdr.tid, local, remote_id, 0), sgid, dgid);
+    }
     return;
   }
   mad::PortSpace ps{};

@@ -6,8 +6,8 @@
 // SIDR_REP "unsupported" for such a SIDR_REQ, DREP for a DREQ of an unknown connection. What it
 // cannot place is counted and logged.
 //
-// Comm IDs: unique per process with a random high part (kCommIdProcessBits); docs/cm.md says why
-// they should be host-wide, and what is missing for that.
+// Comm IDs: the high half names the process (its host registry slot once attached to the wire,
+// random before), the low half counts; docs/cm.md says what a host-wide space still lacks.
 #pragma once
 
 #include <array>
@@ -17,6 +17,8 @@
 #include <map>
 #include <mutex>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "base/event_fd.h"
@@ -71,8 +73,13 @@ class Agent {
   // A sender for conduits: forwards to the one set (never takes the dispatch lock).
   MadSender Sender();
 
-  // A fresh local comm ID / TID high part (cm.c cm_form_tid: (hi_tid << 32) | comm ID).
+  // A fresh local comm ID / TID high part (cm.c cm_form_tid: (hi_tid << 32) | comm ID): the
+  // process's high half above a 16-bit counter that never yields 0.
   uint32_t NewCommId();
+  // Ties the high half to this process's slot in the host registry (12 bits, unique among the
+  // host's live processes, above 4 random bits that tell a recycled slot's IDs apart), so two
+  // live processes of the host never hand out the same comm ID (docs/cm.md, Limits).
+  void SetProcessSlot(uint32_t slot);
   uint32_t hi_tid() const { return hi_tid_; }
 
   // Listeners: `addr` is the bound address's GID, all zero for a wildcard.
@@ -86,10 +93,20 @@ class Agent {
   // One MAD received on QP1 from `sgid` on local GID `dgid` (the wire's receive thread).
   void OnMad(std::span<const uint8_t> bytes, const Gid& sgid, const Gid& dgid);
 
+  // Per CM attribute (REQ 0x10 .. APR 0x1A, IBA table 99): MADs received, sent (copies
+  // included), resent (a copy of one sent before: same attribute and TID, IBA 12.6.1), dropped
+  // (undecodable, refused by its connection, or no connection of this process).
+  static constexpr uint16_t kFirstAttr = 0x10, kAttrCount = 11;
+  using ByType = std::array<std::atomic<uint64_t>, kAttrCount>;
   struct Counters {
     std::atomic<uint64_t> received{0}, refused{0}, dispatched{0}, answered{0}, unowned{0};
+    std::atomic<uint64_t> mra_sent{0};  // for a REQ still in a listener's queue (also in answered)
+    ByType received_by_type{}, sent_by_type{}, resent_by_type{}, dropped_by_type{};
   };
   const Counters& counters() const { return counters_; }
+  // The counters by type as `softverbs status` shows them: "  cm received REQ=1 MRA=0 ...\n",
+  // then sent, resent, dropped (tools/cli/status.cc parses them; docs/device.md).
+  std::string Report() const;
 
  private:
   struct Listener {
@@ -105,14 +122,16 @@ class Agent {
   void OnRequest(const mad::Mad& m, const Gid& sgid, const Gid& dgid);  // under mu_
   void Answer(const mad::Mad& m, const Gid& sgid, const Gid& dgid);     // sends `m` back
   Status Send(const Gid& sgid, const Gid& dgid, std::span<const uint8_t> mad);
+  void CountByType(ByType& counters, std::span<const uint8_t> mad);
 
   mutable std::mutex send_mu_;
   MadSender send_;  // under send_mu_
+  std::deque<std::pair<uint16_t, uint64_t>> recent_;  // (attribute, TID) of MADs sent, under send_mu_
   std::mutex mu_;   // the tables; held while a MAD is delivered
   std::vector<Listener> listeners_;
   std::map<uint32_t, Connection> connections_;
   uint32_t hi_tid_;
-  uint32_t comm_base_;  // the process's random high 16 bits of every comm ID
+  std::atomic<uint32_t> comm_base_;  // the process's high 16 bits of every comm ID
   std::atomic<uint32_t> next_{1};
   Counters counters_;
 };

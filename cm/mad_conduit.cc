@@ -4,6 +4,18 @@
 
 namespace softverbs::cm {
 
+mad::Mad MraMad(uint64_t tid, uint32_t local_comm_id, uint32_t remote_comm_id, uint8_t mraed) {
+  mad::Mad m;
+  m.hdr.tid = tid;
+  mad::Mra mra;
+  mra.local_comm_id = local_comm_id;
+  mra.remote_comm_id = remote_comm_id;
+  mra.message_mraed = mraed;
+  mra.service_timeout = kMraServiceTimeout;
+  m.body = mra;
+  return m;
+}
+
 Result<std::unique_ptr<MadConduit>> MadConduit::Create(MadSender send, const Gid& local_gid, const Gid& remote_gid,
                                                        const mad::MadContext& context) {
   auto ready = EventFd::Create();
@@ -36,6 +48,7 @@ Status MadConduit::Send(const Message& message) {
       has_last_ = true;
       last_type_ = message.type;
     }
+    if (req_seen_ || rep_seen_) answered_ = true;  // no MRA for a REQ / REP answered already
     if (message.type == MessageType::kRtu) {
       rtu_ = bytes;
       has_rtu_ = true;
@@ -59,16 +72,25 @@ Status MadConduit::Retransmit() {
 Status MadConduit::Deliver(const mad::Mad& mad, const Gid& sgid) {
   std::unique_lock lock(mu_);
   // A REQ or REP that comes again: its sender did not hear our answer. The REP (if the
-  // application accepted already) or the RTU goes again; nothing reaches the identifier.
+  // application accepted already) or the RTU goes again; before the application has answered,
+  // an MRA (cm.c: rdma_cm's delayed MRA, sent for the duplicate). Nothing reaches the identifier.
   const bool dup_req = std::holds_alternative<mad::Req>(mad.body) && req_seen_;
   const bool dup_rep = std::holds_alternative<mad::Rep>(mad.body) && rep_seen_;
   if (dup_req || dup_rep) {
     std::array<uint8_t, mad::kMadBytes> again;
-    bool resend = false;
-    if (dup_req && has_last_ && last_type_ == MessageType::kRep) again = last_, resend = true;
-    if (dup_rep && has_rtu_) again = rtu_, resend = true;
+    if (dup_req && has_last_ && last_type_ == MessageType::kRep) {
+      again = last_;
+    } else if (dup_rep && has_rtu_) {
+      again = rtu_;
+    } else if (answered_) {
+      return Status::Ok();  // answered already (REP then RTU, or REJ): a stale copy
+    } else {
+      auto mra = mad::EncodeMad(MraMad(context_.tid, context_.local_comm_id, context_.remote_comm_id, dup_req ? 0 : 1));
+      if (!mra.ok()) return mra.status();
+      again = *mra;
+    }
     lock.unlock();
-    return resend ? SendBytes(again) : Status::Ok();
+    return SendBytes(again);
   }
   if (const auto* mra = std::get_if<mad::Mra>(&mad.body)) {
     mra_timeout_ = mra->service_timeout;  // the sender's timer waits that much longer

@@ -4,7 +4,8 @@
 // arrive through Deliver(). It keeps what a MAD needs and a Message lacks (comm IDs, TID,
 // service ID, the peer's CA GUID and GID: mad::MadContext) and the last REQ/REP/DREQ for the
 // retransmission timer; a REQ or REP that comes again is answered here (cm.c cm_dup_req_handler,
-// cm_dup_rep_handler): the REP sent again, the RTU sent again.
+// cm_dup_rep_handler): the REP or RTU sent again, or, while the application has not answered
+// yet, an MRA (IBA 12.6.6) so that the peer waits instead of running out of retries.
 #pragma once
 
 #include <deque>
@@ -18,6 +19,15 @@
 #include "cm/mad.h"
 
 namespace softverbs::cm {
+
+// The service timeout our MRAs announce: the kernel's rdma_cm sets CMA_CM_MRA_SETTING
+// (IB_CM_MRA_FLAG_DELAY | 24, about 67 s) for a userspace consumer, whose answer waits on the
+// application, and sends it only when the REQ (or REP) comes again unanswered (cm.c
+// cm_dup_req_handler / cm_dup_rep_handler in MRA_REQ_SENT / MRA_REP_SENT).
+inline constexpr uint8_t kMraServiceTimeout = 24;
+
+// The MRA for the message `mraed` (0 REQ, 1 REP: IBA table 107), with the TID of the exchange.
+mad::Mad MraMad(uint64_t tid, uint32_t local_comm_id, uint32_t remote_comm_id, uint8_t mraed);
 
 // Sends one 256-byte MAD from local GID `sgid` to QP1 of `dgid`.
 using MadSender = std::function<Status(const Gid& sgid, const Gid& dgid, std::span<const uint8_t> mad)>;
@@ -65,6 +75,7 @@ class MadConduit : public Conduit {
   std::array<uint8_t, mad::kMadBytes> rtu_{};  // the RTU sent, for a REP that comes again
   bool has_rtu_ = false;
   bool req_seen_ = false, rep_seen_ = false;
+  bool answered_ = false;  // something was sent since the REQ / REP arrived (no MRA then)
   int mra_timeout_ = -1;
   EventFd ready_;  // readable while inbox_ is not empty
 };

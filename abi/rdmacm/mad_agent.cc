@@ -1,6 +1,7 @@
 // The CM agent's binding to the wire (docs/cm.md, "Across hosts"): cm::Agent sends its MADs
 // through libibverbs' QP1 bridge (abi/verbs/qp1_bridge.h) and receives QP1's MADs from it.
 #include <cstring>
+#include <string>
 
 #include "abi/rdmacm/objects.h"
 #include "abi/verbs/qp1_bridge.h"
@@ -17,6 +18,12 @@ void RdmacmOnMad(void* /*arg*/, const uint8_t* mad, size_t length, const uint8_t
   cm::Agent::Get().OnMad({mad, length}, s, d);
 }
 
+const char* RdmacmReport(void* /*arg*/) {
+  thread_local std::string lines;
+  lines = cm::Agent::Get().Report();
+  return lines.c_str();
+}
+
 }  // namespace
 
 void AttachMadAgent(ibv_context* context) {
@@ -26,6 +33,8 @@ void AttachMadAgent(ibv_context* context) {
     SV_LOG(kWarn, "rdma_cm: no CM on the wire (errno %d): other hosts cannot be reached", err);
     return;
   }
+  bridge->set_reporter(RdmacmReport, nullptr);
+  if (uint32_t slot = 0; bridge->process_slot(context, &slot) == 0) cm::Agent::Get().SetProcessSlot(slot);
   if (cm::Agent::Get().has_sender()) return;
   cm::Agent::Get().SetSender([context, bridge](const cm::Gid& sgid, const cm::Gid& dgid, std::span<const uint8_t> mad) {
     int err = bridge->send_mad(context, sgid.data(), dgid.data(), mad.data(), mad.size());

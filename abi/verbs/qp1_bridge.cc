@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "abi/common/export.h"
@@ -25,11 +26,23 @@ class Qp1BridgeHandler : public transport::Qp1Handler {
     std::lock_guard lock(mu_);
     if (callback_ != nullptr) callback_(arg_, d.mad.data(), d.mad.size(), d.sgid.data(), d.dgid.data());
   }
+  void SetReporter(SvReportCallback report, void* arg) {
+    std::lock_guard lock(mu_);
+    report_ = report;
+    report_arg_ = arg;
+  }
+  std::string Report() override {
+    std::lock_guard lock(mu_);
+    const char* lines = report_ != nullptr ? report_(report_arg_) : nullptr;
+    return lines != nullptr ? lines : "";
+  }
 
  private:
   std::mutex mu_;
   SvMadCallback callback_ = nullptr;
   void* arg_ = nullptr;
+  SvReportCallback report_ = nullptr;
+  void* report_arg_ = nullptr;
 };
 
 Qp1BridgeHandler& TheQp1Handler() {
@@ -62,7 +75,15 @@ int Qp1SendMad(ibv_context* context, const uint8_t* sgid, const uint8_t* dgid, c
   return sent.ok() ? 0 : sent.code();
 }
 
-constexpr SvQp1Bridge kQp1Bridge{sizeof(SvQp1Bridge), Qp1Attach, Qp1SendMad};
+void Qp1SetReporter(SvReportCallback report, void* arg) { TheQp1Handler().SetReporter(report, arg); }
+
+int Qp1ProcessSlot(ibv_context* context, uint32_t* slot) {
+  if (context == nullptr || slot == nullptr) return EINVAL;
+  *slot = ToSv(context)->core->local().slot();
+  return 0;
+}
+
+constexpr SvQp1Bridge kQp1Bridge{sizeof(SvQp1Bridge), Qp1Attach, Qp1SendMad, Qp1SetReporter, Qp1ProcessSlot};
 
 }  // namespace
 }  // namespace softverbs::abi

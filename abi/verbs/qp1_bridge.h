@@ -14,6 +14,10 @@
 typedef void (*SvMadCallback)(void* arg, const uint8_t* mad, size_t length, const uint8_t* sgid,
                               const uint8_t* dgid);
 
+// The CM's lines for the process's status report (transport::Qp1Handler::Report); the string
+// stays valid until the next call from the same thread.
+typedef const char* (*SvReportCallback)(void* arg);
+
 struct SvQp1Bridge {
   uint32_t size;  // sizeof(SvQp1Bridge) of the libibverbs that filled it
   // Makes `callback` this process's QP1 handler and receives on the context's GIDs (again:
@@ -22,6 +26,11 @@ struct SvQp1Bridge {
   // Sends a 256-byte MAD from QP1 of `sgid` to QP1 of `dgid`. Returns 0 or an errno.
   int (*send_mad)(struct ibv_context* context, const uint8_t* sgid, const uint8_t* dgid, const uint8_t* mad,
                   size_t length);
+  // Makes `report` (NULL: none) the source of the CM's lines in `softverbs status`.
+  void (*set_reporter)(SvReportCallback report, void* arg);
+  // This process's slot in the host registry (unique among the host's live processes), for the
+  // CM's comm IDs. Returns 0 or an errno.
+  int (*process_slot)(struct ibv_context* context, uint32_t* slot);
 };
 
 extern "C" const SvQp1Bridge* sv_private_qp1_bridge(void);

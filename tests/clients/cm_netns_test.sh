@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # librdmacm across hosts (issue 12, docs/cm.md "Across hosts"): two network namespaces joined by
-# a veth pair this test creates; Debian's rping, ucmatose and udaddy, unmodified, server in one
-# namespace and client in the other. Their CMs meet with IB CM MADs on QP1 over RoCEv2 (REQ /
-# REP / RTU, DREQ / DREP, SIDR for UD), not with the same-host sockets.
+# a veth pair this test creates; Debian's rping, ucmatose, udaddy, rdma_server / rdma_client,
+# cmtime, qperf -cm1 and perftest -R, unmodified, server in one namespace and client in the
+# other. Their CMs meet with IB CM MADs on QP1 over RoCEv2 (REQ / REP / RTU, DREQ / DREP, SIDR
+# for UD), not with the same-host sockets.
 #
 # Needs root for `ip netns` (CI runs as root); skipped otherwise. Everything started is bounded
 # by a timeout and removed by the names chosen here. Usage: cm_netns_test.sh <build dir>
@@ -45,19 +46,43 @@ ip -n "$ns_a" link set "$veth_a" up
 ip -n "$ns_b" link set "$veth_b" up
 
 # pair <what> <timeout> <server command> -- <client command>: server in a, client in b; both exit 0.
+# With PERSISTENT=1, the server serves until killed (cmtime, qperf): it is stopped by its PID once
+# the client is done, and only the client's status counts.
 pair() {
   local what=$1 limit=$2 server src crc scmd=() ccmd=()
   shift 2
   while [ "$1" != "--" ]; do scmd+=("$1"); shift; done
   shift
   ccmd=("$@")
-  ip netns exec "$ns_a" timeout "$limit" "${scmd[@]}" >"$logs/server" 2>&1 &
-  server=$!
-  sleep 0.5
-  ip netns exec "$ns_b" timeout "$limit" "${ccmd[@]}" >"$logs/client" 2>&1
-  crc=$?
-  wait "$server"
-  src=$?
+  local attempt
+  for attempt in 1 2 3 4 5; do
+    ip netns exec "$ns_a" timeout "$limit" "${scmd[@]}" >"$logs/server" 2>&1 &
+    server=$!
+    sleep 0.5
+    ip netns exec "$ns_b" timeout "$limit" "${ccmd[@]}" >"$logs/client" 2>&1
+    crc=$?
+    # perftest -R (PERFTEST_RACE=1): after the exchange over its first connection, the server
+    # destroys that listener and listens again for the test's QPs while the client connects
+    # them at once; a REQ in between meets no listener and is answered REJ 8, as the kernel's
+    # CM answers it, and perftest's own retry reuses the identifiers it has just destroyed. The
+    # race is perftest's (docs/cm.md, "Across hosts"): run it again, at most five times.
+    if [ -n "${PERFTEST_RACE:-}" ] && [ "$crc" -ne 0 ] && [ "$attempt" -lt 5 ] &&
+       grep -q "RDMA_CM_EVENT_REJECTED; error: 8" "$logs/client"; then
+      echo "     (attempt $attempt: perftest's client connected before its server listened again: REJ 8; again)"
+      kill "$server" 2>/dev/null
+      wait "$server" 2>/dev/null
+      continue
+    fi
+    break
+  done
+  if [ -n "${PERSISTENT:-}" ]; then
+    kill "$server" 2>/dev/null
+    wait "$server"
+    src=0
+  else
+    wait "$server"
+    src=$?
+  fi
   check "$what (server rc=$src, client rc=$crc)" test "$src" -eq 0 -a "$crc" -eq 0 || show
 }
 
@@ -78,6 +103,16 @@ sleep 0.5
 ip netns exec "$ns_b" timeout 20 rping -c -a "$net.1" -p "$port" -C 1 >"$logs/client" 2>&1
 check "a REQ to a port nobody listens to on the other host: REJECTED, error 8" \
   grep -q "RDMA_CM_EVENT_REJECTED, error 8" "$logs/client" || tail -n 5 "$logs/client"
+# The server's CM agent counted it: `softverbs status --json` (docs/device.md) shows the REQ
+# received and the REJ sent by type.
+ip netns exec "$ns_a" "$build/bin/softverbs" status --json >"$logs/status" 2>&1
+cm_counts=$(python3 -c '
+import json, sys
+doc = json.load(open(sys.argv[1]))
+cm = [p["wire"]["cm"] for p in doc["processes"] if p["wire"] and p["wire"].get("cm")]
+print(" ".join(f"{k}={c[k][t]}" for c in cm for k, t in (("received", "REQ"), ("sent", "REJ"))))' "$logs/status" 2>&1)
+check "softverbs status --json counts the CM's MADs by type ($cm_counts)" \
+  eval '[[ "$cm_counts" =~ received=[1-9].*sent=[1-9] ]]' || tail -n 5 "$logs/status"
 kill "$server" 2>/dev/null
 wait "$server" 2>/dev/null
 
@@ -88,6 +123,36 @@ if command -v ucmatose >/dev/null; then
   # (udaddy's port is fixed, 7174; its -p is the port space)
   pair "udaddy across namespaces (SIDR_REQ / SIDR_REP, UD messages)" 30 \
     udaddy -b "$net.1" -c 2 -C 10 -- udaddy -s "$net.1" -c 2 -C 10
+fi
+
+# rdma_getaddrinfo, rdma_create_ep and synchronous identifiers (no event channel).
+port=$(free_port)
+pair "rdma_server / rdma_client across namespaces (synchronous identifiers)" 30 \
+  rdma_server -s "$net.1" -p "$port" -- rdma_client -s "$net.1" -p "$port"
+check "rdma_client ended with 0" grep -q "rdma_client: end 0" "$logs/client" || show
+# cmtime: 10 connections set up and torn down in parallel, each step timed.
+port=$(free_port)
+PERSISTENT=1 pair "cmtime -c 10 across namespaces" 30 \
+  cmtime -b "$net.1" -p "$port" -c 10 -- cmtime -s "$net.1" -p "$port" -c 10
+check "cmtime timed its connects" grep -q "^connect " "$logs/client" || show
+
+if command -v qperf >/dev/null; then
+  # qperf -cm1: its RC tests connect through librdmacm (qperf's own TCP carries the test setup).
+  port=$(free_port)
+  PERSISTENT=1 pair "qperf -cm1 rc_bw rc_lat across namespaces" 40 \
+    qperf -lp "$port" -- qperf "$net.1" -lp "$port" -t 1 -cm1 rc_bw rc_lat
+  check "qperf reported rc_bw and rc_lat" eval 'grep -q "bw *=" "$logs/client" && grep -q "latency *=" "$logs/client"' || show
+fi
+if command -v ib_send_bw >/dev/null; then
+  # perftest -R: the QPs connect through librdmacm instead of perftest's TCP exchange.
+  port=$(free_port)
+  PERFTEST_RACE=1 pair "ib_send_bw -R across namespaces" 40 \
+    ib_send_bw -d softverbs0 -R -n 100 -p "$port" -- ib_send_bw -d softverbs0 -R -n 100 -p "$port" "$net.1"
+  check "ib_send_bw -R reported its bandwidth" grep -qE '^ +65536 +100 ' "$logs/client" || show
+  port=$(free_port)
+  PERFTEST_RACE=1 pair "ib_write_lat -R across namespaces" 40 \
+    ib_write_lat -d softverbs0 -R -n 100 -p "$port" -- ib_write_lat -d softverbs0 -R -n 100 -p "$port" "$net.1"
+  check "ib_write_lat -R reported its latency" grep -qE '^ +2 +100 ' "$logs/client" || show
 fi
 
 echo "$pass passed, $fail failed"

@@ -72,8 +72,10 @@ for m in "${order[@]}"; do
   basename "$m" >>"$root/modules/order"
 done
 
-# Programs and every shared library they load (the rxe provider is dlopen()ed by libibverbs).
-programs="/usr/bin/ibv_devinfo /usr/bin/ibv_devices /usr/bin/ibv_rc_pingpong /usr/bin/ibv_uc_pingpong
+# Programs and every shared library they load (the rxe provider is dlopen()ed by libibverbs;
+# libgcc_s by glibc, for the unwinding pthread_exit and pthread_cancel need: without it a threaded
+# client such as rping aborts at exit with "libgcc_s.so.1 must be installed for pthread_exit").
+programs="/usr/lib/x86_64-linux-gnu/libgcc_s.so.1 /usr/bin/ibv_devinfo /usr/bin/ibv_devices /usr/bin/ibv_rc_pingpong /usr/bin/ibv_uc_pingpong
   /usr/bin/ibv_ud_pingpong /usr/bin/ibv_srq_pingpong /usr/bin/ib_send_bw /usr/bin/ib_write_bw
   /usr/bin/ib_read_bw /usr/bin/ib_atomic_bw /usr/bin/ib_send_lat /usr/bin/ib_write_lat /usr/bin/ib_read_lat
   /usr/bin/ib_atomic_lat /usr/bin/rping /usr/bin/ucmatose /usr/bin/udaddy /usr/bin/rdma /usr/sbin/tc

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Counts what softverbs' captures (SOFTVERBS_PCAP) show of a RoCEv2 conversation with one peer.
 
-Usage: pcap_summary.py <own address>[,<own address>...] <file.pcap>...   (IPv4 or IPv6)
+Usage: pcap_summary.py [--mads] <own address>[,<own address>...] <file.pcap>...   (IPv4 or IPv6)
 
 Prints one line of name=value: packets sent and received; NAKs (AETH syndrome 0x60-0x7f:
 sequence error, invalid request, remote access, remote operational) and RNR NAKs (0x20-0x3f),
@@ -42,7 +42,42 @@ def packets(path):
             yield ipaddress.ip_address(pkt[8:24]), pkt[48:]
 
 
+# CM attribute IDs (IBA table 99) and the MAD's management class of the CM (0x07).
+CM_ATTRIBUTES = {0x10: 'REQ', 0x11: 'MRA', 0x12: 'REJ', 0x13: 'REP', 0x14: 'RTU', 0x15: 'DREQ',
+                 0x16: 'DREP', 0x17: 'SIDR_REQ', 0x18: 'SIDR_REP', 0x19: 'LAP', 0x1A: 'APR'}
+CM_CLASS = 0x07
+UD_SEND_ONLY = 0x64
+
+
+def mads(own, paths):
+    """The --mads summary: CM MADs by attribute each way, and the repeated ones."""
+    n = {way: {name: 0 for name in CM_ATTRIBUTES.values()} for way in ('sent', 'rcvd')}
+    repeated = {'sent': 0, 'rcvd': 0}
+    for path in paths:
+        seen = set()
+        for src, bth in packets(path):
+            # BTH (12 bytes), DETH (8), then the MAD: class at byte 1, TID at 8..16, attribute at 16.
+            if len(bth) < 12 + 8 + 24 or bth[0] != UD_SEND_ONLY or int.from_bytes(bth[5:8], 'big') != 1:
+                continue
+            mad = bth[20:]
+            attr = int.from_bytes(mad[16:18], 'big')
+            if mad[1] != CM_CLASS or attr not in CM_ATTRIBUTES:
+                continue
+            way = 'sent' if src in own else 'rcvd'
+            n[way][CM_ATTRIBUTES[attr]] += 1
+            key = (way, attr, mad[8:16])
+            if key in seen:
+                repeated[way] += 1
+            seen.add(key)
+    line = lambda way: ' '.join(f'{k}={v}' for k, v in n[way].items() if v)
+    print(f"sent: {line('sent') or 'none'} received: {line('rcvd') or 'none'} "
+          f"repeated_sent={repeated['sent']} repeated_rcvd={repeated['rcvd']}")
+
+
 def main():
+    if sys.argv[1] == '--mads':
+        mads({ipaddress.ip_address(a) for a in sys.argv[2].split(',')}, sys.argv[3:])
+        return
     own = {ipaddress.ip_address(a) for a in sys.argv[1].split(',')}
     n = {k: 0 for k in ('sent', 'rcvd', 'naks_sent', 'naks_rcvd', 'rnr_sent', 'rnr_rcvd',
                         'retx_sent', 'retx_rcvd', 'final_acks')}

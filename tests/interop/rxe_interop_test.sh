@@ -5,7 +5,8 @@
 # clients; its eth0 is a tap device in a network namespace of this test, where softverbs runs
 # the same clients, unmodified. Both directions (rxe server / softverbs client and the reverse):
 # ibv_rc/uc/ud/srq_pingpong over the IPv4 GID; perftest ib_send_bw, ib_write_bw (64 KiB and 1 MiB), ib_read_bw,
-# ib_atomic_bw, ib_send_lat, ib_write_lat (RC), ib_write_bw -c UC; RC and UD over IPv6 GIDs.
+# ib_atomic_bw, ib_send_lat, ib_write_lat (RC), ib_write_bw -c UC; RC and UD over IPv6 GIDs;
+# librdmacm's rping -v (both ways) and ucmatose, the kernel's CM against softverbs' CM agent.
 # Then RC again with 2% loss each way (netem on the guest's eth0, SOFTVERBS_FAULTS on softverbs'
 # sends): both peers recover.
 #
@@ -70,7 +71,8 @@ ip -n "$ns" addr add "$host_ip/24" dev "$tap"
 ip -n "$ns" addr add "$host_ip6/64" dev "$tap" nodad
 # Session helpers in the guest's shell: wait until a TCP port listens; rxe's counters as name=value.
 guest_run 60 'listening() { for _ in $(seq 200); do netstat -ltn | grep -q ":$1 " && return 0; sleep 0.1; done; return 1; }
-counters() { cd /sys/class/infiniband/rxe0/ports/1/hw_counters && grep . * | sed "s/:/=/"; cd /; }'
+counters() { cd /sys/class/infiniband/rxe0/ports/1/hw_counters && grep . * | sed "s/:/=/"; cd /; }
+cm_listening() { for _ in $(seq 200); do rdma res show cm_id | grep -q "LISTEN.*:$1 " && return 0; sleep 0.1; done; return 1; }'
 # rxe's GID table in sysfs: the IPv4-mapped GID of the guest's address, e.g. ...:ffff:0a4e:0002.
 ghex=$(IFS=.; set -- $guest_ip; printf '%02x%02x:%02x%02x' "$1" "$2" "$3" "$4")
 ggid=$(guest_run 60 "grep -l 'ffff:$ghex\$' /sys/class/infiniband/rxe0/ports/1/gids/* | head -1" | sed 's|.*/||')
@@ -161,6 +163,57 @@ run_pair() {
   fi
 }
 
+# run_cm_pair <what> <g2h|h2g> <check> <server command> <client command>: an rdma_cm program pair;
+# the commands hold @ADDR@ (the server's address) and @PORT@. The kernel's CM in the guest and
+# softverbs' CM agent meet with IB CM MADs on QP1 (docs/cm.md, "Across hosts"). Passes when both
+# exit 0 and <check> (a function given the two logs) holds.
+run_cm_pair() {
+  local what=$1 dir=$2 verify=$3 scmd=$4 ccmd=$5 port glog="$work/guest.log" hlog="$work/host.log" grc hrc server ok
+  local prog=${scmd%% *}
+  [[ "$prog $dir" =~ ${INTEROP_ONLY:-.} ]] || return 0
+  port_seq=$((port_seq + 1))
+  port=$port_seq
+  local saddr=$host_ip
+  [ "$dir" = g2h ] && saddr=$guest_ip
+  scmd=${scmd//@ADDR@/$saddr} ccmd=${ccmd//@ADDR@/$saddr}
+  scmd=${scmd//@PORT@/$port} ccmd=${ccmd//@PORT@/$port}
+  if [ "$dir" = g2h ]; then
+    guest_run 60 "timeout 60 $scmd >/tmp/server.log 2>&1 & echo \$! >/tmp/server.pid; cm_listening $port" >/dev/null
+    ip netns exec "$ns" timeout 60 $ccmd >"$hlog" 2>&1
+    hrc=$?
+    [ "$hrc" -eq 0 ] || guest_run 60 'kill $(cat /tmp/server.pid)' >/dev/null
+    guest_run 70 'wait $(cat /tmp/server.pid); echo "@@rc=$?"; cat /tmp/server.log' >"$glog"
+  else
+    ip netns exec "$ns" timeout 60 $scmd >"$hlog" 2>&1 &
+    server=$!
+    host_cm_listening "$port"
+    guest_run 70 "timeout 60 $ccmd >/tmp/client.log 2>&1; echo \"@@rc=\$?\"; cat /tmp/client.log" >"$glog"
+    grep -q '^@@rc=0$' "$glog" || kill "$server" 2>/dev/null
+    wait "$server"
+    hrc=$?
+  fi
+  grc=$(sed -n 's/^@@rc=//p' "$glog")
+  ok=0
+  [ "$hrc" = 0 ] && [ "${grc:-x}" = 0 ] && "$verify" "$glog" "$hlog" && ok=1
+  check "$what: $scmd / $ccmd ($([ "$dir" = g2h ] && echo "rxe server, softverbs client" || echo "softverbs server, rxe client"); rxe rc=${grc:-none}, softverbs rc=$hrc)" \
+    test "$ok" = 1
+  if [ "$ok" != 1 ]; then
+    sed 's/^/  rxe: /' "$glog" | tail -"${INTEROP_LOG_LINES:-6}"
+    sed 's/^/  softverbs: /' "$hlog" | tail -"${INTEROP_LOG_LINES:-6}"
+  fi
+}
+host_cm_listening() {  # host_cm_listening <port>: a softverbs listener's CM name (cm/service.cc) is bound
+  for _ in $(seq 100); do
+    ip netns exec "$ns" ss -Hxl | grep -qE "softverbs-cm-[^ ]*-$1(-[0-9]+)?( |\$)" && return 0
+    sleep 0.1
+  done
+  return 1
+}
+# rping -v prints each ping's data: the client "ping data: rdma-ping-<n>: ...", the server
+# "server ping data: ..."; -C 5 of each, on both sides.
+rping_verified() { [ "$(grep -c 'ping data: rdma-ping-' "$1")" = 5 ] && [ "$(grep -c 'ping data: rdma-ping-' "$2")" = 5 ]; }
+ucmatose_passed() { grep -q 'return status 0' "$1" && grep -q 'return status 0' "$2"; }
+
 # Every guest_run is bounded; the bounds are generous because on a machine busy with other builds
 # the guest's vCPU thread can starve for tens of seconds. They are reached only when something
 # hangs.
@@ -196,7 +249,10 @@ for dir in g2h h2g; do
   run_pair "RC SEND latency" "$dir" perftest ib_send_lat -n 50 -u 18
   run_pair "RC WRITE latency" "$dir" perftest ib_write_lat -n 50 -u 18
   run_pair "UC WRITE" "$dir" perftest ib_write_bw -n 50 -c UC
+  # librdmacm: the kernel's CM and softverbs' CM agent (IB CM MADs on QP1).
+  run_cm_pair "rdma_cm RC" "$dir" rping_verified "rping -s -a @ADDR@ -p @PORT@ -C 5 -v" "rping -c -a @ADDR@ -p @PORT@ -C 5 -v"
 done
+run_cm_pair "rdma_cm RC, 2 connections" g2h ucmatose_passed "ucmatose -b @ADDR@ -p @PORT@ -c 2 -C 10" "ucmatose -s @ADDR@ -p @PORT@ -c 2 -C 10"
 counters "$work/after"
 unset SOFTVERBS_PCAP
 
@@ -222,6 +278,14 @@ check "rxe's header and ICRC checks accepted softverbs' packets: rcvd_pkts $rxe_
 check "softverbs captured no more than rxe sent: $sv_rcvd of sent_pkts $rxe_sent" \
   test "$sv_rcvd" -gt 0 -a "$sv_rcvd" -le "$rxe_sent"
 check "no NAK on the wire without loss (sent $naks_sent, received $naks_rcvd)" test "$naks_sent" -eq 0 -a "$naks_rcvd" -eq 0
+# The CM's MADs: softverbs' REQs answered by rxe's REPs (g2h) and rxe's REQs by softverbs' REPs
+# (h2g), each followed by an RTU. Repeated MADs (the CM's retransmissions, about 6 s apart) are
+# printed, not asserted: a guest starved that long draws them (timing, not protocol).
+if [[ "rping g2h" =~ ${INTEROP_ONLY:-.} && "rping h2g" =~ ${INTEROP_ONLY:-.} ]]; then
+  mads=$(python3 "$here/pcap_summary.py" --mads "$host_ip,$host_ip6" "$work"/pcap/*.pcap)
+  check "CM MADs in softverbs' captures: $mads" \
+    eval '[[ "$mads" =~ sent:.*REQ=[1-9].*REP=[1-9].*RTU=[1-9].*received:.*REQ=[1-9].*REP=[1-9].*RTU=[1-9] ]]'
+fi
 bad=""
 for c in out_of_seq_request rcvd_seq_err retry_exceeded_err retry_rnr_exceeded_err send_err; do
   d=$(delta "$work/before" "$work/after" $c)

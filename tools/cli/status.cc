@@ -153,6 +153,9 @@ ProcessWire ParseWireReport(const std::string& text) {
       w.device = ParseCounters(words);
     } else if (first == "qp1") {
       w.qp1 = ParseCounters(words);
+    } else if (first == "cm") {
+      std::string kind;
+      if (words >> kind) w.cm.emplace_back(kind, ParseCounters(words));
     } else if (first == "qp") {
       QpWireCounters q;
       std::string number;

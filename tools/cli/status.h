@@ -33,6 +33,9 @@ struct ProcessWire {
   std::vector<std::string> ports;  // its UDP 4791 sockets, "address:port"
   Counters device;                 // sent, received, icrc_errors, ...
   Counters qp1;                    // MADs on QP1: received, refused, unhandled, sent
+  // The CM agent's MADs by type (cm/agent.h): "received", "sent", "resent", "dropped", each
+  // {REQ, MRA, ...}; empty when the process has no CM agent (it never used librdmacm).
+  std::vector<std::pair<std::string, Counters>> cm;
   std::vector<QpWireCounters> qps;
   std::string text;                // the answer as received (the readable format prints it)
 };

@@ -50,7 +50,10 @@ std::string ProcessJson(pid_t pid, const HostStatus& s) {
   if (wire == nullptr) return out + "null}";
   out += "{\"ports\": [";
   for (size_t i = 0; i < wire->ports.size(); ++i) out += (i ? ", " : "") + JsonString(wire->ports[i]);
-  return out + "], \"counters\": " + CountersJson(wire->device) + ", \"qp1\": " + CountersJson(wire->qp1) + "}}";
+  out += "], \"counters\": " + CountersJson(wire->device) + ", \"qp1\": " + CountersJson(wire->qp1) + ", \"cm\": {";
+  for (size_t i = 0; i < wire->cm.size(); ++i)
+    out += (i ? ", " : "") + JsonString(wire->cm[i].first) + ": " + CountersJson(wire->cm[i].second);
+  return out + "}}}";
 }
 
 std::string QpJson(const QpStatus& q) {

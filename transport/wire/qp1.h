@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "base/status.h"
 #include "fabric/packet/packet.h"
@@ -51,6 +52,9 @@ class Qp1Handler {
  public:
   virtual ~Qp1Handler() = default;
   virtual void OnMad(const Qp1Datagram& datagram) = 0;
+  // Lines the handler adds to the process's report for `softverbs status` (the CM's counters),
+  // each starting with two spaces and ending with '\n'. Called with the handler registered.
+  virtual std::string Report() { return {}; }
 };
 
 }  // namespace softverbs::transport

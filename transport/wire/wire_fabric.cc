@@ -513,6 +513,10 @@ std::string WireFabric::Report() {
        n(c.malformed), n(c.unknown_qp), n(c.unsupported), n(c.forwarded), n(c.misdelivered), n(c.acks_coalesced));
   line(&out, "  qp1 received=%llu refused=%llu unhandled=%llu sent=%llu\n", n(c.qp1_received), n(c.qp1_refused),
        n(c.qp1_unhandled), n(c.qp1_sent));
+  {
+    std::lock_guard lock(qp1_mu_);
+    if (qp1_handler_ != nullptr) out += qp1_handler_->Report();
+  }
   std::lock_guard lock(links_mu_);
   for (const auto& [qpn, link] : links_) {
     const WireRequesterCounters& r = link->counters();

@@ -86,6 +86,24 @@ TEST_F(AgentTest, CommIdsAreUniqueNonZeroAndShareTheProcessHalf) {
   }
 }
 
+TEST_F(AgentTest, TheProcessSlotNamesTheHighHalf) {
+  // Two live processes of one host hold different registry slots: their comm IDs never meet.
+  Agent other;
+  agent_.SetProcessSlot(0x123);
+  other.SetProcessSlot(0x124);
+  std::set<uint32_t> ours;
+  for (int i = 0; i < 1000; ++i) {
+    const uint32_t id = agent_.NewCommId();
+    EXPECT_EQ(id >> 20, 0x123u);
+    ours.insert(id);
+  }
+  for (int i = 0; i < 1000; ++i) {
+    const uint32_t id = other.NewCommId();
+    EXPECT_EQ(id >> 20, 0x124u);
+    EXPECT_EQ(ours.count(id), 0u);
+  }
+}
+
 TEST_F(AgentTest, ReqForNobodyIsRejectedWithReason8) {
   agent_.OnMad(Req("10.78.0.1", 7000), peer_, local_);
   ASSERT_EQ(sent_.size(), 1u);
@@ -115,15 +133,26 @@ TEST_F(AgentTest, ReqGoesToTheExactListenerBeforeTheWildcard) {
   // Another address of the port: the wildcard listener.
   agent_.OnMad(Req("10.78.0.9", 7000, 0x5678), peer_, local_);
   EXPECT_TRUE(AgentTestReadable(wild_->fd()));
-  // The same REQ again (its sender's timer ran out) while its identifier is being made: not a
-  // second connection request.
+  // The same REQ again (its sender's timer ran out) while the application has not taken it:
+  // not a second connection request, but an MRA (rdma_cm's delayed MRA, service timeout 24)
+  // with the reserved comm ID and the REQ's TID, so that the peer waits.
   agent_.OnMad(Req("10.78.0.1", 7000), peer_, local_);
   MadInbox::Received again;
   EXPECT_FALSE(inbox_->Pop(&again));
-  EXPECT_TRUE(sent_.empty());
+  ASSERT_EQ(sent_.size(), 1u);
+  const auto* mra = std::get_if<mad::Mra>(&sent_[0].mad.body);
+  ASSERT_NE(mra, nullptr);
+  EXPECT_EQ(mra->message_mraed, 0);  // the REQ
+  EXPECT_EQ(mra->service_timeout, kMraServiceTimeout);
+  EXPECT_EQ(mra->local_comm_id, r.comm_id);
+  EXPECT_EQ(mra->remote_comm_id, 0x1234u);
+  EXPECT_EQ(sent_[0].mad.hdr.tid, 0x77u);
+  EXPECT_EQ(sent_[0].dgid, peer_);
+  EXPECT_EQ(agent_.counters().mra_sent.load(), 1u);
   // Another port: nobody.
   agent_.OnMad(Req("10.78.0.1", 7001, 0x9999), peer_, local_);
-  EXPECT_EQ(sent_.size(), 1u);
+  EXPECT_EQ(sent_.size(), 2u);
+  EXPECT_TRUE(std::holds_alternative<mad::Rej>(sent_[1].mad.body));
   agent_.RemoveListener(inbox_.get());
   agent_.RemoveListener(wild_.get());
 }
@@ -154,6 +183,30 @@ TEST_F(AgentTest, RepGoesToTheConnectionItsRemoteCommIdNames) {
   rep.remote_comm_id = ctx.local_comm_id;
   agent_.OnMad(Encode(rep), peer_, local_);
   EXPECT_EQ(agent_.counters().unowned.load(), 2u);
+}
+
+TEST_F(AgentTest, CountsMadsByTypeReceivedSentResentDropped) {
+  agent_.AddListener(static_cast<uint16_t>(mad::PortSpace::kTcp), 7000, local_, inbox_.get());
+  agent_.OnMad(Req("10.78.0.1", 7000), peer_, local_);  // received, to the listener
+  agent_.OnMad(Req("10.78.0.1", 7000), peer_, local_);  // again: an MRA
+  agent_.OnMad(Req("10.78.0.1", 7000), peer_, local_);  // again: the same MRA, resent
+  mad::Rep rep;
+  rep.remote_comm_id = 0xdead;  // no connection of ours: dropped
+  agent_.OnMad(Encode(rep), peer_, local_);
+  const auto& c = agent_.counters();
+  constexpr auto kIdx = [](mad::Attr a) { return static_cast<uint16_t>(a) - Agent::kFirstAttr; };
+  EXPECT_EQ(c.received_by_type[kIdx(mad::Attr::kReq)].load(), 3u);
+  EXPECT_EQ(c.received_by_type[kIdx(mad::Attr::kRep)].load(), 1u);
+  EXPECT_EQ(c.dropped_by_type[kIdx(mad::Attr::kRep)].load(), 1u);
+  EXPECT_EQ(c.dropped_by_type[kIdx(mad::Attr::kReq)].load(), 0u);
+  EXPECT_EQ(c.sent_by_type[kIdx(mad::Attr::kMra)].load(), 2u);
+  EXPECT_EQ(c.resent_by_type[kIdx(mad::Attr::kMra)].load(), 1u);
+  const std::string report = agent_.Report();
+  EXPECT_NE(report.find("  cm received REQ=3 MRA=0 REJ=0 REP=1 "), std::string::npos) << report;
+  EXPECT_NE(report.find("  cm sent REQ=0 MRA=2 "), std::string::npos) << report;
+  EXPECT_NE(report.find("  cm resent REQ=0 MRA=1 "), std::string::npos) << report;
+  EXPECT_NE(report.find("  cm dropped REQ=0 MRA=0 REJ=0 REP=1 "), std::string::npos) << report;
+  agent_.RemoveListener(inbox_.get());
 }
 
 TEST_F(AgentTest, UnknownDreqGetsItsDrep) {

@@ -145,6 +145,19 @@ TEST_F(MadConduitTest, ReqRepRtuDreqDrep) {
   ASSERT_TRUE(a_->Retransmit().ok());
   EXPECT_EQ(sent_by_a_.back(), sent_by_a_[0]);
   EXPECT_FALSE(HasInput(b_->fd()));  // a REQ that comes again is not a new request
+  // B's application has not answered yet: B asks for time with an MRA (REQ, 24), and A's timer
+  // takes it (cm.c cm_dup_req_handler in MRA_REQ_SENT; cm_mra_handler).
+  ASSERT_EQ(sent_by_b_.size(), 1u);
+  auto mra_wire = mad::DecodeMad(sent_by_b_[0]);
+  ASSERT_TRUE(mra_wire.ok());
+  const auto& mra = std::get<mad::Mra>(mra_wire->body);
+  EXPECT_EQ(mra.message_mraed, 0);
+  EXPECT_EQ(mra.service_timeout, kMraServiceTimeout);
+  EXPECT_EQ(mra.local_comm_id, 0x22222222u);
+  EXPECT_EQ(mra.remote_comm_id, 0x11111111u);
+  EXPECT_EQ(mra_wire->hdr.tid, (uint64_t{2} << 32) | 0x11111111);
+  EXPECT_EQ(a_->TakeMraServiceTimeout(), kMraServiceTimeout);
+  EXPECT_FALSE(HasInput(a_->fd()));
   // B's REP reuses the REQ's TID and names both comm IDs.
   Message rep;
   rep.type = MessageType::kRep;
@@ -192,6 +205,58 @@ TEST_F(MadConduitTest, ReqRepRtuDreqDrep) {
   bool closed = true;
   EXPECT_EQ(a_->Receive(&none, &closed).code(), EAGAIN);
   EXPECT_FALSE(closed);
+}
+
+TEST_F(MadConduitTest, RepeatedRepBeforeTheRtuGetsAnMraAndAfterItTheRtu) {
+  Message req;
+  req.type = MessageType::kReq;
+  req.src = V4("10.0.0.1", 40000);
+  req.dst = V4("10.0.0.2", 7174);
+  ASSERT_TRUE(a_->Send(req).ok());
+  Take(*b_);
+  Message rep;
+  rep.type = MessageType::kRep;
+  ASSERT_TRUE(b_->Send(rep).ok());
+  EXPECT_EQ(Take(*a_).type, MessageType::kRep);
+  // A's application has not read the REP yet when B's timer sends it again: an MRA for the REP.
+  ASSERT_TRUE(b_->Retransmit().ok());
+  auto mra_wire = mad::DecodeMad(sent_by_a_.back());
+  ASSERT_TRUE(mra_wire.ok());
+  const auto* mra = std::get_if<mad::Mra>(&mra_wire->body);
+  ASSERT_NE(mra, nullptr);
+  EXPECT_EQ(mra->message_mraed, 1);  // the REP
+  EXPECT_EQ(mra->local_comm_id, 0x11111111u);
+  EXPECT_EQ(mra->remote_comm_id, 0x22222222u);
+  EXPECT_EQ(b_->TakeMraServiceTimeout(), kMraServiceTimeout);
+  EXPECT_FALSE(HasInput(a_->fd()));
+  // Once A sent its RTU, a REP that comes again gets the RTU again, not an MRA.
+  Message rtu;
+  rtu.type = MessageType::kRtu;
+  ASSERT_TRUE(a_->Send(rtu).ok());
+  Take(*b_);
+  const size_t before = sent_by_a_.size();
+  auto rep_again = mad::DecodeMad(sent_by_b_.back());
+  ASSERT_TRUE(rep_again.ok());
+  ASSERT_TRUE(a_->Deliver(*rep_again, gid_b_).ok());
+  ASSERT_EQ(sent_by_a_.size(), before + 1);
+  EXPECT_EQ(sent_by_a_.back(), sent_by_a_[before - 1]);
+}
+
+TEST_F(MadConduitTest, RepeatedReqAfterARejGetsNoMra) {
+  Message req;
+  req.type = MessageType::kReq;
+  req.src = V4("10.0.0.1", 40000);
+  req.dst = V4("10.0.0.2", 7174);
+  ASSERT_TRUE(a_->Send(req).ok());
+  Take(*b_);
+  Message rej;
+  rej.type = MessageType::kRej;
+  ASSERT_TRUE(b_->Send(rej).ok());
+  const size_t before = sent_by_b_.size();
+  auto req_again = mad::DecodeMad(sent_by_a_[0]);
+  ASSERT_TRUE(req_again.ok());
+  ASSERT_TRUE(b_->Deliver(*req_again, gid_a_).ok());
+  EXPECT_EQ(sent_by_b_.size(), before);  // answered already: the copy is dropped
 }
 
 TEST_F(MadConduitTest, AnMraOnlyExtendsTheTimer) {

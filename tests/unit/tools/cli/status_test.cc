@@ -96,7 +96,24 @@ TEST(StatusJsonTest, AWireProcessCarriesItsDeviceAndQp1Counters) {
                             "  qp1 received=2 refused=0 unhandled=1 sent=3\n")};
   const std::string json = StatusJson(s, "{}");
   EXPECT_NE(json.find("\"wire\": {\"ports\": [\"10.0.0.1:4791\"], \"counters\": {\"sent\": 5, \"received\": 6}, "
-                      "\"qp1\": {\"received\": 2, \"refused\": 0, \"unhandled\": 1, \"sent\": 3}}"),
+                      "\"qp1\": {\"received\": 2, \"refused\": 0, \"unhandled\": 1, \"sent\": 3}, \"cm\": {}}"),
+            std::string::npos)
+      << json;
+}
+
+TEST(StatusJsonTest, TheCmAgentsMadsByType) {
+  // The lines cm::Agent::Report adds after qp1 (cm/agent.h).
+  HostStatus s;
+  s.tables = {{"processes", "processes", {{12, 1}}}};
+  s.wire = {ParseWireReport("pid 12\n  qp1 received=3 refused=0 unhandled=0 sent=4\n"
+                            "  cm received REQ=1 MRA=0 RTU=1\n  cm sent REQ=0 REP=2\n  cm resent REP=1\n"
+                            "  cm dropped DREQ=0\n")};
+  ASSERT_EQ(s.wire[0].cm.size(), 4u);
+  EXPECT_EQ(s.wire[0].cm[1].first, "sent");
+  EXPECT_EQ(s.wire[0].cm[1].second[1], (std::pair<std::string, uint64_t>("REP", 2)));
+  const std::string json = StatusJson(s, "{}");
+  EXPECT_NE(json.find("\"cm\": {\"received\": {\"REQ\": 1, \"MRA\": 0, \"RTU\": 1}, \"sent\": {\"REQ\": 0, "
+                      "\"REP\": 2}, \"resent\": {\"REP\": 1}, \"dropped\": {\"DREQ\": 0}}}"),
             std::string::npos)
       << json;
 }
