@@ -4,7 +4,8 @@
 # Two namespaces joined by a veth pair (made here, removed at the end by the names chosen here);
 # in each pass, on the same link: qperf tcp_bw / tcp_lat (the peer), qperf udp_bw / udp_lat (the
 # floor: what UDP alone costs on this link), then perftest over softverbs0 across the namespaces:
-# ib_write_bw 1 MiB, ib_read_bw 1 MiB, ib_send_lat 8 B, ib_write_bw 64 B (message rate).
+# ib_write_bw 1 MiB, ib_send_bw -e 1 MiB (completion events, no spinning), ib_read_bw 1 MiB,
+# ib_send_lat 8 B, ib_write_bw 64 B (message rate).
 # CPU per GB is the user+system time of both processes (/usr/bin/time) per GB moved.
 #
 # Usage: bench/wire.sh [--build DIR] [--mtu N] [--passes N] [--out DIR]
@@ -57,13 +58,13 @@ qperf_run() {
 # perf_run <program> <size> <iterations> <port>: runs the pair; prints perftest's result row
 # followed by the CPU seconds of both sides and the bytes moved ("n/a" if the run failed).
 perf_run() {
-  local prog=$1 size=$2 iters=$3 port=$4 server
+  local prog=$1 size=$2 iters=$3 port=$4 extra=${5:-} server
   ip netns exec "$ns_a" timeout 60 /usr/bin/time -f '%U %S' -o "$tmp/cpu-s" "$prog" -d softverbs0 -x "$gid_a" \
-    -p "$port" -s "$size" -n "$iters" >"$tmp/server" 2>&1 &
+    -p "$port" -s "$size" -n "$iters" $extra >"$tmp/server" 2>&1 &
   server=$!
   sleep 0.5
   ip netns exec "$ns_b" timeout 60 /usr/bin/time -f '%U %S' -o "$tmp/cpu-c" "$prog" -d softverbs0 -x "$gid_b" \
-    -p "$port" -s "$size" -n "$iters" 10.79.0.1 >"$tmp/client" 2>&1
+    -p "$port" -s "$size" -n "$iters" $extra 10.79.0.1 >"$tmp/client" 2>&1
   wait "$server"
   local row cpu
   row=$(grep -E "^ +$size +[0-9]+ " "$tmp/client" | tail -1)
@@ -87,6 +88,10 @@ for pass in $(seq "$passes"); do
   row=$(perf_run ib_write_bw 1048576 1000 $((port + 1)))
   vals[write_bw]+="$(gbs "$(field 4 "$row")") "
   vals[write_cpu]+="$(cpu_per_gb "$row") "
+  # The same bytes as SENDs with completion events (-e) instead of spinning on the CQ: on two
+  # cores a spinning perftest holds one of them, which the receiver then lacks (README).
+  row=$(perf_run ib_send_bw 1048576 1000 $((port + 5)) -e)
+  vals[send_bw_e]+="$(gbs "$(field 4 "$row")") "
   row=$(perf_run ib_read_bw 1048576 500 $((port + 2)))
   vals[read_bw]+="$(gbs "$(field 4 "$row")") "
   row=$(perf_run ib_write_bw 64 100000 $((port + 3)))
@@ -106,6 +111,7 @@ mkdir -p "$out"
   echo "ib_write_bw 1MiB GB/s vs tcp_bw,$(m write_bw),$(m tcp_bw),$(ratio "$(m write_bw)" "$(m tcp_bw)"),udp_bw $(m udp_bw)"
   echo "ib_send_lat 8B avg us vs tcp_lat,$(m send_lat_avg),$(m tcp_lat),$(ratio "$(m send_lat_avg)" "$(m tcp_lat)"),udp_lat $(m udp_lat)"
   echo "ib_send_lat 8B typical us,$(m send_lat_typ),,,"
+  echo "ib_send_bw -e 1MiB GB/s vs tcp_bw,$(m send_bw_e),$(m tcp_bw),$(ratio "$(m send_bw_e)" "$(m tcp_bw)"),"
   echo "ib_read_bw 1MiB GB/s,$(m read_bw),$(m tcp_bw),$(ratio "$(m read_bw)" "$(m tcp_bw)"),"
   echo "ib_write_bw 64B Mmsg/s,$(m rate64),,,"
   echo "ib_write_bw 1MiB CPU s/GB (both sides),$(m write_cpu),,,"
