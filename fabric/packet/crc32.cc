@@ -88,7 +88,8 @@ SV_PCLMUL uint32_t FinishPclmul(__m128i x1, const uint8_t* p, size_t len) {
 
 // The same folding eight 128-bit lanes at a time in four 256-bit registers (VPCLMULQDQ, AVX2):
 // twice the multiplies per instruction, and measured twice the speed on the CI machines' EPYC,
-// where the 128-bit loop above is bound by the multiplier's throughput (8 vs 16 GB/s for 1 MiB).
+// where the 128-bit loop above is bound by the multiplier's throughput (8 GB/s; 14 GB/s for a 4 KiB
+// packet and 23 GB/s for 1 MiB with this one).
 // The four registers are folded across 32 bytes into one, its halves across 16, and the rest is
 // the 128-bit tail above. `len` is a multiple of 16, at least 128.
 #define SV_VPCLMUL __attribute__((target("pclmul,sse4.1,avx2,vpclmulqdq")))
