@@ -190,20 +190,7 @@ void Requester::CarryQueued() {
   while (i < queue_.size() && !stopped_ && i < kMaxInFlight) {
     Pending& p = queue_[i];
     const bool sliced = Sliced(p), resume = p.in_flight;
-    if (!resume) {
-      if (p.due > Clock::now()) return;
-      if (!sliced && i > 0 && psns + p.packets > kMaxInFlightPsns) return;  // the oldest always goes
-      // IBA 9.7.5.1.4 / rxe's req rd_atomic: at most max_rd_atomic READs and atomics outstanding.
-      // The responder keeps that many to answer their duplicates; a READ carried beyond them
-      // pushed an older one's out, and once that older one's response was lost, its retries
-      // were dropped as duplicates with no resource until IBV_WC_RETRY_EXC_ERR.
-      if (WritesLocal(p.wr.opcode) && rd_atomic >= std::max<uint32_t>(config_.max_rd_atomic, 1)) return;
-      const bool local_op = p.wr.opcode == WrOpcode::kDriver1 || p.wr.opcode == WrOpcode::kBindMw ||
-                            p.wr.opcode == WrOpcode::kLocalInv;
-      // Completions come in order (IBA 10.8.x): an operation that completes at once -- a local
-      // one, or one for this host's fabric -- waits until nothing before it is in flight.
-      if (i > 0 && (local_op || OnHost(p.wr))) return;
-    }
+    if (!resume && !MayStart(p, i, psns, rd_atomic)) return;
     if (sliced && psns >= kMaxInFlightPsns) return;  // the window is full until an ACK comes
     const uint32_t budget = sliced ? static_cast<uint32_t>(kMaxInFlightPsns - psns) : UINT32_MAX;
     // A head whose last attempt got no answer has waited its timeout: the completer decides
@@ -228,6 +215,21 @@ void Requester::CarryQueued() {
     if (!Settle(p, v)) return;
     queue_.pop_front();
   }
+}
+
+bool Requester::MayStart(const Pending& p, size_t i, uint64_t psns, uint32_t rd_atomic) const {
+  if (p.due > Clock::now()) return false;
+  if (!Sliced(p) && i > 0 && psns + p.packets > kMaxInFlightPsns) return false;  // the oldest always goes
+  // IBA 9.7.5.1.4 / rxe's req rd_atomic: at most max_rd_atomic READs and atomics outstanding.
+  // The responder keeps that many to answer their duplicates; a READ carried beyond them
+  // pushed an older one's out, and once that older one's response was lost, its retries
+  // were dropped as duplicates with no resource until IBV_WC_RETRY_EXC_ERR.
+  if (WritesLocal(p.wr.opcode) && rd_atomic >= std::max<uint32_t>(config_.max_rd_atomic, 1)) return false;
+  const bool local_op = p.wr.opcode == WrOpcode::kDriver1 || p.wr.opcode == WrOpcode::kBindMw ||
+                        p.wr.opcode == WrOpcode::kLocalInv;
+  // Completions come in order (IBA 10.8.x): an operation that completes at once -- a local
+  // one, or one for this host's fabric -- waits until nothing before it is in flight.
+  return i == 0 || !(local_op || OnHost(p.wr));
 }
 
 bool Requester::Sliced(const Pending& p) const {

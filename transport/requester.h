@@ -123,6 +123,9 @@ class Requester final : private ReplySink {
   void RunQueue();
   // Carries queued work requests from the first not in flight on, while the window allows.
   void CarryQueued();
+  // Whether `p`, not carried yet and at queue position `i`, may start now, with `psns` PSNs and
+  // `rd_atomic` READs/atomics of those before it outstanding.
+  bool MayStart(const Pending& p, size_t i, uint64_t psns, uint32_t rd_atomic) const;
   // Applies a verdict about the queue's head; false if the queue must wait.
   bool Settle(Pending& head, const Completer::Verdict& v);
   // Go-back-N (IBA 9.7.6.1.3): nothing is in flight any more; everything is carried again, with
