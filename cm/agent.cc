@@ -1,11 +1,15 @@
 #include "cm/agent.h"
 
+#include <netinet/in.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <random>
 
 #include "base/log.h"
+#include "cm/address.h"
+#include "cm/service.h"
 
 namespace softverbs::cm {
 
@@ -252,6 +256,16 @@ void Agent::OnRequest(const mad::Mad& m, const Gid& sgid, const Gid& dgid) {
     counters_.dispatched.fetch_add(1, std::memory_order_relaxed);
     return;
   }
+  if (hdr.ok() && port != 0 && BoundOnThisHost(hdr->dst, port)) {
+    // Another process of this host holds the port (a port's UDP group has several members and
+    // the kernel chose this one): answering REJ 8 for it would refuse a connection its listener
+    // would take. Dropped; the sender's REQ timer sends it again (forwarding it to the owner is
+    // the designed next step, docs/cm.md, Dispatch).
+    counters_.unowned.fetch_add(1, std::memory_order_relaxed);
+    SV_LOG(kInfo, "rdma_cm: %s for port %u: another process of this host holds the port (dropped; the "
+           "sender sends it again)", req ? "REQ" : "SIDR_REQ", port);
+    return;
+  }
   SV_LOG(kInfo, "rdma_cm: %s for service ID 0x%016llx: nobody listens (answered as the kernel does)",
          req ? "REQ" : "SIDR_REQ", static_cast<unsigned long long>(service_id));
   mad::Mad answer;
@@ -271,6 +285,22 @@ void Agent::OnRequest(const mad::Mad& m, const Gid& sgid, const Gid& dgid) {
     answer.body = rep;
   }
   Answer(answer, sgid, dgid);
+}
+
+bool Agent::BoundOnThisHost(const Gid& address, uint16_t port) {
+  sockaddr_storage dst{};
+  static constexpr uint8_t kV4Mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  if (memcmp(address.data(), kV4Mapped, sizeof kV4Mapped) == 0) {
+    auto* in = reinterpret_cast<sockaddr_in*>(&dst);
+    in->sin_family = AF_INET;
+    memcpy(&in->sin_addr, address.data() + 12, 4);
+  } else {
+    auto* in6 = reinterpret_cast<sockaddr_in6*>(&dst);
+    in6->sin6_family = AF_INET6;
+    memcpy(&in6->sin6_addr, address.data(), 16);
+  }
+  SetPort(&dst, port);
+  return ServiceBound(reinterpret_cast<const sockaddr*>(&dst));
 }
 
 void Agent::Answer(const mad::Mad& m, const Gid& sgid, const Gid& dgid) {

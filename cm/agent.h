@@ -121,6 +121,8 @@ class Agent {
   };
   void OnRequest(const mad::Mad& m, const Gid& sgid, const Gid& dgid);  // under mu_
   void Answer(const mad::Mad& m, const Gid& sgid, const Gid& dgid);     // sends `m` back
+  // Whether an identifier of this host (any process of this user) holds `port` of `address`.
+  static bool BoundOnThisHost(const Gid& address, uint16_t port);
   Status Send(const Gid& sgid, const Gid& dgid, std::span<const uint8_t> mad);
   void CountByType(ByType& counters, std::span<const uint8_t> mad);
 

@@ -4,11 +4,15 @@
 #include "cm/agent.h"
 
 #include <arpa/inet.h>
+#include <netinet/in.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 
 #include <cstring>
 #include <set>
+
+#include "cm/address.h"
+#include "cm/service.h"
 
 namespace softverbs::cm {
 namespace {
@@ -116,6 +120,28 @@ TEST_F(AgentTest, ReqForNobodyIsRejectedWithReason8) {
   EXPECT_EQ(sent_[0].sgid, local_);  // back from where it arrived, to its sender
   EXPECT_EQ(sent_[0].dgid, peer_);
   EXPECT_EQ(agent_.counters().answered.load(), 1u);
+}
+
+TEST_F(AgentTest, ReqForAPortAnotherProcessHoldsIsDroppedNotRejected) {
+  // The address's UDP group gave this process a REQ for a port another identifier of the host
+  // holds (a listener in a process that does not receive it, or one about to listen): REJ 8
+  // would refuse a connection that listener takes. Dropped and counted; the sender repeats it.
+  sockaddr_storage held{};
+  auto* in = reinterpret_cast<sockaddr_in*>(&held);
+  in->sin_family = AF_INET;
+  inet_pton(AF_INET, "10.78.0.1", &in->sin_addr);
+  SetPort(&held, 7002);
+  auto bound = BindService(&held, false);
+  ASSERT_TRUE(bound.ok()) << bound.status().rule();
+  agent_.OnMad(Req("10.78.0.1", 7002), peer_, local_);
+  EXPECT_TRUE(sent_.empty());
+  EXPECT_EQ(agent_.counters().unowned.load(), 1u);
+  EXPECT_EQ(agent_.counters().answered.load(), 0u);
+  // Once the port is free again, the kernel's answer: REJ 8.
+  bound->reset();
+  agent_.OnMad(Req("10.78.0.1", 7002), peer_, local_);
+  ASSERT_EQ(sent_.size(), 1u);
+  EXPECT_TRUE(std::holds_alternative<mad::Rej>(sent_[0].mad.body));
 }
 
 TEST_F(AgentTest, ReqGoesToTheExactListenerBeforeTheWildcard) {
