@@ -5,6 +5,7 @@
 
 #include "base/log.h"
 #include "core/context.h"
+#include "core/cq_moderation.h"
 #include "core/device_limits.h"
 #include "core/qp.h"
 #include "transport/key_table.h"
@@ -112,6 +113,9 @@ Result<std::unique_ptr<Cq>> Cq::Create(Context& context, int cqe, CompChannel* c
   ring->channel_tag = channel ? channel->tag() : 0;
   ring->stamp = stamp;
   ring->entries = *entries;
+  ring->mod_count = ring->mod_period_us = 0;
+  ring->mod_pending = 0;
+  ring->timer_fd = -1;
   std::unique_ptr<Cq> cq(new Cq(context, context.NewHandle(), channel, local, *ring_ref, std::move(quota.value())));
   if (channel != nullptr) channel->Attach(cq.get());
   return cq;
@@ -123,6 +127,7 @@ Cq::Cq(Context& context, uint32_t handle, CompChannel* channel, fabric::LocalPro
       quota_(std::move(quota)) {}
 
 Cq::~Cq() {
+  if (timer_ != nullptr) timer_->Remove(this);
   DetachFromChannel();
   CqRing& r = ring();
   {
@@ -231,10 +236,10 @@ void Cq::ScatterLanding(const CqEntry& entry, Completion* c) {
   for (uint32_t i = 0; placed && i < entry.landing_pieces && i < transport::kLandingPieces; ++i) {
     const transport::LandingPiece& p = entry.piece[i];
     transport::KeyView k;
-    // Never an indirect key: a receive through one is copied by the sender, not landed
+    // Never an indirect or null key: a receive through one is copied by the sender, not landed
     // (transport/responder.cc), so one here would be a slot reused since -- a lost MR.
     placed = transport::KeyPin::Peek(local_->registry(), p.lkey, &k) && k.owner_process_slot() == local_->slot() &&
-             !k.indirect() && !k.window() && (k.access & access::kLocalWrite) && transport::RangeWithin(k.addr, k.length, p.addr, p.length) &&
+             !k.indirect() && !k.window() && !k.null_key() && (k.access & access::kLocalWrite) && transport::RangeWithin(k.addr, k.length, p.addr, p.length) &&
              p.length <= static_cast<uint64_t>(end - from) &&
              transport::OnDemandPresent(local_->registry(), k, p.addr, p.length, true);
     if (placed) {
@@ -315,6 +320,66 @@ Status Cq::RequestNotify(bool solicited_only) {
   // Arming for "next" is stronger than "solicited" and stays so until an event fires.
   if (r.arm != kCqArmNext) r.arm = solicited_only ? kCqArmSolicited : kCqArmNext;
   return Status::Ok();
+}
+
+Status Cq::Moderate(uint32_t count, uint32_t period_us) {
+  if (count > DeviceLimits::kMaxCqModCount)
+    return Invalid("cq_count " + std::to_string(count) + " exceeds cq_mod_caps.max_cq_count " +
+                   std::to_string(DeviceLimits::kMaxCqModCount));
+  if (period_us > DeviceLimits::kMaxCqModPeriodUs)
+    return Invalid("cq_period " + std::to_string(period_us) + " us exceeds cq_mod_caps.max_cq_period " +
+                   std::to_string(DeviceLimits::kMaxCqModPeriodUs) + " (mlx5_ib_modify_cq: EINVAL)");
+  if (period_us != 0 && timer_ == nullptr) {
+    auto timer = CqModerationTimer::Get(*local_);
+    if (!timer.ok()) return timer.status();
+    timer_ = *timer;
+  }
+  CqRing& r = ring();
+  int fd = -1;
+  {
+    fabric::RobustLock lock(r.lock);
+    r.mod_count = static_cast<uint16_t>(count);
+    r.mod_period_us = static_cast<uint16_t>(period_us);
+    if (timer_ != nullptr) {
+      r.timer_fd = timer_->fd();
+      r.timer_tag = timer_->tag();
+    }
+    // An event already waiting whose new limits are met (or gone) fires now rather than at a
+    // completion that may never come; a new period is counted from the first completion.
+    const bool met = (count <= 1 && period_us == 0) || (count != 0 && r.mod_pending >= count);
+    if (r.arm != transport::kCqArmNone && r.mod_pending > 0 && met) {
+      r.arm = transport::kCqArmNone;
+      r.mod_pending = 0;
+      if (r.channel_fd >= 0) {
+        r.fired.store(1, std::memory_order_release);
+        fd = r.channel_fd;
+      }
+    }
+  }
+  if (fd >= 0) EventFd::SignalFd(fd);
+  if (timer_ != nullptr) timer_->Add(this);  // wakes it: a waiting period may have changed
+  return Status::Ok();
+}
+
+uint64_t Cq::FireIfDue(uint64_t now) {
+  CqRing& r = ring();
+  int fd = -1;
+  {
+    fabric::RobustLock lock(r.lock);
+    if (r.arm == transport::kCqArmNone || r.mod_pending == 0) return 0;
+    // A wait without a period (it was turned off meanwhile) ends with its count only.
+    if (r.mod_period_us == 0) return 0;
+    const uint64_t due = r.mod_first_ns + r.mod_period_us * 1000ull;
+    if (now < due) return due;
+    r.arm = transport::kCqArmNone;
+    r.mod_pending = 0;
+    if (r.channel_fd >= 0) {
+      r.fired.store(1, std::memory_order_release);
+      fd = r.channel_fd;
+    }
+  }
+  if (fd >= 0) EventFd::SignalFd(fd);
+  return 0;
 }
 
 void Cq::CountEvent() {

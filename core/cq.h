@@ -27,6 +27,7 @@ using transport::CqRing;
 
 class Context;
 class Cq;
+class CqModerationTimer;
 class Qp;
 
 class CompChannel {
@@ -102,6 +103,14 @@ class Cq {
   // ibv_req_notify_cq(3).
   Status RequestNotify(bool solicited_only);
 
+  // ibv_modify_cq(3) with IBV_CQ_MODERATE: the channel's event waits for `count` completions or
+  // `period_us` after the first of them (0: that limit is off; both 0: no moderation). Above
+  // cq_mod_caps (core/cq_moderation.h) EINVAL, as mlx5_ib_modify_cq.
+  Status Moderate(uint32_t count, uint32_t period_us);
+  // The moderation timer's check (core/cq_moderation.h): fires the event if the period of a
+  // waiting one ended by `now` (DeviceClockNow); returns when it ends otherwise, 0 if none waits.
+  uint64_t FireIfDue(uint64_t now);
+
   // ibv_destroy_cq: no event for this CQ is returned by the channel after this.
   void DetachFromChannel();
 
@@ -141,6 +150,7 @@ class Cq {
   uint64_t events_ = 0;
   uint64_t acked_ = 0;
   void* user_handle_ = nullptr;
+  CqModerationTimer* timer_ = nullptr;  // set once a period was asked for
 };
 
 }  // namespace softverbs::core

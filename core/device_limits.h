@@ -47,6 +47,10 @@ struct DeviceLimits {
   static constexpr uint64_t kMaxMrSize = 1ull << 47;  // the x86-64 user address space
   // ibv_alloc_dm (core/dm.h): one allocation, a memfd of its own. ConnectX-6's MEMIC size.
   static constexpr uint64_t kMaxDmSize = 256 * 1024;
+  // ibv_modify_cq moderation (cq_mod_caps; core/cq_moderation.h): mlx5's, a 16-bit count
+  // (MLX5_MAX_CQ_COUNT) and a 12-bit period in microseconds (MLX5_MAX_CQ_PERIOD).
+  static constexpr uint32_t kMaxCqModCount = 0xffff;
+  static constexpr uint32_t kMaxCqModPeriodUs = 0xfff;
   static constexpr uint64_t kPageSizeCap = 0xfffff000;  // 4 KiB and larger pages
   static constexpr uint32_t kMaxMsgSize = 1u << 31;      // IBA: 2^31 bytes per message
   // Port 1.

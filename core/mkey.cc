@@ -55,6 +55,7 @@ Result<std::vector<uint8_t>> Mkey::BuildUmr(const Pd& qp_pd, uint32_t access, bo
     if (!transport::KeyPin::Peek(registry, e.lkey, &k)) return Invalid(which + " names no memory region");
     if (k.indirect()) return Invalid(which + " is an indirect mkey: layouts point at MRs");
     if (k.window()) return Invalid(which + " is a memory window: layouts point at MRs");
+    if (k.null_key()) return Invalid(which + " is a null MR: layouts point at MRs with memory");
     if (k.owner_process_slot() != pd_->context().local().slot() || k.pd != pd_->host_id())
       return Invalid(which + " is not an MR of the mkey's PD");
     // The last byte the entry reaches: repetition repeat_count - 1 at addr + r * (count + skip).

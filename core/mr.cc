@@ -11,6 +11,7 @@
 #include "core/device_limits.h"
 #include "transport/host/registration_backing.h"
 #include "transport/key_table.h"
+#include "transport/null_key.h"
 #include "transport/window_key.h"
 #include "fabric/host/process_token.h"
 
@@ -100,6 +101,22 @@ Result<std::unique_ptr<Mr>> Mr::Register(Pd& pd, const MrLayout& layout) {
   return mr;
 }
 
+Result<std::unique_ptr<Mr>> Mr::AllocateNull(Pd& pd) {
+  auto region = transport::NullRegion();
+  if (!region.ok()) return region.status();
+  auto key = transport::AllocateKey(pd.context().registry());
+  if (!key.ok()) return key.status();
+  pd.users().Acquire();
+  MrLayout layout;
+  layout.addr = layout.iova = *region;
+  layout.length = 2 * transport::kNullChunk;
+  layout.access = access::kLocalWrite;  // an lkey that SGEs of receives and READs may name too
+  layout.null_mr = true;
+  std::unique_ptr<Mr> mr(new Mr(pd, layout, key->slot, key->key, std::nullopt));
+  mr->Publish();
+  return mr;
+}
+
 std::optional<fabric::SharedBacking> Mr::BackingOf(fabric::HostRegistry& registry, const MrLayout& layout) {
   // An ODP MR (implicit ones too) follows the owner's address space as it is at each access,
   // never a file mapped through it at registration (which would outlive an munmap) -- and its
@@ -116,7 +133,8 @@ void Mr::Publish() {
   if (backing_) fabric::PublishBacking(pd_->context().registry(), slot_, key_, *backing_);
   // The optional access bits are hints (core/types.h) that the data path never reads; the key
   // table keeps the rest, and the bits above them mark special keys (transport/key_table.h).
-  const uint32_t published = (layout_.access & ~access::kOptionalRange) | (backing_ ? transport::kSharedBacking : 0);
+  const uint32_t published = (layout_.access & ~access::kOptionalRange) | (backing_ ? transport::kSharedBacking : 0) |
+                             (layout_.null_mr ? transport::kNullKey : 0);
   PublishKey(pd_->context().registry(), slot_,
              KeyView{key_, published, pd_->host_id(), layout_.addr, layout_.length, layout_.iova});
 }
@@ -156,6 +174,7 @@ Mr::~Mr() {
 Status Mr::Reregister(uint32_t flags, Pd* new_pd, const MrLayout& layout) {
   if (flags == 0 || (flags & ~rereg::kAll)) return Invalid("flags must be a non-empty set of IBV_REREG_MR_*");
   if (layout_.device_memory) return Invalid("an MR of device memory is not re-registered (ibv_reg_dm_mr has no rereg)");
+  if (layout_.null_mr) return Invalid("a null MR has no memory to re-register (ibv_alloc_null_mr(3))");
   if ((flags & rereg::kChangePd) && new_pd == nullptr) return Invalid("IBV_REREG_MR_CHANGE_PD with a NULL pd");
   if ((flags & rereg::kChangePd) && &new_pd->context() != &pd_->context())
     return Invalid("IBV_REREG_MR_CHANGE_PD with a PD of another context");

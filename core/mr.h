@@ -19,6 +19,7 @@ struct MrLayout {
   uint64_t iova = 0;    // the address remote peers use (== addr unless ibv_reg_mr_iova2)
   uint32_t access = 0;  // core::access bits
   bool device_memory = false;  // ibv_reg_dm_mr: `addr` is inside a DeviceMemory (core/dm.h)
+  bool null_mr = false;  // ibv_alloc_null_mr: `addr` is this process's null region (transport/null_key.h)
 };
 
 // ibv_rereg_mr flags (enum ibv_rereg_mr_flags).
@@ -55,6 +56,9 @@ Status AdviseMr(Pd& pd, uint32_t advice, uint32_t flags, const AdviseRange* rang
 class Mr {
  public:
   static Result<std::unique_ptr<Mr>> Register(Pd& pd, const MrLayout& layout);
+  // ibv_alloc_null_mr(3): an MR of `pd` whose lkey reads zeros and discards writes, for any
+  // address and length, and which has no rkey (remote accesses through its key are refused).
+  static Result<std::unique_ptr<Mr>> AllocateNull(Pd& pd);
   ~Mr();
 
   // ibv_rereg_mr: changes translation, PD and/or access and keeps the keys.

@@ -86,19 +86,21 @@ Status CheckSendOps(const QpInitAttributes& a) {
   if (ops & ~kKnown) return Invalid("send_ops_flags has unknown bits");
   if ((ops & kTso) && a.type != QpType::kRawPacket)
     return Invalid("IBV_QP_EX_WITH_TSO applies to IBV_QPT_RAW_PACKET QPs only");
-  if (ops & kAtomicWrite) return NotSupported("IBV_QP_EX_WITH_ATOMIC_WRITE: ATOMIC WRITE is not offered");
   uint64_t allowed = 0;
   switch (TransportTypeOf(a.type, a.dc.role)) {  // IBA table 38: the operations of each service type
+    // ATOMIC WRITE (IBA 1.5 9.4.6) is an RC operation, as rxe offers it.
     case QpType::kRc: allowed = kRdmaWrite | kRdmaWriteWithImm | kSend | kSendWithImm | kRdmaRead |
-                                kAtomicCmpSwp | kAtomicFetchAdd | kLocalInv | kBindMw | kSendWithInv; break;
+                                kAtomicCmpSwp | kAtomicFetchAdd | kLocalInv | kBindMw | kSendWithInv |
+                                kAtomicWrite; break;
     // ibv_bind_mw(3): binds on UC, RC (and XRC_SEND); SEND_WITH_INV is RC's (IBA 9.4).
     case QpType::kUc: allowed = kRdmaWrite | kRdmaWriteWithImm | kSend | kSendWithImm | kLocalInv | kBindMw; break;
     case QpType::kUd: allowed = kSend | kSendWithImm; break;
     case QpType::kRawPacket: allowed = kSend | kTso; break;  // a frame per SEND, segments per TSO
     default: break;
   }
-  // A DCI's requests go to many DCTs: windows are bound and invalidated on RC and UC QPs only.
-  if (a.dc.role != DcRole::kNone) allowed &= ~(kLocalInv | kBindMw | kSendWithInv);
+  // A DCI's requests go to many DCTs: windows are bound and invalidated on RC and UC QPs only;
+  // ATOMIC WRITE is offered on RC QPs, as rxe (which has no DC) does.
+  if (a.dc.role != DcRole::kNone) allowed &= ~(kLocalInv | kBindMw | kSendWithInv | kAtomicWrite);
   if (ops & ~allowed)
     return Invalid(std::string(QpTypeName(a.type)) + " QPs do not offer send_ops_flags " + Hex(ops & ~allowed));
   return Status::Ok();

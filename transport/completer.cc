@@ -22,6 +22,7 @@ uint32_t WcOpcode(WrOpcode op) {
     case WrOpcode::kRdmaRead: return wc_opcode::kRdmaRead;
     case WrOpcode::kAtomicCmpSwp: return wc_opcode::kCompSwap;
     case WrOpcode::kAtomicFetchAdd: return wc_opcode::kFetchAdd;
+    case WrOpcode::kAtomicWrite: return wc_opcode::kAtomicWrite;
     case WrOpcode::kBindMw: return wc_opcode::kBindMw;
     case WrOpcode::kLocalInv: return wc_opcode::kLocalInv;
     case WrOpcode::kDriver1: return wc_opcode::kDriver1;  // MLX5DV_WC_UMR (mlx5dv_wr_post(3))

@@ -68,6 +68,16 @@ struct CqRing {
   uint32_t stamp;                 // CqStamp bits
   uint64_t channel_tag;           // names this incarnation of channel_fd (fabric::LocalProcess::NewFdTag)
   fabric::SharedRef entries;
+  // ibv_modify_cq(3) moderation (the owner sets it; 0 and 0: none): the event of an armed CQ
+  // waits for `mod_count` completions or `mod_period_us` after the first of them. A producer
+  // whose completion starts such a wait signals the owner's timer (`timer_fd`), which fires the
+  // event when the period ends (core/cq_moderation.h). Written by producers only when moderated.
+  uint16_t mod_count;
+  uint16_t mod_period_us;
+  uint32_t mod_pending;   // completions that would have fired the arming since it was last fired
+  uint64_t mod_first_ns;  // DeviceClockNow() of the first of them
+  int32_t timer_fd;       // the owner's moderation timer eventfd, or -1
+  uint64_t timer_tag;
   // What the owner's poll reads, on one line: the producers' tail, and whether a QP completing
   // here has an error to apply (ERR and its flushes: applied at the owner's next poll, so a
   // consumer that only polls sees the flushes) or the ring overran (IBV_EVENT_CQ_ERR).
@@ -82,6 +92,26 @@ struct PushOutcome {
   int notify_fd = -1;   // the owner's channel eventfd to signal, or -1
   uint64_t notify_tag = 0;
 };
+
+// ibv_modify_cq(3) / mlx5 CQ moderation, for a completion that would fire the arming (ring
+// locked): true while the event must wait -- fewer than mod_count completions (0: no count
+// limit) since the first, and less than mod_period_us since it (0: no time limit). With neither
+// limit set the event fires at once. The completion that starts a timed wait wakes the owner's
+// timer through `out` (the channel is signalled later, by the timer or by the count).
+inline bool ModerationHolds(CqRing& ring, PushOutcome* out) {
+  if (ring.mod_count <= 1 && ring.mod_period_us == 0) return false;
+  const uint64_t now = DeviceClockNow();
+  if (ring.mod_pending++ == 0) {
+    ring.mod_first_ns = now;
+    if (ring.mod_period_us != 0 && ring.timer_fd >= 0) {
+      out->notify_fd = ring.timer_fd;
+      out->notify_tag = ring.timer_tag;
+    }
+  }
+  const bool count_met = ring.mod_count != 0 && ring.mod_pending >= ring.mod_count;
+  const bool period_met = ring.mod_period_us != 0 && now - ring.mod_first_ns >= ring.mod_period_us * 1000ull;
+  return !(count_met || period_met);
+}
 
 // Adds `c` with `landing` bytes (ring locked by the caller; `entries` is the resolved array).
 // `fill` may write the entry's landing fields; it runs only if there is room.
@@ -109,7 +139,9 @@ PushOutcome CqRingPushLocked(CqRing& ring, CqEntry* entries, const Completion& c
   // ibv_req_notify_cq(3): solicited-only arming fires for solicited completions and for every
   // completion with an error status; an arming fires once.
   if (ring.arm == kCqArmNext || (ring.arm == kCqArmSolicited && (c.solicited || c.status != 0))) {
+    if (ModerationHolds(ring, &out)) return out;
     ring.arm = kCqArmNone;
+    ring.mod_pending = 0;
     if (ring.channel_fd >= 0) {
       ring.fired.store(1, std::memory_order_release);
       out.notify_fd = ring.channel_fd;

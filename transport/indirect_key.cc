@@ -1,5 +1,6 @@
 #include "transport/indirect_key.h"
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -49,6 +50,17 @@ void PinnedPieces::Clear() {
   more_pins_.clear();
 }
 
+bool AddNullPieces(const KeyView& k, uint64_t use, const KeyRule& rule, PinnedPieces* out) {
+  if (rule.remote) return false;  // ibv_alloc_null_mr(3): "the MR is not exposed as an rkey"
+  const uint64_t chunk = rule.writes ? k.addr + kNullChunk : k.addr;
+  for (uint64_t left = use; left > 0;) {
+    const uint64_t n = std::min(left, kNullChunk);
+    out->Add({reinterpret_cast<void*>(chunk), n});
+    left -= n;
+  }
+  return true;
+}
+
 bool ResolveIndirect(fabric::HostRegistry& registry, const KeyView& k, const void* layout, uint64_t addr,
                      uint64_t length, uint64_t use, const KeyRule& rule, PinnedPieces* out) {
   // The key is pinned: its owner cannot rewrite the layout until the pin is released.
@@ -76,7 +88,7 @@ bool ResolveIndirect(fabric::HostRegistry& registry, const KeyView& k, const voi
     // The underlying MR is the owner's, in the mkey's PD, direct (no nesting), writable if the
     // access writes, and holds the piece.
     const KeyView& u = pin->view();
-    if (u.indirect() || u.window() || u.owner_process_slot() != rule.owner_slot || u.pd != rule.pd ||
+    if (u.indirect() || u.window() || u.null_key() || u.owner_process_slot() != rule.owner_slot || u.pd != rule.pd ||
         (rule.writes && !(u.access & 1u /* IBV_ACCESS_LOCAL_WRITE */)) || !KeyCovers(u, piece_addr, piece_length) ||
         !OnDemandPresent(registry, u, u.addr + (piece_addr - u.iova), piece_length, rule.writes)) {
       ok = false;

@@ -139,6 +139,11 @@ bool ResolveKey(fabric::HostRegistry& registry, uint32_t key, uint64_t addr, uin
 bool ResolveIndirect(fabric::HostRegistry& registry, const KeyView& k, const void* layout, uint64_t addr,
                      uint64_t length, uint64_t use, const KeyRule& rule, PinnedPieces* out);
 
+// The null half of ResolveKey (ibv_alloc_null_mr(3)): any range, local only ("only the lkey is
+// valid"); reads come from the owner's zero chunk, writes go to its discard chunk, in pieces of
+// at most kNullChunk. False for a remote access.
+bool AddNullPieces(const KeyView& k, uint64_t use, const KeyRule& rule, PinnedPieces* out);
+
 template <typename LayoutAt>
 bool ResolveKey(fabric::HostRegistry& registry, uint32_t key, uint64_t addr, uint64_t length, uint64_t use,
                 const KeyRule& rule, LayoutAt&& layout_at, PinnedPieces* out) {
@@ -146,7 +151,9 @@ bool ResolveKey(fabric::HostRegistry& registry, uint32_t key, uint64_t addr, uin
   if (!pin) return false;
   const KeyView& k = pin.view();
   if (!KeyAdmits(k, rule)) return false;
-  if (k.indirect()) {
+  if (k.null_key()) {
+    if (!AddNullPieces(k, use, rule, out)) return false;
+  } else if (k.indirect()) {
     const void* layout = layout_at(k.layout());
     if (layout == nullptr || !ResolveIndirect(registry, k, layout, addr, length, use, rule, out)) return false;
   } else {

@@ -23,6 +23,13 @@ inline constexpr uint32_t kIndirectKey = 1u << 31;
 // segment that peers may map too: a BackingRecord in the key slot's side record says how
 // (fabric/host/shared_backing.h, transport/host/mapped_copy.h). No ibv_access_flags bit uses it.
 inline constexpr uint32_t kSharedBacking = 1u << 29;
+// Set in a key's access bits for a null MR's key (ibv_alloc_null_mr(3)): "A null MR discards all
+// data written to it, and always returns 0 on read. It has the maximum length and only the lkey
+// is valid". Its `addr` is the owner's null region (transport/null_key.h): kNullChunk bytes that
+// read as zeros, then kNullChunk bytes that swallow writes. No ibv_access_flags bit it keeps uses
+// it (bit 28 is in the optional range, which the key table never holds).
+inline constexpr uint32_t kNullKey = 1u << 28;
+inline constexpr uint64_t kNullChunk = 1ull << 20;
 // Set in a KeyView's access bits for a memory window's key (transport/window_key.h): a range of
 // an MR of the owner, for remote access only (IBA 10.6.7).
 inline constexpr uint32_t kWindowKey = 1u << 30;
@@ -45,6 +52,7 @@ struct KeyView {
   // IBV_ACCESS_ON_DEMAND: the pages are not pinned; each access finds them (OnDemandPresent).
   bool on_demand() const { return (access & access_bit::kOnDemand) != 0; }
   bool window() const { return (access & kWindowKey) != 0; }
+  bool null_key() const { return (access & kNullKey) != 0; }
   bool qp_bound() const { return window() && (pd & kQpBound) != 0; }
   uint32_t bound_qpn() const { return static_cast<uint32_t>(pd) & 0xffffff; }
   fabric::SharedRef layout() const {

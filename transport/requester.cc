@@ -53,7 +53,9 @@ Status Requester::Check(const SendWr& wr, uint32_t qp_state) const {
   if (qp_state < kRts) return Invalid("the QP must be in RTS to post sends (IBA 10.8.2)");
   if (wr.num_sge > config_.max_send_sge)
     return Invalid("num_sge " + std::to_string(wr.num_sge) + " exceeds max_send_sge " + std::to_string(config_.max_send_sge));
-  if ((wr.flags & send_flag::kInline) && CarriesData(wr.opcode) && wr.inline_length > config_.max_inline)
+  // (ATOMIC WRITE's 8 bytes travel in the WQE whatever max_inline_data is, as rxe's atomic_wr.)
+  if ((wr.flags & send_flag::kInline) && CarriesData(wr.opcode) && wr.opcode != WrOpcode::kAtomicWrite &&
+      wr.inline_length > config_.max_inline)
     return Invalid("inline data of " + std::to_string(wr.inline_length) + " bytes exceeds max_inline_data " +
                    std::to_string(config_.max_inline));
   switch (wr.opcode) {
@@ -84,7 +86,14 @@ Status Requester::Check(const SendWr& wr, uint32_t qp_state) const {
       if (type != kRc || config_.dc_initiator) return Invalid("SEND_WITH_INV is an RC operation (IBA 9.4)");
       return Status::Ok();
     case WrOpcode::kAtomicWrite:
-      return NotSupported("ATOMIC WRITE is not offered");
+      // IBA 1.5 9.4.6: an RC operation of exactly 8 bytes. Same host only: the guest kernel's
+      // rxe (6.1) does not parse opcode 0x1D, so it is not sent on the wire.
+      if (type != kRc || config_.dc_initiator) return Invalid("ATOMIC WRITE is an RC operation (IBA 1.5 9.4.6)");
+      if (!config_.dest_on_host)
+        return NotSupported("ATOMIC WRITE to another host: the wire peer (rxe of Linux 6.1) has no opcode 0x1D");
+      if ((wr.flags & send_flag::kInline) && wr.inline_length != 8)
+        return Invalid("ATOMIC WRITE carries exactly 8 bytes, not " + std::to_string(wr.inline_length));
+      return Status::Ok();
     case WrOpcode::kDriver1:
       // mlx5dv_wr_post(3) lists mlx5dv_wr_mr_interleaved / mlx5dv_wr_mr_list under "RC QPs".
       if (!wr.umr)
@@ -423,7 +432,7 @@ uint32_t Requester::GatherLocal(const SendWr& wr, PinnedPieces& pieces, uint64_t
   }
   if (*total > (1ull << 31)) return wc_status::kLocLenErr;  // IBA: 2^31 bytes per message
   // The local buffer of an atomic is the 8-byte original value (IBA 9.4.5).
-  if (IsAtomic(wr.opcode) && *total != 8) return wc_status::kLocLenErr;
+  if ((IsAtomic(wr.opcode) || wr.opcode == WrOpcode::kAtomicWrite) && *total != 8) return wc_status::kLocLenErr;
   // A UD message fits one packet: at most the path MTU (IBA 9.6.3).
   if (config_.completer.type == kUd && *total > config_.path_mtu) return wc_status::kLocLenErr;
   return wc_status::kSuccess;

@@ -145,6 +145,8 @@ uint64_t CompareSwap(uint64_t value, const void* arg) {
 
 uint64_t FetchAdd(uint64_t value, const void* arg) { return value + static_cast<const Request*>(arg)->compare_add; }
 
+uint64_t StoreValue(uint64_t, const void* arg) { return *static_cast<const uint64_t*>(arg); }
+
 }  // namespace
 
 bool Responder::Admits(const TargetQp& t, const Request& r) {
@@ -178,6 +180,8 @@ Reply Responder::Execute(const TargetQp& t, const Request& r, const uint8_t* grh
     case WrOpcode::kAtomicCmpSwp:
     case WrOpcode::kAtomicFetchAdd:
       return Atomic(t, r);
+    case WrOpcode::kAtomicWrite:
+      return AtomicWrite(t, r);
     default:
       FailTarget(t);  // an opcode no responder executes: invalid request (IBA 9.7.5.2.2)
       return Reply::Of(ReplyCode::kInvalidRequest);
@@ -465,8 +469,10 @@ ReplyCode Responder::Scatter(const TargetQp& t, const TakenWqe& w, uint64_t skip
     }
     KeyView k;
     if (!KeyPin::Peek(t.registry(), s.lkey, &k)) return ReplyCode::kRemoteOp;
-    if (k.indirect()) {
-      out->indirect = true;  // checked when scattered for real (never landed)
+    if (k.indirect() || k.null_key()) {
+      // Checked when scattered for real (never landed): an indirect key's pieces are the
+      // layout's; a null key's (ibv_alloc_null_mr) are its owner's discard chunk.
+      out->indirect = true;
       continue;
     }
     if (!KeyAdmits(k, rule) || !KeyCovers(k, s.addr, s.length)) return ReplyCode::kRemoteOp;
@@ -521,6 +527,36 @@ Reply Responder::Atomic(const TargetQp& t, const Request& r) {
   Reply reply = Reply::Of(ReplyCode::kAck);
   reply.original = *original;
   return reply;
+}
+
+// IBA 1.5 9.4.6 ATOMIC WRITE: the requester's 8 bytes stored at once at a naturally aligned
+// address. Checked as the kernel's rxe (rxe_resp.c): the QP and the R_Key must allow
+// REMOTE_WRITE (not REMOTE_ATOMIC), a misaligned target is an invalid request; the store is one
+// 8-byte update, ordered like the atomics (smp_store_release there).
+Reply Responder::AtomicWrite(const TargetQp& t, const Request& r) {
+  if (r.length != 8 || r.remote_addr % 8 != 0) {
+    FailTarget(t);
+    return Reply::Of(ReplyCode::kInvalidRequest);
+  }
+  PinnedPieces pieces;
+  if (ReplyCode code = CheckRemote(t, r.rkey, r.remote_addr, 8, kRemoteWrite, &pieces); code != ReplyCode::kAck) {
+    FailTarget(t);
+    return Reply::Of(code);
+  }
+  if (pieces.size() != 1 || reinterpret_cast<uint64_t>(pieces.data()[0].iov_base) % 8 != 0) {
+    FailTarget(t);
+    return Reply::Of(ReplyCode::kInvalidRequest);
+  }
+  // The value: the requester's gathered bytes, in this (the initiator's) process.
+  uint64_t value = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < r.local_count && at < 8; ++i) {
+    const size_t n = std::min<size_t>(r.local[i].iov_len, 8 - at);
+    memcpy(reinterpret_cast<uint8_t*>(&value) + at, r.local[i].iov_base, n);
+    at += n;
+  }
+  auto stored = t.AtomicUpdate(pieces, StoreValue, &value);
+  return Reply::Of(stored.ok() ? ReplyCode::kAck : CopyFailed(stored.status()));
 }
 
 }  // namespace softverbs::transport

@@ -64,6 +64,7 @@ class Responder {
   static bool Admits(const TargetQp& t, const Request& r);
   static Reply Rdma(const TargetQp& t, const Request& r, bool write);
   static Reply Atomic(const TargetQp& t, const Request& r);
+  static Reply AtomicWrite(const TargetQp& t, const Request& r);
   // Resolves [addr, +length) of `rkey` under IBA 10.6.3's rules into pieces of the target's
   // memory: the key is the target's, in its QP's PD, grants `access`, covers the range, and the
   // QP grants the same access.

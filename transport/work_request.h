@@ -35,10 +35,11 @@ enum class WrOpcode : uint32_t {
 
 // Opcodes whose message carries the local bytes, and so may carry them inline (ibv_post_send(3):
 // IBV_SEND_INLINE is "valid only for the Send and RDMA Write opcodes"; mlx5 ignores it on READ and
-// atomics, whose SGEs are written, not sent).
+// atomics, whose SGEs are written, not sent). ATOMIC WRITE (IBA 1.5 9.4.6) sends its 8 bytes
+// like an RDMA WRITE: ibv_wr_atomic_write passes them inline.
 inline bool CarriesData(WrOpcode op) {
   return op == WrOpcode::kSend || op == WrOpcode::kSendWithImm || op == WrOpcode::kSendWithInv ||
-         op == WrOpcode::kRdmaWrite || op == WrOpcode::kRdmaWriteWithImm;
+         op == WrOpcode::kRdmaWrite || op == WrOpcode::kRdmaWriteWithImm || op == WrOpcode::kAtomicWrite;
 }
 
 // ibv_send_flags
@@ -59,6 +60,7 @@ inline constexpr uint32_t kCompSwap = 3;
 inline constexpr uint32_t kFetchAdd = 4;
 inline constexpr uint32_t kBindMw = 5;
 inline constexpr uint32_t kLocalInv = 6;
+inline constexpr uint32_t kAtomicWrite = 9;  // IBV_WC_ATOMIC_WRITE
 inline constexpr uint32_t kRecv = 1u << 7;
 inline constexpr uint32_t kRecvRdmaWithImm = kRecv + 1;
 // Tag matching (ibv_post_srq_ops(3)): list operations and tagged receives of a TM SRQ.

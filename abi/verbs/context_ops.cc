@@ -36,7 +36,18 @@ int QueryRtValues(ibv_context*, ibv_values_ex* values) {
   values->comp_mask = filled;
   return 0;
 }
-int ModifyCq(ibv_cq* cq, ibv_modify_cq_attr*) { return ReturnErrno("ibv_modify_cq", Name(cq), Unsupported("CQ moderation")); }
+// ibv_modify_cq(3): IBV_CQ_MODERATE is the one attribute (libibverbs' ibv_cmd_modify_cq refuses
+// a mask at or above IBV_CQ_ATTR_RESERVED, the kernel's ib_uverbs_ex_modify_cq a mask of 0:
+// EINVAL); the limits are checked by the core against cq_mod_caps. Returns an errno.
+int ModifyCq(ibv_cq* cq, ibv_modify_cq_attr* attr) {
+  if (attr == nullptr) return ReturnErrno("ibv_modify_cq", Name(cq), Invalid("attr is NULL"));
+  if (attr->attr_mask == 0 || attr->attr_mask >= IBV_CQ_ATTR_RESERVED)
+    return ReturnErrno("ibv_modify_cq", Name(cq),
+                       Invalid("attr_mask " + std::to_string(attr->attr_mask) +
+                               " is not IBV_CQ_MODERATE (the only attribute ibv_modify_cq(3) has)"));
+  Status s = ToSv(cq)->core->Moderate(attr->moderate.cq_count, attr->moderate.cq_period);
+  return s.ok() ? 0 : ReturnErrno("ibv_modify_cq", Name(cq), s);
+}
 
 void PlaceholderSlot() {}  // "ABI_placeholder" slots of verbs_context: never called by libibverbs
 // ibv_post_srq_ops(3): the list in order; the first refused operation is *bad_op (mlx5_post_srq_ops).
@@ -87,7 +98,6 @@ int AttachCountersPointFlow(ibv_counters*, ibv_counter_attach_attr*, ibv_flow*) 
 int ReadCounters(ibv_counters*, uint64_t*, uint32_t, uint32_t) {
   return ReturnErrno("ibv_read_counters", "", Unsupported("flow counters"));
 }
-ibv_mr* AllocNullMr(ibv_pd* pd) { return ReturnNull<ibv_mr>("ibv_alloc_null_mr", Name(pd), Unsupported("null MRs")); }
 
 }  // namespace
 

@@ -101,6 +101,9 @@ ibv_device_attr_ex DeviceAttrEx() {
   ex.tm_caps.flags = IBV_TM_CAP_RC;
   ex.tm_caps.max_ops = DeviceLimits::kMaxQpWr;
   ex.tm_caps.max_sge = 1;
+  // CQ moderation (ibv_modify_cq, core/cq_moderation.h), with mlx5's limits.
+  ex.cq_mod_caps.max_cq_count = DeviceLimits::kMaxCqModCount;
+  ex.cq_mod_caps.max_cq_period = DeviceLimits::kMaxCqModPeriodUs;
   ex.phys_port_cnt_ex = DeviceLimits::kPortCount;
   return ex;
 }

@@ -31,6 +31,7 @@ ibv_mw* AllocMw(ibv_pd*, ibv_mw_type);
 int BindMw(ibv_qp*, ibv_mw*, ibv_mw_bind*);
 int DeallocMw(ibv_mw*);
 int AdviseMr(ibv_pd*, ibv_advise_mr_advice, uint32_t, ibv_sge*, uint32_t);  // pd_mr.cc
+ibv_mr* AllocNullMr(ibv_pd*);                                                // pd_mr.cc
 // Thread and parent domains (domains.cc); ibv_dealloc_pd of a parent domain comes here too.
 ibv_td* AllocTd(ibv_context*, ibv_td_init_attr*);
 int DeallocTd(ibv_td*);

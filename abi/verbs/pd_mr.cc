@@ -84,6 +84,26 @@ int softverbs::abi::AdviseMr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t f
   return s.ok() ? 0 : ReturnErrno("ibv_advise_mr", Name(pd), s);
 }
 
+// ibv_alloc_null_mr(3) (the verbs_context slot): as mlx5_alloc_null_mr, addr NULL, length
+// SIZE_MAX ("It has the maximum length") and rkey 0 ("only the lkey is valid"); ibv_dereg_mr
+// frees it like any MR.
+ibv_mr* softverbs::abi::AllocNullMr(ibv_pd* pd) {
+  auto mr = core::Mr::AllocateNull(*ToSv(pd)->core);
+  if (!mr.ok()) return ReturnNull<ibv_mr>("ibv_alloc_null_mr", Name(pd), mr.status());
+  auto* m = new (std::nothrow) SvMr{};
+  if (m == nullptr) return ReturnNull<ibv_mr>("ibv_alloc_null_mr", Name(pd), NoMemory("out of memory"));
+  m->core = std::move(mr.value());
+  m->mr.context = pd->context;
+  m->mr.pd = pd;
+  m->mr.addr = nullptr;
+  m->mr.length = SIZE_MAX;
+  m->mr.handle = m->core->lkey();
+  m->mr.lkey = m->core->lkey();
+  m->mr.rkey = 0;
+  SV_LOG(kDebug, "ibv_alloc_null_mr(%s): lkey 0x%x", Name(pd).c_str(), m->mr.lkey);
+  return &m->mr;
+}
+
 SV_EXPORT ibv_mr* ibv_reg_dmabuf_mr(ibv_pd* pd, uint64_t, size_t, uint64_t, int, int) {
   return ReturnNull<ibv_mr>("ibv_reg_dmabuf_mr", Name(pd), Unsupported("dma-buf memory registration"));
 }

@@ -45,6 +45,7 @@ Status ToTransport(const ibv_send_wr& in, transport::SendWr* out) {
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM:
     case IBV_WR_RDMA_READ:
+    case IBV_WR_ATOMIC_WRITE:  // its 8 bytes are the SGEs' (or inline), as an RDMA WRITE's
       out->remote_addr = in.wr.rdma.remote_addr;
       out->rkey = in.wr.rdma.rkey;
       break;

@@ -139,9 +139,16 @@ void SendTso(ibv_qp_ex* q, void* hdr, uint16_t hdr_sz, uint16_t mss) {
     w->tso_mss = mss;
   }
 }
-// ATOMIC WRITE is refused at creation, so this can only refuse.
-void AtomicWrite(ibv_qp_ex* q, uint32_t, uint64_t, const void*) {
-  Begin(q, IBV_QP_EX_WITH_ATOMIC_WRITE, "ibv_wr_atomic_write", WrOpcode::kAtomicWrite);
+// ibv_wr_atomic_write(3): "atomic_wr" points at the 8 bytes to write, read now (as rxe's
+// wr_atomic_write copies them into the WQE); they travel as the WR's inline data.
+void AtomicWrite(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, const void* atomic_wr) {
+  if (SendWr* w = Begin(q, IBV_QP_EX_WITH_ATOMIC_WRITE, "ibv_wr_atomic_write", WrOpcode::kAtomicWrite)) {
+    w->rkey = rkey;
+    w->remote_addr = addr;
+    w->num_sge = 0;
+    const auto* bytes = static_cast<const uint8_t*>(atomic_wr);
+    ToSv(q)->batch.back().inline_data.assign(bytes, bytes + 8);
+  }
 }
 
 void SetUdAddr(ibv_qp_ex* q, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey) {

@@ -142,6 +142,7 @@ SV_SAME(wc_opcode::kCompSwap, IBV_WC_COMP_SWAP);
 SV_SAME(wc_opcode::kFetchAdd, IBV_WC_FETCH_ADD);
 SV_SAME(wc_opcode::kBindMw, IBV_WC_BIND_MW);
 SV_SAME(wc_opcode::kLocalInv, IBV_WC_LOCAL_INV);
+SV_SAME(wc_opcode::kAtomicWrite, IBV_WC_ATOMIC_WRITE);
 SV_SAME(wc_opcode::kRecv, IBV_WC_RECV);
 SV_SAME(wc_opcode::kRecvRdmaWithImm, IBV_WC_RECV_RDMA_WITH_IMM);
 SV_SAME(wc_opcode::kDriver1, IBV_WC_DRIVER1);

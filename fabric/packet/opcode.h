@@ -87,7 +87,8 @@ struct OpcodeInfo {
 extern const std::array<OpcodeInfo, 256> kOpcodeTable;
 
 // The descriptor of `opcode`, or nullptr if it is not one of the opcodes in the table (reserved,
-// RD, CNP 0x81, and rxe's FLUSH 0x1C / ATOMIC_WRITE 0x1D, which softverbs does not implement).
+// RD, CNP 0x81, and rxe's FLUSH 0x1C / ATOMIC_WRITE 0x1D, which softverbs does not put on the wire:
+// its ATOMIC WRITE is same-host only).
 inline const OpcodeInfo* LookupOpcode(uint8_t opcode) {
   const OpcodeInfo& info = kOpcodeTable[opcode];
   return info.known() ? &info : nullptr;

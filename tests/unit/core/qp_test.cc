@@ -176,7 +176,9 @@ TEST_F(QpTest, SendOpsFlagsFollowTheServiceType) {
       {QpType::kUc, kSendWithInv, EINVAL},
       {QpType::kUd, kBindMw, EINVAL},
       {QpType::kUd, kLocalInv, EINVAL},
-      {QpType::kRc, kAtomicWrite, EOPNOTSUPP},
+      {QpType::kRc, kAtomicWrite, 0},  // IBA 1.5 9.4.6, RC only (as rxe)
+      {QpType::kUc, kAtomicWrite, EINVAL},
+      {QpType::kUd, kAtomicWrite, EINVAL},
       {QpType::kRc, 1ull << 11, EINVAL},
       {QpType::kRc, 1ull << 40, EINVAL},
   };

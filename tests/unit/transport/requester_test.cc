@@ -173,6 +173,36 @@ TEST_F(RequesterTest, AtomicOriginalLandsInTheLocalBuffer) {
   EXPECT_EQ(got, 0x1122334455667788u);
 }
 
+TEST_F(RequesterTest, AtomicWriteCarriesEightBytesOnThisHostOnly) {
+  // IBA 1.5 9.4.6: RC, 8 bytes; the wire peer (rxe 6.1) has no opcode 0x1D: EOPNOTSUPP there.
+  requester_.Configure(Config(kRc, false));
+  EXPECT_EQ(requester_.Post(Wr(WrOpcode::kAtomicWrite), kRts).code(), EOPNOTSUPP);
+  EXPECT_TRUE(wire_.seen.empty());
+  requester_.Configure(Config(kUd, false));
+  EXPECT_EQ(requester_.Post(Wr(WrOpcode::kAtomicWrite), kRts).code(), EINVAL);
+  requester_.Configure(Config(kRc, true));
+  memcpy(buf_, "8 bytes!", 8);
+  SendWr w = Wr(WrOpcode::kAtomicWrite);
+  w.rkey = 0x99;
+  w.remote_addr = 0x2000;
+  ASSERT_TRUE(requester_.Post(w, kRts).ok());
+  ASSERT_EQ(host_.seen.size(), 1u);
+  EXPECT_EQ(host_.seen[0].opcode, WrOpcode::kAtomicWrite);
+  EXPECT_EQ(host_.seen[0].length, 8u);
+  ASSERT_EQ(qp_.completions.size(), 1u);
+  EXPECT_EQ(qp_.completions[0].opcode, transport::wc_opcode::kAtomicWrite);
+  EXPECT_EQ(qp_.completions[0].status, transport::wc_status::kSuccess);
+  // Not 8 bytes: a local length error (an SGE) or a refusal at post (inline).
+  ASSERT_TRUE(requester_.Post(Wr(WrOpcode::kAtomicWrite, 4), kRts).ok());
+  EXPECT_EQ(qp_.completions.back().status, transport::wc_status::kLocLenErr);
+  requester_.Configure(Config(kRc, true));
+  SendWr in = Wr(WrOpcode::kAtomicWrite);
+  in.flags |= transport::send_flag::kInline;
+  in.inline_data = buf_;
+  in.inline_length = 4;
+  EXPECT_EQ(requester_.Post(in, kRts).code(), EINVAL);
+}
+
 TEST_F(RequesterTest, AFailureFlushesWhatFollows) {
   requester_.Configure(Config(kRc, true));
   host_.next = Reply::Of(ReplyCode::kRemoteAccess);

@@ -207,6 +207,28 @@ TEST_F(ResponderTest, AtomicsReturnTheOriginalAndNeedAlignment) {
   EXPECT_EQ(transport::Responder::Execute(target_, r).code, ReplyCode::kInvalidRequest);
 }
 
+TEST_F(ResponderTest, AtomicWriteStoresEightBytesUnderRemoteWrite) {
+  // IBA 1.5 9.4.6, checked as rxe_resp.c: REMOTE_WRITE (not REMOTE_ATOMIC), 8 aligned bytes.
+  memcpy(payload_, "ATOMIC!!", 8);
+  local_.iov_len = 8;
+  Request r = Make(WrOpcode::kAtomicWrite);
+  r.remote_addr += 1024;
+  target_.e_.access = access::kRemoteWrite;
+  ASSERT_EQ(transport::Responder::Execute(target_, r).code, ReplyCode::kAck);
+  EXPECT_EQ(memcmp(buf_ + 1024, "ATOMIC!!", 8), 0);
+  EXPECT_EQ(buf_[1032], 0);
+  r.remote_addr += 4;  // misaligned: an invalid request, nothing written
+  EXPECT_EQ(transport::Responder::Execute(target_, r).code, ReplyCode::kInvalidRequest);
+  EXPECT_EQ(memcmp(buf_ + 1024, "ATOMIC!!\0\0\0\0", 12), 0);
+  r.remote_addr += 4;
+  target_.e_.access = access::kRemoteAtomic;  // atomics granted, writes not
+  EXPECT_EQ(transport::Responder::Execute(target_, r).code, ReplyCode::kRemoteAccess);
+  EXPECT_EQ(buf_[1032], 0);
+  target_.e_.access = access::kRemoteWrite;
+  r.length = 4;  // not 8 bytes
+  EXPECT_EQ(transport::Responder::Execute(target_, r).code, ReplyCode::kInvalidRequest);
+}
+
 TEST_F(ResponderTest, DctAdmitsOnlyDcisWithItsKey) {
   target_.e_.dct = 1;
   target_.e_.dc_access_key = 77;
