@@ -118,6 +118,9 @@ struct KeyRule {
 // The owner, PD and access checks of `rule` on key `k` (bounds: KeyCovers).
 inline bool KeyAdmits(const KeyView& k, const KeyRule& rule) {
   if (k.owner_process_slot() != rule.owner_slot || (k.access & rule.access) != rule.access) return false;
+  // A null MR's lkey is the device's (mlx5_alloc_null_mr hands out its one null mkey whatever
+  // the PD): any QP of the process may name it; never as an R_Key (ibv_alloc_null_mr(3)).
+  if (k.null_key()) return !rule.remote;
   if (k.window()) {
     // IBA 10.6.7: a window's R_Key is for remote access only; a type 2 window's only through
     // the QP it was bound to (10.6.7.2.2), a type 1 window's through any QP of its PD.

@@ -145,7 +145,7 @@ uint64_t CompareSwap(uint64_t value, const void* arg) {
 
 uint64_t FetchAdd(uint64_t value, const void* arg) { return value + static_cast<const Request*>(arg)->compare_add; }
 
-uint64_t StoreValue(uint64_t, const void* arg) { return *static_cast<const uint64_t*>(arg); }
+uint64_t AtomicWriteValue(uint64_t, const void* arg) { return *static_cast<const uint64_t*>(arg); }
 
 }  // namespace
 
@@ -555,7 +555,7 @@ Reply Responder::AtomicWrite(const TargetQp& t, const Request& r) {
     memcpy(reinterpret_cast<uint8_t*>(&value) + at, r.local[i].iov_base, n);
     at += n;
   }
-  auto stored = t.AtomicUpdate(pieces, StoreValue, &value);
+  auto stored = t.AtomicUpdate(pieces, AtomicWriteValue, &value);
   return Reply::Of(stored.ok() ? ReplyCode::kAck : CopyFailed(stored.status()));
 }
 

@@ -64,14 +64,20 @@ TEST_F(NullKeyTest, WritesGoToTheDiscardChunkNeverToTheZeroChunk) {
   EXPECT_EQ(memcmp(r.data()[0].iov_base, zeros.data(), zeros.size()), 0);  // still zeros
 }
 
-TEST_F(NullKeyTest, NoRemoteAccessAndNoOtherPd) {
+TEST_F(NullKeyTest, NoRemoteAccessButAnyPdOfTheProcess) {
   PinnedPieces p;
   EXPECT_FALSE(Resolve(0, 8, Rule(core::access::kRemoteWrite, true, true), &p));
   EXPECT_FALSE(Resolve(0, 8, Rule(0, false, true), &p));  // even a remote read of nothing granted
+  EXPECT_EQ(p.size(), 0u);
+  // mlx5's null mkey is the device's: a QP of another PD may name it (never stricter than it).
   KeyRule other = Rule(0, false);
   other.pd += 1;
-  EXPECT_FALSE(Resolve(0, 8, other, &p));
-  EXPECT_EQ(p.size(), 0u);
+  EXPECT_TRUE(Resolve(0, 8, other, &p));
+  // Another process's null key is not this process's lkey.
+  KeyRule foreign = Rule(0, false);
+  foreign.owner_slot += 1;
+  PinnedPieces q;
+  EXPECT_FALSE(Resolve(0, 8, foreign, &q));
 }
 
 TEST_F(NullKeyTest, EachNullMrHasItsOwnKeyAndDeregistrationWithdrawsIt) {
