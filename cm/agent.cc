@@ -56,6 +56,16 @@ void Agent::SetSender(MadSender send) {
   send_ = std::move(send);
 }
 
+void Agent::SetLastWords(LastWordsHooks hooks) {
+  std::lock_guard lock(send_mu_);
+  last_words_ = std::move(hooks);
+}
+
+LastWordsHooks Agent::LastWords() {
+  std::lock_guard lock(send_mu_);
+  return last_words_;
+}
+
 bool Agent::has_sender() const {
   std::lock_guard lock(send_mu_);
   return static_cast<bool>(send_);

@@ -72,6 +72,10 @@ class Agent {
   bool has_sender() const;
   // A sender for conduits: forwards to the one set (never takes the dispatch lock).
   MadSender Sender();
+  // Where established connections leave their DREQ for the process's end (abi/rdmacm binds it
+  // to the wire's guard); conduits get them through LastWords().
+  void SetLastWords(LastWordsHooks hooks);
+  LastWordsHooks LastWords();
 
   // A fresh local comm ID / TID high part (cm.c cm_form_tid: (hi_tid << 32) | comm ID): the
   // process's high half above a 16-bit counter that never yields 0.
@@ -128,6 +132,7 @@ class Agent {
 
   mutable std::mutex send_mu_;
   MadSender send_;  // under send_mu_
+  LastWordsHooks last_words_;  // under send_mu_
   std::deque<std::pair<uint16_t, uint64_t>> recent_;  // (attribute, TID) of MADs sent, under send_mu_
   std::mutex mu_;   // the tables; held while a MAD is delivered
   std::vector<Listener> listeners_;

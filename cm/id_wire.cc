@@ -51,7 +51,7 @@ Status Id::ConnectOnWire(const Message& m) {
   ctx.local_ca_guid = device_.node_guid;
   ctx.path_mtu = device_.active_mtu;  // enum ibv_mtu is the IBA's MTU code
   auto conduit = MadConduit::Create(agent.Sender(), GidOf(reinterpret_cast<const sockaddr*>(&src_)),
-                                    GidOf(reinterpret_cast<const sockaddr*>(&dst_)), ctx);
+                                    GidOf(reinterpret_cast<const sockaddr*>(&dst_)), ctx, agent.LastWords());
   if (!conduit.ok()) return conduit.status();
   mad_ = conduit->get();
   agent.AddConnection(ctx.local_comm_id, mad_);
@@ -93,7 +93,7 @@ void Id::OnWireRequests() {
   mad::MadContext ctx;
   ctx.local_comm_id = r.comm_id;
   ctx.local_ca_guid = device_.node_guid;
-  auto conduit = MadConduit::Create(agent.Sender(), r.dgid, r.sgid, ctx);
+  auto conduit = MadConduit::Create(agent.Sender(), r.dgid, r.sgid, ctx, agent.LastWords());
   Message m;
   bool closed = false;
   Status s = conduit.ok() ? (*conduit)->Deliver(r.mad, r.sgid) : conduit.status();

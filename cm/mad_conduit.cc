@@ -17,19 +17,56 @@ mad::Mad MraMad(uint64_t tid, uint32_t local_comm_id, uint32_t remote_comm_id, u
 }
 
 Result<std::unique_ptr<MadConduit>> MadConduit::Create(MadSender send, const Gid& local_gid, const Gid& remote_gid,
-                                                       const mad::MadContext& context) {
+                                                       const mad::MadContext& context, LastWordsHooks last_words) {
   auto ready = EventFd::Create();
   if (!ready.ok()) return ready.status();
-  return std::unique_ptr<MadConduit>(
-      new MadConduit(std::move(send), local_gid, remote_gid, context, std::move(ready.value())));
+  return std::unique_ptr<MadConduit>(new MadConduit(std::move(send), local_gid, remote_gid, context,
+                                                    std::move(ready.value()), std::move(last_words)));
 }
 
 MadConduit::MadConduit(MadSender send, const Gid& local_gid, const Gid& remote_gid, const mad::MadContext& context,
-                       EventFd ready)
+                       EventFd ready, LastWordsHooks last_words)
     : send_(std::move(send)), local_gid_(local_gid), remote_gid_(remote_gid), context_(context),
-      ready_(std::move(ready)) {
+      ready_(std::move(ready)), last_words_(std::move(last_words)) {
   context_.remote_gid = remote_gid;
 }
+
+MadConduit::~MadConduit() {
+  std::array<uint8_t, mad::kMadBytes> dreq;
+  {
+    std::lock_guard lock(mu_);
+    if (!armed_) return;
+    dreq = dreq_;
+    DisarmLocked();
+  }
+  (void)SendBytes(dreq);
+}
+
+void MadConduit::ArmLocked() {
+  if (armed_) return;
+  Message m;
+  m.type = MessageType::kDreq;
+  auto mad = mad::MadOfMessage(m, context_);
+  if (!mad.ok()) return;
+  auto encoded = mad::EncodeMad(*mad);
+  if (!encoded.ok()) return;
+  dreq_ = *encoded;
+  armed_ = true;
+  if (last_words_.arm) last_words_.arm(context_.local_comm_id, local_gid_, remote_gid_, dreq_);
+}
+
+void MadConduit::DisarmLocked() {
+  if (!armed_) return;
+  armed_ = false;
+  if (last_words_.disarm) last_words_.disarm(context_.local_comm_id);
+}
+
+namespace {
+// A message that ends a connection (or its attempt): nothing is left to say for it.
+bool EndsConnection(MessageType t) {
+  return t == MessageType::kDreq || t == MessageType::kDrep || t == MessageType::kRej;
+}
+}  // namespace
 
 Status MadConduit::Send(const Message& message) {
   std::array<uint8_t, mad::kMadBytes> bytes;
@@ -52,7 +89,9 @@ Status MadConduit::Send(const Message& message) {
     if (message.type == MessageType::kRtu) {
       rtu_ = bytes;
       has_rtu_ = true;
+      ArmLocked();  // the active side is established
     }
+    if (EndsConnection(message.type)) DisarmLocked();
   }
   return SendBytes(bytes);
 }
@@ -115,7 +154,11 @@ Status MadConduit::Deliver(const mad::Mad& mad, const Gid& sgid) {
       context_.remote_qpn = message->qpn;
       rep_seen_ = true;
       break;
+    case MessageType::kRtu:
+      ArmLocked();  // the passive side is established
+      break;
     default:
+      if (EndsConnection(message->type)) DisarmLocked();
       break;
   }
   // An answer ends the retransmission of what it answers.

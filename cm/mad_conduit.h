@@ -32,12 +32,23 @@ mad::Mad MraMad(uint64_t tid, uint32_t local_comm_id, uint32_t remote_comm_id, u
 // Sends one 256-byte MAD from local GID `sgid` to QP1 of `dgid`.
 using MadSender = std::function<Status(const Gid& sgid, const Gid& dgid, std::span<const uint8_t> mad)>;
 
+// Where an established connection leaves the DREQ to send for it if the process dies
+// (transport/wire/last_words.h, reached through the QP1 bridge): `arm` with the connection's
+// token (its local comm ID), `disarm` when the connection ends. Empty: nobody keeps it.
+struct LastWordsHooks {
+  std::function<void(uint64_t token, const Gid& sgid, const Gid& dgid, std::span<const uint8_t> mad)> arm;
+  std::function<void(uint64_t token)> disarm;
+};
+
 class MadConduit : public Conduit {
  public:
   // `context`: the local comm ID and TID (active side: (hi_tid << 32) | comm ID, as cm.c
   // cm_form_tid), the service ID and this host's CA GUID; the rest is learnt from the peer.
   static Result<std::unique_ptr<MadConduit>> Create(MadSender send, const Gid& local_gid, const Gid& remote_gid,
-                                                    const mad::MadContext& context);
+                                                    const mad::MadContext& context, LastWordsHooks last_words = {});
+  // An established connection destroyed without a disconnect sends its DREQ, as the kernel's
+  // CM does when an identifier is destroyed (cm.c cm_destroy_id, IB_CM_ESTABLISHED).
+  ~MadConduit() override;
 
   Status Send(const Message& message) override;
   Status Receive(Message* message, bool* closed) override;
@@ -61,8 +72,11 @@ class MadConduit : public Conduit {
 
  private:
   MadConduit(MadSender send, const Gid& local_gid, const Gid& remote_gid, const mad::MadContext& context,
-             EventFd ready);
+             EventFd ready, LastWordsHooks last_words);
   Status SendBytes(std::span<const uint8_t> mad);
+  // The connection is established (RTU sent or received): its DREQ is composed now and armed.
+  void ArmLocked();
+  void DisarmLocked();
 
   const MadSender send_;
   const Gid local_gid_, remote_gid_;
@@ -78,6 +92,9 @@ class MadConduit : public Conduit {
   bool answered_ = false;  // something was sent since the REQ / REP arrived (no MRA then)
   int mra_timeout_ = -1;
   EventFd ready_;  // readable while inbox_ is not empty
+  const LastWordsHooks last_words_;
+  bool armed_ = false;  // established, no DREQ / DREP / REJ yet: dreq_ is what ends it
+  std::array<uint8_t, mad::kMadBytes> dreq_{};
 };
 
 }  // namespace softverbs::cm

@@ -36,6 +36,14 @@ void AttachMadAgent(ibv_context* context) {
   bridge->set_reporter(RdmacmReport, nullptr);
   if (uint32_t slot = 0; bridge->process_slot(context, &slot) == 0) cm::Agent::Get().SetProcessSlot(slot);
   if (cm::Agent::Get().has_sender()) return;
+  // The DREQs of established connections, sent by the wire's guard if this process dies
+  // (transport/wire/last_words.h): the kernel's CM sends them when it destroys a dead
+  // process's identifiers.
+  cm::Agent::Get().SetLastWords(
+      {[bridge](uint64_t token, const cm::Gid& sgid, const cm::Gid& dgid, std::span<const uint8_t> mad) {
+         bridge->arm_last_words(token, sgid.data(), dgid.data(), mad.data(), mad.size());
+       },
+       [bridge](uint64_t token) { bridge->disarm_last_words(token); }});
   cm::Agent::Get().SetSender([context, bridge](const cm::Gid& sgid, const cm::Gid& dgid, std::span<const uint8_t> mad) {
     int err = bridge->send_mad(context, sgid.data(), dgid.data(), mad.data(), mad.size());
     return err == 0 ? Status::Ok() : Status(err, "the wire refused the MAD (see the log above)");

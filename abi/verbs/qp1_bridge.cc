@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "abi/verbs/objects.h"
 #include "base/log.h"
 #include "core/device.h"
+#include "transport/wire/last_words.h"
 #include "transport/wire/wire_fabric.h"
 
 namespace softverbs::abi {
@@ -83,7 +85,15 @@ int Qp1ProcessSlot(ibv_context* context, uint32_t* slot) {
   return 0;
 }
 
-constexpr SvQp1Bridge kQp1Bridge{sizeof(SvQp1Bridge), Qp1Attach, Qp1SendMad, Qp1SetReporter, Qp1ProcessSlot};
+void Qp1ArmLastWords(uint64_t token, const uint8_t* sgid, const uint8_t* dgid, const uint8_t* mad, size_t length) {
+  transport::LastWords::Get().Arm(token, std::span<const uint8_t, 16>(sgid, 16), std::span<const uint8_t, 16>(dgid, 16),
+                                  {mad, length});
+}
+
+void Qp1DisarmLastWords(uint64_t token) { transport::LastWords::Get().Disarm(token); }
+
+constexpr SvQp1Bridge kQp1Bridge{sizeof(SvQp1Bridge), Qp1Attach,       Qp1SendMad,        Qp1SetReporter,
+                                 Qp1ProcessSlot,      Qp1ArmLastWords, Qp1DisarmLastWords};
 
 }  // namespace
 }  // namespace softverbs::abi

@@ -31,6 +31,10 @@ struct SvQp1Bridge {
   // This process's slot in the host registry (unique among the host's live processes), for the
   // CM's comm IDs. Returns 0 or an errno.
   int (*process_slot)(struct ibv_context* context, uint32_t* slot);
+  // The MAD to send from `sgid` to QP1 of `dgid` if this process dies before
+  // disarm_last_words(token) (transport/wire/last_words.h: a connection's DREQ).
+  void (*arm_last_words)(uint64_t token, const uint8_t* sgid, const uint8_t* dgid, const uint8_t* mad, size_t length);
+  void (*disarm_last_words)(uint64_t token);
 };
 
 extern "C" const SvQp1Bridge* sv_private_qp1_bridge(void);

@@ -2,7 +2,7 @@
 # librdmacm across hosts (issue 12, docs/cm.md "Across hosts"): two network namespaces joined by
 # a veth pair this test creates; Debian's rping, ucmatose, udaddy, rdma_server / rdma_client,
 # cmtime, qperf -cm1 and perftest -R, unmodified, server in one namespace and client in the
-# other. Their CMs meet with IB CM MADs on QP1 over RoCEv2 (REQ / REP / RTU, DREQ / DREP, SIDR
+# other; and rping's DISCONNECTED when its peer process is killed. Their CMs meet with IB CM MADs on QP1 over RoCEv2 (REQ / REP / RTU, DREQ / DREP, SIDR
 # for UD), not with the same-host sockets.
 #
 # Needs root for `ip netns` (CI runs as root); skipped otherwise. Everything started is bounded
@@ -154,6 +154,34 @@ if command -v ib_send_bw >/dev/null; then
     ib_write_lat -d softverbs0 -R -n 100 -p "$port" -- ib_write_lat -d softverbs0 -R -n 100 -p "$port" "$net.1"
   check "ib_write_lat -R reported its latency" grep -qE '^ +2 +100 ' "$logs/client" || show
 fi
+
+# A peer process killed (SIGKILL) in the middle of a connection. The kernel's CM destroys a dead
+# process's identifiers and sends a DREQ for each established connection (cm.c cm_destroy_id);
+# for a softverbs process its guard does (transport/wire/last_words.h). The survivor gets
+# RDMA_CM_EVENT_DISCONNECTED at once and, as rping does then, ends. Without it, a survivor
+# that sends learns of the death only when its RC retries run out (about 17 s here: its QP's
+# error makes rping disconnect), and one that only waits never does.
+for victim in client server; do
+  port=$(free_port)
+  ip netns exec "$ns_a" timeout 40 rping -s -a "$net.1" -p "$port" -C 100000000 >"$logs/server" 2>&1 &
+  server=$!
+  sleep 0.5
+  ip netns exec "$ns_b" timeout 40 rping -c -a "$net.1" -p "$port" -C 100000000 -v >"$logs/client" 2>&1 &
+  client=$!
+  # Connected and pinging: the client's first verified ping.
+  for _ in $(seq 150); do grep -q "ping data" "$logs/client" && break; sleep 0.1; done
+  if [ "$victim" = client ]; then dead=$client survivor=$server; else dead=$server survivor=$client; fi
+  # rping is the child of the `timeout` started above: killed by its parent's PID.
+  pkill -KILL -P "$dead"
+  start=$SECONDS
+  wait "$survivor"
+  rc=$?
+  wait "$dead" 2>/dev/null
+  took=$((SECONDS - start))
+  other=$([ "$victim" = client ] && echo server || echo client)
+  check "rping $victim killed: the $other gets DISCONNECTED from the dead process's host and ends (rc=$rc after ${took} s)" \
+    eval 'grep -q "DISCONNECT EVENT" "$logs/$other" && [ "$rc" -ne 124 ] && [ "$took" -lt 8 ]' || show
+done
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

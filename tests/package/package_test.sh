@@ -63,7 +63,7 @@ files=$(dpkg -L softverbs | while read -r f; do [ -f "$f" ] || [ -L "$f" ] && ec
 echo "$files" | sed 's/^/     /'
 libdir=$(dirname "$(grep '/softverbs/libibverbs.so.1$' <<<"$files" | head -1)")
 check "the libraries are in a private directory ($libdir)" \
-  bash -c "[ -f '$libdir/libibverbs.so.1' ] && [ -f '$libdir/librdmacm.so.1' ] && [ -f '$libdir/libmlx5.so.1' ] && [ -f '$libdir/libefa.so.1' ] && [ -f '$libdir/libsoftverbs-view.so' ] && [ \"\$(basename '$libdir')\" = softverbs ]"
+  bash -c "[ -f '$libdir/libibverbs.so.1' ] && [ -f '$libdir/librdmacm.so.1' ] && [ -f '$libdir/libmlx5.so.1' ] && [ -f '$libdir/libefa.so.1' ] && [ -f '$libdir/libsoftverbs-view.so' ] && [ -x '$libdir/softverbs-cm-guard' ] && [ \"\$(basename '$libdir')\" = softverbs ]"
 check "the CLI is on PATH (/usr/bin/softverbs)" [ "$(command -v softverbs)" = /usr/bin/softverbs ]
 check "the docs are in /usr/share/doc/softverbs" \
   bash -c "[ -f /usr/share/doc/softverbs/README.md ] && [ -f /usr/share/doc/softverbs/docs/install.md ]"

@@ -69,14 +69,19 @@ class MadConduitTest : public ::testing::Test {
     a_ctx.tid = uint64_t{2} << 32 | a_ctx.local_comm_id;
     a_ctx.service_id = mad::ServiceId(mad::PortSpace::kTcp, 7174);
     a_ctx.local_ca_guid = 0xaaaa;
-    auto a = MadConduit::Create(Wire(&b_, gid_a_, &sent_by_a_), gid_a_, gid_b_, a_ctx);
+    auto a = MadConduit::Create(Wire(&b_, gid_a_, &sent_by_a_), gid_a_, gid_b_, a_ctx, Hooks(&armed_a_, &disarmed_a_));
     mad::MadContext b_ctx;
     b_ctx.local_comm_id = 0x22222222;
     b_ctx.local_ca_guid = 0xbbbb;
-    auto b = MadConduit::Create(Wire(&a_, gid_b_, &sent_by_b_), gid_b_, gid_a_, b_ctx);
+    auto b = MadConduit::Create(Wire(&a_, gid_b_, &sent_by_b_), gid_b_, gid_a_, b_ctx, Hooks(&armed_b_, &disarmed_b_));
     ASSERT_TRUE(a.ok() && b.ok());
     a_ = std::move(a.value());
     b_ = std::move(b.value());
+  }
+  // Before the logs they write to: an established conduit sends its DREQ when destroyed.
+  void TearDown() override {
+    b_.reset();
+    a_.reset();
   }
   // A sender that checks where the MAD goes, keeps its bytes, decodes it as the peer's agent
   // would and delivers it to `to`.
@@ -87,8 +92,42 @@ class MadConduitTest : public ::testing::Test {
       log->emplace_back(bytes.begin(), bytes.end());
       auto mad = mad::DecodeMad(bytes);
       if (!mad.ok()) return mad.status();
+      if (*to == nullptr) return Status(EPIPE, "the peer's conduit is gone");  // torn down first
       return (*to)->Deliver(*mad, sgid);
     };
+  }
+  struct Armed {
+    uint64_t token;
+    Gid sgid, dgid;
+    mad::Mad mad;
+  };
+  // A fake of the wire's guard: what was armed and disarmed.
+  static LastWordsHooks Hooks(std::vector<Armed>* armed, std::vector<uint64_t>* disarmed) {
+    return {[armed](uint64_t token, const Gid& sgid, const Gid& dgid, std::span<const uint8_t> bytes) {
+              auto mad = mad::DecodeMad(bytes);
+              EXPECT_TRUE(mad.ok());
+              if (mad.ok()) armed->push_back({token, sgid, dgid, *mad});
+            },
+            [disarmed](uint64_t token) { disarmed->push_back(token); }};
+  }
+  // REQ (QPN 0x100) from A, REP (QPN 0x200) from B, RTU from A: both sides established.
+  void Connect() {
+    Message req;
+    req.type = MessageType::kReq;
+    req.qpn = 0x100;
+    req.src = V4("10.0.0.1", 40000);
+    req.dst = V4("10.0.0.2", 7174);
+    ASSERT_TRUE(a_->Send(req).ok());
+    Take(*b_);
+    Message rep;
+    rep.type = MessageType::kRep;
+    rep.qpn = 0x200;
+    ASSERT_TRUE(b_->Send(rep).ok());
+    Take(*a_);
+    Message rtu;
+    rtu.type = MessageType::kRtu;
+    ASSERT_TRUE(a_->Send(rtu).ok());
+    Take(*b_);
   }
   Message Take(MadConduit& c) {
     EXPECT_TRUE(HasInput(c.fd()));
@@ -103,6 +142,8 @@ class MadConduitTest : public ::testing::Test {
   const Gid gid_a_ = Mapped("10.0.0.1"), gid_b_ = Mapped("10.0.0.2");
   std::unique_ptr<MadConduit> a_, b_;
   std::vector<std::vector<uint8_t>> sent_by_a_, sent_by_b_;
+  std::vector<Armed> armed_a_, armed_b_;
+  std::vector<uint64_t> disarmed_a_, disarmed_b_;
 };
 
 TEST_F(MadConduitTest, ReqRepRtuDreqDrep) {
@@ -276,6 +317,71 @@ TEST_F(MadConduitTest, APrivateDataTooLongIsRefusedBeforeSending) {
   req.private_data_len = 57;  // 92 - 36 = 56 (rdma_connect(3))
   EXPECT_EQ(a_->Send(req).code(), EINVAL);
   EXPECT_TRUE(sent_by_a_.empty());
+}
+
+TEST_F(MadConduitTest, AnEstablishedConnectionArmsItsDreqUntilItEnds) {
+  Connect();
+  // Each side, once established, leaves the DREQ the kernel's CM would send for it when its
+  // process ends (cm_destroy_id): from its GID to the peer's, both comm IDs, the peer's QPN.
+  ASSERT_EQ(armed_a_.size(), 1u);
+  EXPECT_EQ(armed_a_[0].token, 0x11111111u);
+  EXPECT_EQ(armed_a_[0].sgid, gid_a_);
+  EXPECT_EQ(armed_a_[0].dgid, gid_b_);
+  const auto& a_dreq = std::get<mad::Dreq>(armed_a_[0].mad.body);
+  EXPECT_EQ(a_dreq.local_comm_id, 0x11111111u);
+  EXPECT_EQ(a_dreq.remote_comm_id, 0x22222222u);
+  EXPECT_EQ(a_dreq.remote_qpn, 0x200u);
+  ASSERT_EQ(armed_b_.size(), 1u);
+  EXPECT_EQ(armed_b_[0].token, 0x22222222u);
+  EXPECT_EQ(armed_b_[0].dgid, gid_a_);
+  const auto& b_dreq = std::get<mad::Dreq>(armed_b_[0].mad.body);
+  EXPECT_EQ(b_dreq.local_comm_id, 0x22222222u);
+  EXPECT_EQ(b_dreq.remote_comm_id, 0x11111111u);
+  EXPECT_EQ(b_dreq.remote_qpn, 0x100u);
+  // A disconnects: A's DREQ is on its way (retransmitted by its identifier) and B has it.
+  Message dreq;
+  dreq.type = MessageType::kDreq;
+  ASSERT_TRUE(a_->Send(dreq).ok());
+  EXPECT_EQ(disarmed_a_, std::vector<uint64_t>{0x11111111u});
+  EXPECT_EQ(disarmed_b_, std::vector<uint64_t>{0x22222222u});
+  Take(*b_);
+  // Nothing is said when they are destroyed afterwards.
+  const size_t a_sent = sent_by_a_.size(), b_sent = sent_by_b_.size();
+  b_.reset();
+  a_.reset();
+  EXPECT_EQ(sent_by_a_.size(), a_sent);
+  EXPECT_EQ(sent_by_b_.size(), b_sent);
+  EXPECT_EQ(armed_a_.size(), 1u);
+}
+
+TEST_F(MadConduitTest, DestroyingAnEstablishedConnectionSendsItsDreq) {
+  Connect();
+  const size_t before = sent_by_a_.size();
+  a_.reset();  // rdma_destroy_id without rdma_disconnect
+  ASSERT_EQ(sent_by_a_.size(), before + 1);
+  auto wire = mad::DecodeMad(sent_by_a_.back());
+  ASSERT_TRUE(wire.ok());
+  EXPECT_EQ(std::get<mad::Dreq>(wire->body).remote_comm_id, 0x22222222u);
+  EXPECT_EQ(disarmed_a_, std::vector<uint64_t>{0x11111111u});
+  EXPECT_EQ(Take(*b_).type, MessageType::kDreq);  // B hears of it: DISCONNECTED there
+  EXPECT_EQ(disarmed_b_, std::vector<uint64_t>{0x22222222u});
+}
+
+TEST_F(MadConduitTest, NothingIsArmedBeforeTheRtuNorAfterARej) {
+  Message req;
+  req.type = MessageType::kReq;
+  req.src = V4("10.0.0.1", 40000);
+  req.dst = V4("10.0.0.2", 7174);
+  ASSERT_TRUE(a_->Send(req).ok());
+  Take(*b_);
+  Message rej;
+  rej.type = MessageType::kRej;
+  ASSERT_TRUE(b_->Send(rej).ok());
+  EXPECT_TRUE(armed_a_.empty());
+  EXPECT_TRUE(armed_b_.empty());
+  const size_t a_sent = sent_by_a_.size();
+  a_.reset();
+  EXPECT_EQ(sent_by_a_.size(), a_sent);
 }
 
 }  // namespace
