@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "abi/common/errno_convention.h"
+#include "abi/common/raw_enum.h"
 #include "abi/verbs/objects.h"
 #include "abi/verbs/ops.h"
 #include "base/clock.h"
@@ -56,7 +57,7 @@ int PostSrqOps(ibv_srq* srq, ibv_ops_wr* op, ibv_ops_wr** bad_op) {
   for (; op != nullptr; op = op->next, ++index) {
     core::SrqOp o;
     o.wr_id = op->wr_id;
-    o.opcode = op->opcode;
+    o.opcode = RawEnum(op->opcode);  // refused below if no IBV_WR_TAG_* (never loaded as the enum)
     o.flags = static_cast<uint32_t>(op->flags);
     o.unexpected_cnt = op->tm.unexpected_cnt;
     o.handle = op->tm.handle;
@@ -64,7 +65,7 @@ int PostSrqOps(ibv_srq* srq, ibv_ops_wr* op, ibv_ops_wr** bad_op) {
     o.tag = op->tm.add.tag;
     o.mask = op->tm.add.mask;
     transport::RecvSge sge{};
-    if (op->opcode == IBV_WR_TAG_ADD && op->tm.add.num_sge > 0 && op->tm.add.sg_list != nullptr) {
+    if (o.opcode == IBV_WR_TAG_ADD && op->tm.add.num_sge > 0 && op->tm.add.sg_list != nullptr) {
       sge = {op->tm.add.sg_list->addr, op->tm.add.sg_list->length, op->tm.add.sg_list->lkey};
       o.sge = &sge;
       o.num_sge = static_cast<uint32_t>(op->tm.add.num_sge);
@@ -74,7 +75,7 @@ int PostSrqOps(ibv_srq* srq, ibv_ops_wr* op, ibv_ops_wr** bad_op) {
       *bad_op = op;
       return ReturnErrno("ibv_post_srq_ops", Name(srq), handle.status());
     }
-    if (op->opcode == IBV_WR_TAG_ADD) op->tm.handle = *handle;
+    if (o.opcode == IBV_WR_TAG_ADD) op->tm.handle = *handle;
   }
   return 0;
 }

@@ -172,7 +172,7 @@ for victim in client server; do
   for _ in $(seq 150); do grep -q "ping data" "$logs/client" && break; sleep 0.1; done
   if [ "$victim" = client ]; then dead=$client survivor=$server; else dead=$server survivor=$client; fi
   # rping is the child of the `timeout` started above: killed by its parent's PID.
-  pkill -KILL -P "$dead"
+  kill_children KILL "$dead"
   start=$SECONDS
   wait "$survivor"
   rc=$?

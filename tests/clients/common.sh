@@ -30,3 +30,12 @@ for link in json.load(sys.stdin):
         smallest = min(smallest, link["mtu"])
 print(next((m for m in (4096, 2048, 1024, 512) if smallest >= m + 80), 256))'
 }
+
+# kill_children <signal> <pid>: signals the children of <pid> (a `timeout` that runs the program
+# under test). Bash builtins and /proc only: procps' pkill hangs under the ASan stage's
+# LD_PRELOAD of the sanitizer runtimes.
+kill_children() {
+  local kids=""
+  read -r kids < "/proc/$2/task/$2/children" 2>/dev/null
+  [ -n "$kids" ] && kill "-$1" $kids 2>/dev/null
+}

@@ -210,8 +210,8 @@ host_cm_listening() {  # host_cm_listening <port>: a softverbs listener's CM nam
   return 1
 }
 # rping -v prints each ping's data: the client "ping data: rdma-ping-<n>: ...", the server
-# "server ping data: ..."; -C 5 of each, on both sides.
-rping_verified() { [ "$(grep -c 'ping data: rdma-ping-' "$1")" = 5 ] && [ "$(grep -c 'ping data: rdma-ping-' "$2")" = 5 ]; }
+# "server ping data: ..."; -C 1000 of each, on both sides.
+rping_verified() { [ "$(grep -c 'ping data: rdma-ping-' "$1")" = 1000 ] && [ "$(grep -c 'ping data: rdma-ping-' "$2")" = 1000 ]; }
 ucmatose_passed() { grep -q 'return status 0' "$1" && grep -q 'return status 0' "$2"; }
 
 # Every guest_run is bounded; the bounds are generous because on a machine busy with other builds
@@ -249,10 +249,13 @@ for dir in g2h h2g; do
   run_pair "RC SEND latency" "$dir" perftest ib_send_lat -n 50 -u 18
   run_pair "RC WRITE latency" "$dir" perftest ib_write_lat -n 50 -u 18
   run_pair "UC WRITE" "$dir" perftest ib_write_bw -n 50 -c UC
+  run_pair "UC SEND" "$dir" perftest ib_send_bw -n 50 -c UC
+  run_pair "UD SEND" "$dir" perftest ib_send_bw -n 50 -c UD
+  run_pair "UD SEND latency" "$dir" perftest ib_send_lat -n 50 -c UD
   # librdmacm: the kernel's CM and softverbs' CM agent (IB CM MADs on QP1).
-  run_cm_pair "rdma_cm RC" "$dir" rping_verified "rping -s -a @ADDR@ -p @PORT@ -C 5 -v" "rping -c -a @ADDR@ -p @PORT@ -C 5 -v"
+  run_cm_pair "rdma_cm RC" "$dir" rping_verified "rping -s -a @ADDR@ -p @PORT@ -C 1000 -v" "rping -c -a @ADDR@ -p @PORT@ -C 1000 -v"
+  run_cm_pair "rdma_cm RC, 2 connections" "$dir" ucmatose_passed "ucmatose -b @ADDR@ -p @PORT@ -c 2 -C 10" "ucmatose -s @ADDR@ -p @PORT@ -c 2 -C 10"
 done
-run_cm_pair "rdma_cm RC, 2 connections" g2h ucmatose_passed "ucmatose -b @ADDR@ -p @PORT@ -c 2 -C 10" "ucmatose -s @ADDR@ -p @PORT@ -c 2 -C 10"
 counters "$work/after"
 unset SOFTVERBS_PCAP
 
@@ -292,6 +295,50 @@ for c in out_of_seq_request rcvd_seq_err retry_exceeded_err retry_rnr_exceeded_e
   [ "$d" -eq 0 ] || bad="$bad $c=$d"
 done
 check "rxe saw no sequence gap and no error${bad:+ (${bad# })}" test -z "$bad"
+
+# --- A peer process killed mid-connection: its host's CM sends the DREQ ------------------------
+# The kernel's CM destroys a dead process's identifiers and sends a DREQ for each established
+# connection (cm.c cm_destroy_id); softverbs' guard does the same for a softverbs process
+# (docs/cm.md, "A peer that dies"). rping, pinging, has its peer killed with SIGKILL; the survivor
+# must get DISCONNECTED and end within seconds -- not after its RC retries run out (about 15 s
+# and more under TCG), nor never.
+run_death() {  # run_death <g2h: softverbs client killed | h2g: rxe client killed>
+  local dir=$1 port took rc alive hlog="$work/host.log" glog="$work/guest.log"
+  [[ "rping-death $dir" =~ ${INTEROP_ONLY:-.} ]] || return 0
+  port_seq=$((port_seq + 1))
+  port=$port_seq
+  if [ "$dir" = g2h ]; then
+    guest_run 60 "rping -s -a $guest_ip -p $port -C 100000000 >/tmp/server.log 2>&1 & echo \$! >/tmp/server.pid; cm_listening $port" >/dev/null
+    ip netns exec "$ns" timeout 60 rping -c -a "$guest_ip" -p "$port" -C 100000000 -v >"$hlog" 2>&1 &
+    local client=$!
+    for _ in $(seq 300); do grep -q "ping data" "$hlog" && break; sleep 0.1; done
+    alive=$(grep -c "ping data" "$hlog")
+    local kids=""  # rping, the child of the timeout started above (no pkill: see clients/common.sh)
+    read -r kids < "/proc/$client/task/$client/children"
+    [ -n "$kids" ] && kill -KILL $kids
+    wait "$client" 2>/dev/null
+    # The rxe server's end, polled a second at a time (never an unbounded wait in the guest).
+    guest_run 60 'p=$(cat /tmp/server.pid); t=0; while kill -0 $p 2>/dev/null && [ $t -lt 30 ]; do sleep 1; t=$((t+1)); done; kill -9 $p 2>/dev/null; wait $p; echo "@@took=$t"; cat /tmp/server.log' >"$glog"
+    took=$(sed -n 's/^@@took=//p' "$glog")
+    check "softverbs' rping client killed after $alive pings: rxe's rping server gets DISCONNECTED and ends (${took:-?} s)" \
+      eval '[ "$alive" -gt 0 ] && grep -q "DISCONNECT EVENT" "$glog" && [ "${took:-99}" -lt 10 ]'
+  else
+    ip netns exec "$ns" timeout 60 rping -s -a "$host_ip" -p "$port" -C 100000000 >"$hlog" 2>&1 &
+    local server=$!
+    host_cm_listening "$port"
+    guest_run 60 "rping -c -a $host_ip -p $port -C 100000000 -v >/tmp/client.log 2>&1 & echo \$! >/tmp/client.pid; for i in \$(seq 150); do grep -q 'ping data' /tmp/client.log && break; sleep 0.2; done; grep -c 'ping data' /tmp/client.log; kill -9 \$(cat /tmp/client.pid); wait \$(cat /tmp/client.pid)" >"$glog"
+    alive=$(grep -E '^[0-9]+$' "$glog" | head -1)
+    local start=$SECONDS
+    for _ in $(seq 300); do kill -0 "$server" 2>/dev/null || break; sleep 0.1; done
+    took=$((SECONDS - start))
+    kill "$server" 2>/dev/null
+    wait "$server" 2>/dev/null
+    check "rxe's rping client killed after ${alive:-0} pings: softverbs' rping server gets DISCONNECTED from the guest's CM and ends ($took s)" \
+      eval '[ "${alive:-0}" -gt 0 ] && grep -q "DISCONNECT EVENT" "$hlog" && [ "$took" -lt 10 ]'
+  fi || { sed 's/^/  rxe: /' "$glog" | tail -4; sed 's/^/  softverbs: /' "$hlog" | tail -4; }
+}
+run_death g2h
+run_death h2g
 
 # --- 2% loss each way: netem on the guest's eth0, SOFTVERBS_FAULTS on softverbs' sends -----------
 guest_run 60 "/usr/sbin/tc qdisc add dev eth0 root netem loss 2% && /usr/sbin/tc qdisc show dev eth0" >"$work/tc.log"
