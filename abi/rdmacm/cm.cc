@@ -285,7 +285,7 @@ void DestroyId(CmId* id) {
 
 }  // namespace softverbs::abi::rdmacm
 
-// support: rdma_destroy_id | implemented | waits for the id's events to be acked (rdma_get_cm_event(3)); a QP still attached is left to the caller
+// support: rdma_destroy_id | implemented | waits for the id's events to be acked (rdma_get_cm_event(3)); a QP still attached is left to the caller; an established connection not disconnected sends its DREQ (as the kernel's CM), and a process that dies has its connections' DREQs sent by its guard (docs/cm.md)
 SV_EXPORT int rdma_destroy_id(struct rdma_cm_id* id) {
   try {
     rdmacm::CmId* ours = rdmacm::Lookup(id);
