@@ -265,6 +265,16 @@ class WindowsTest(WindowTestCase):
         qpx.close()
 
 
+def mapped_now(lo, length):
+    """Whether any mapping of this process overlaps [lo, lo + length) (/proc/self/maps)."""
+    with open('/proc/self/maps') as maps:
+        for line in maps:
+            start, end = (int(x, 16) for x in line.split()[0].split('-'))
+            if start < lo + length and lo < end:
+                return True
+    return False
+
+
 class WindowsAcrossProcessesTest(WindowTestCase):
     """The window's owner here, the initiator in a child process (agent.py)."""
 
@@ -316,7 +326,13 @@ class WindowsAcrossProcessesTest(WindowTestCase):
                 child.call('write', id=cid, offset=0, data=b'through the file'.hex())
                 child.call('post_send', id=cid, opcode=e.IBV_WR_RDMA_WRITE, wr_id=1, offset=0, length=16,
                            rkey=inc_rkey(mw.rkey), raddr=buf.addr + 1100)
-                self.assertEqual(child.call('poll', id=cid)[0]['status'], status)
+                got = child.call('poll', id=cid)[0]['status']
+                if backing == 'private' and got != status and mapped_now(buf.base, buf.total):
+                    # Another mapping of this process (an allocator's) took the unmapped range
+                    # before the write and received it, as process_vm_writev delivers to whatever
+                    # is mapped there: nothing to conclude (seen once under ASan).
+                    self.skipTest('the unmapped range was mapped again before the write')
+                self.assertEqual(got, status)
                 if status == OK:
                     self.assertEqual(buf.file_bytes(1100, 16), b'through the file')
                 mw.close()  # before the MR: unbinds it
