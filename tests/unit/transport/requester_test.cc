@@ -536,7 +536,9 @@ TEST_F(SlidingRequesterTest, ASequenceNakInsideAMessageResumesAtItsGap) {
 }
 
 TEST_F(SlidingRequesterTest, ATimeoutResumesAtTheFirstPacketNotAcknowledged) {
-  ConfigureMtu(/*timeout=*/8);  // ~1 ms
+  // ~67 ms: long enough that the timer cannot fire between the post and the partial ACK below
+  // (at ~1 ms it did, under ThreadSanitizer), short enough to wait for.
+  ConfigureMtu(/*timeout=*/14);
   ASSERT_TRUE(requester_.Post(Big(1), kRts).ok());
   wire_.sink->OnReply(wire_.at(0).ticket, Partial(64));
   ASSERT_EQ(wire_.count(), 2u);  // packets 128..191
