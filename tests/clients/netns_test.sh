@@ -187,6 +187,8 @@ ip netns exec "$ns_a" "$build/bin/softverbs" status --json >"$logs/status-a.json
 wait "$server" "$client"
 check "softverbs status shows the writer's device and per-QP requester counters" \
   bash -c "grep -qE 'device sent=[1-9]' '$logs/status-b' && grep -qE 'qp 0x[0-9a-f]+ requester packets=[1-9]' '$logs/status-b'"
+check "softverbs status: the writer and the target busy-poll the wire once it carries their traffic" \
+  bash -c "grep -qE 'device sent=.* busy_polling=1' '$logs/status-b' && grep -qE 'device sent=.* busy_polling=1' '$logs/status-a'"
 check "softverbs status shows the target QP's responder counters (packets, ACKs)" \
   bash -c "grep -qE 'qp 0x[0-9a-f]+ responder packets=[1-9][0-9]* .*acks=[1-9]' '$logs/status-a'"
 # The same as JSON (docs/device.md, "softverbs status"): the writer's RC QP in RTS with its

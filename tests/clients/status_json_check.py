@@ -83,6 +83,10 @@ try:
           all(p['wire'] is None or (p['wire']['counters'].get('sent') == 0 and p['wire']['counters'].get('received') == 0)
               for p in doc['processes']) and all(q['counters'] == {} for q in doc['qps'])
           and doc['wire_error'] is None, doc['processes'])
+    # ... so neither spends a receive system call per empty ibv_poll_cq (busy polling, docs/wire.md).
+    check('no busy polling of the wire in processes that stay on the host',
+          all(p['wire'] is None or p['wire']['counters'].get('busy_polling') == 0 for p in doc['processes']),
+          doc['processes'])
 
     # The readable format: the same tables and QPs.
     text = subprocess.run([sv, 'status'], capture_output=True, text=True, timeout=30).stdout

@@ -168,10 +168,15 @@ void WireFabric::Listen(std::span<const Gid16> gids) {
     SV_LOG(kDebug, "softverbs0: receiving RoCEv2 on %s", port->udp->local().ToString().c_str());
     ports_.push_back(std::move(port));
   }
-  if (!ports_.empty() && BusyPollingWanted()) {
-    g_receiving_generation.store(generation_, std::memory_order_relaxed);
-    g_receiving.store(this, std::memory_order_release);
-  }
+}
+
+void WireFabric::BusyPollFromNowOn() {
+  // Not at Listen: every process with a QP listens, and a same-host-only process would then pay
+  // a receive system call per empty ibv_poll_cq for nothing (ib_send_lat on one host: 0.9 us
+  // became 2.4 us). From the first datagram sent or received on, it is worth it.
+  if (g_receiving.load(std::memory_order_relaxed) == this || !BusyPollingWanted()) return;
+  g_receiving_generation.store(generation_, std::memory_order_relaxed);
+  g_receiving.store(this, std::memory_order_release);
 }
 
 WireFabric::Port* WireFabric::Find(const Gid16& gid) {
@@ -257,6 +262,7 @@ Status WireFabric::SendDatagrams(Port& port, const UdpAddress& to, std::span<con
     (void)poll(&p, 1, 1);  // the socket buffer drains as the peer receives
   }
   counters_.sent.fetch_add(done, std::memory_order_relaxed);
+  if (done != 0) BusyPollFromNowOn();
   return result;
 }
 
@@ -350,6 +356,7 @@ size_t WireFabric::Drain(Port& port, bool wait) {
     got = port.udp->ReceiveBatch(slots);
   }
   if (!got.ok()) return 0;
+  if (*got != 0) BusyPollFromNowOn();
   for (size_t s = 0; s < *got; ++s) {
     // GRO may have joined a burst of one sender's datagrams (udp(7) UDP_GRO): cut them apart.
     const uint32_t length = slots[s].length, step = slots[s].segment != 0 ? slots[s].segment : length;
@@ -509,8 +516,9 @@ std::string WireFabric::Report() {
     for (const auto& p : ports_) line(&out, "  port %s\n", p->udp->local().ToString().c_str());
   }
   line(&out, "  device sent=%llu received=%llu icrc_errors=%llu malformed=%llu unknown_qp=%llu unsupported=%llu "
-       "forwarded=%llu misdelivered=%llu acks_coalesced=%llu\n", n(c.sent), n(c.received), n(c.icrc_errors),
-       n(c.malformed), n(c.unknown_qp), n(c.unsupported), n(c.forwarded), n(c.misdelivered), n(c.acks_coalesced));
+       "forwarded=%llu misdelivered=%llu acks_coalesced=%llu busy_polling=%d\n", n(c.sent), n(c.received),
+       n(c.icrc_errors), n(c.malformed), n(c.unknown_qp), n(c.unsupported), n(c.forwarded), n(c.misdelivered),
+       n(c.acks_coalesced), Receiving() == this ? 1 : 0);
   line(&out, "  qp1 received=%llu refused=%llu unhandled=%llu sent=%llu\n", n(c.qp1_received), n(c.qp1_refused),
        n(c.qp1_unhandled), n(c.qp1_sent));
   {

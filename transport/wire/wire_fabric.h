@@ -97,8 +97,8 @@ class WireFabric {
   // that spins on its CQ takes its datagrams itself and the receive thread is not woken for
   // them. False if nothing was pending. SOFTVERBS_WIRE_POLL=0 turns it off.
   bool PollOnce();
-  // This process's fabric once it receives on some port, else nullptr: one load, for the
-  // empty-CQ path of processes that never touch the wire.
+  // This process's fabric once it has sent or received a datagram, else nullptr: one load, for
+  // the empty-CQ path of processes that never touch the wire.
   static WireFabric* Receiving();
 
   const WireCounters& counters() const { return counters_; }
@@ -134,6 +134,8 @@ class WireFabric {
   // The same with datagram i gathered from the next `counts[i]` pieces (empty: one piece each).
   Status SendDatagrams(Port& port, const fabric::wire::UdpAddress& to, std::span<const iovec> pieces,
                        std::span<const uint16_t> counts, uint16_t src_port);
+  // Makes this fabric the one empty ibv_poll_cq calls drain (Receiving), once it carries traffic.
+  void BusyPollFromNowOn();
   // SOFTVERBS_PCAP: records one packet of the flow src -> dst.
   void Record(const Gid16& src, const Gid16& dst, uint16_t src_port, std::span<const uint8_t> packet);
   void Record(const Gid16& src, const Gid16& dst, uint16_t src_port, std::span<const iovec> pieces);
