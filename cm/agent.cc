@@ -56,6 +56,22 @@ void Agent::SetSender(MadSender send) {
   send_ = std::move(send);
 }
 
+void Agent::SetForwarder(MadForwarder forward) {
+  std::lock_guard lock(send_mu_);
+  forward_ = std::move(forward);
+}
+
+bool Agent::Forward(uint32_t slot, std::span<const uint8_t> bytes, const Gid& sgid, const Gid& dgid) {
+  MadForwarder forward;
+  {
+    std::lock_guard lock(send_mu_);
+    forward = forward_;
+  }
+  if (!forward || !forward(slot, sgid, dgid, bytes).ok()) return false;
+  counters_.forwarded.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
 void Agent::SetLastWords(LastWordsHooks hooks) {
   std::lock_guard lock(send_mu_);
   last_words_ = std::move(hooks);
@@ -147,6 +163,7 @@ void Agent::SetProcessSlot(uint32_t slot) {
   // 12 bits of slot: the registry's 4096 process slots (fabric/host/host_registry.h).
   const uint32_t random = comm_base_.load(std::memory_order_relaxed) & 0xf;
   comm_base_.store(((slot & 0xfff) << 4) | random, std::memory_order_relaxed);
+  slot_.store(slot & 0xfff, std::memory_order_relaxed);
 }
 
 void Agent::AddListener(uint16_t port_space, uint16_t port, const Gid& addr, MadInbox* inbox) {
@@ -184,9 +201,12 @@ uint32_t AgentOurCommId(const mad::Body& body) {
       body);
 }
 
+// The host registry slot of the process that made comm ID `id` (Agent::SetProcessSlot).
+uint32_t AgentSlotOfCommId(uint32_t id) { return (id >> 20) & 0xfff; }
+
 }  // namespace
 
-void Agent::OnMad(std::span<const uint8_t> bytes, const Gid& sgid, const Gid& dgid) {
+void Agent::OnMad(std::span<const uint8_t> bytes, const Gid& sgid, const Gid& dgid, bool forwarded) {
   counters_.received.fetch_add(1, std::memory_order_relaxed);
   CountByType(counters_.received_by_type, bytes);
   auto decoded = mad::DecodeMad(bytes);
@@ -199,7 +219,7 @@ void Agent::OnMad(std::span<const uint8_t> bytes, const Gid& sgid, const Gid& dg
   const mad::Mad& m = *decoded;
   std::lock_guard lock(mu_);
   if (std::holds_alternative<mad::Req>(m.body) || std::holds_alternative<mad::SidrReq>(m.body))
-    return OnRequest(m, sgid, dgid);
+    return OnRequest(m, bytes, sgid, dgid, forwarded);
   const uint32_t ours = AgentOurCommId(m.body);
   auto it = connections_.find(ours);
   if (it != connections_.end() && it->second.conduit != nullptr) {
@@ -209,7 +229,18 @@ void Agent::OnMad(std::span<const uint8_t> bytes, const Gid& sgid, const Gid& dg
     counters_.dispatched.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  if (const auto* dreq = std::get_if<mad::Dreq>(&m.body)) {
+  // Another live process's comm ID (its slot is in the ID): the address's UDP group gave the
+  // MAD to this member, and the peer's QP1 sends every MAD from one source port, so the kernel
+  // would give it the next copy too. Handed over through the host (docs/cm.md, Dispatch).
+  const uint32_t owner = AgentSlotOfCommId(ours), self = slot_.load(std::memory_order_relaxed);
+  if (!forwarded && self != kEveryOtherProcess && owner != self && Forward(owner, bytes, sgid, dgid)) {
+    SV_LOG(kDebug, "rdma_cm: %s for comm ID 0x%08x handed to process slot %u of this host",
+           mad::AttrName(m.hdr.attr_id), ours, owner);
+    return;
+  }
+  if (const auto* dreq = std::get_if<mad::Dreq>(&m.body); dreq != nullptr && (!forwarded || owner == self)) {
+    // (A DREQ handed to every process of the host, by one without a CM agent, is answered by
+    // the process its comm ID names only.)
     // cm.c cm_dreq_handler: a DREQ for a connection we do not know (any more) still gets its
     // DREP, so the peer's disconnect completes (wire notes §1.9).
     mad::Mad drep;
@@ -217,15 +248,15 @@ void Agent::OnMad(std::span<const uint8_t> bytes, const Gid& sgid, const Gid& dg
     drep.body = mad::Drep{dreq->remote_comm_id, dreq->local_comm_id, {}};
     return Answer(drep, sgid, dgid);
   }
-  // Not ours: another process of this host may own it (a port's UDP group has several members);
-  // forwarding it there is the designed next step (docs/cm.md, Dispatch).
+  // Nobody's: a connection gone (its process too, or a reused slot).
   counters_.unowned.fetch_add(1, std::memory_order_relaxed);
   CountByType(counters_.dropped_by_type, bytes);
   SV_LOG(kInfo, "rdma_cm: %s for comm ID 0x%08x: no connection of this process (dropped)",
          mad::AttrName(m.hdr.attr_id), ours);
 }
 
-void Agent::OnRequest(const mad::Mad& m, const Gid& sgid, const Gid& dgid) {
+void Agent::OnRequest(const mad::Mad& m, std::span<const uint8_t> bytes, const Gid& sgid, const Gid& dgid,
+                      bool forwarded) {
   const auto* req = std::get_if<mad::Req>(&m.body);
   const auto* sidr = std::get_if<mad::SidrReq>(&m.body);
   const uint32_t remote_id = req ? req->local_comm_id : sidr->request_id;
@@ -266,14 +297,23 @@ void Agent::OnRequest(const mad::Mad& m, const Gid& sgid, const Gid& dgid) {
     counters_.dispatched.fetch_add(1, std::memory_order_relaxed);
     return;
   }
+  // Handed over by the process that received it, which answers for the host: a process with no
+  // listener of the port says nothing (the one holding it answers).
+  if (forwarded) return;
   if (hdr.ok() && port != 0 && BoundOnThisHost(hdr->dst, port)) {
     // Another process of this host holds the port (a port's UDP group has several members and
     // the kernel chose this one): answering REJ 8 for it would refuse a connection its listener
-    // would take. Dropped; the sender's REQ timer sends it again (forwarding it to the owner is
-    // the designed next step, docs/cm.md, Dispatch).
+    // would take. Handed to the host's other processes -- the port's holder takes it, the others
+    // say nothing (one port has one holder: binding it is exclusive, cm/service.h). Without a
+    // way to hand it over, dropped; the sender's REQ timer sends it again.
+    if (Forward(kEveryOtherProcess, bytes, sgid, dgid)) {
+      SV_LOG(kDebug, "rdma_cm: %s for port %u handed to the other processes of this host",
+             req ? "REQ" : "SIDR_REQ", port);
+      return;
+    }
     counters_.unowned.fetch_add(1, std::memory_order_relaxed);
-    SV_LOG(kInfo, "rdma_cm: %s for port %u: another process of this host holds the port (dropped; the "
-           "sender sends it again)", req ? "REQ" : "SIDR_REQ", port);
+    SV_LOG(kInfo, "rdma_cm: %s for port %u: another process of this host holds the port, none took it "
+           "(dropped; the sender sends it again)", req ? "REQ" : "SIDR_REQ", port);
     return;
   }
   SV_LOG(kInfo, "rdma_cm: %s for service ID 0x%016llx: nobody listens (answered as the kernel does)",

@@ -69,6 +69,13 @@ class Agent {
 
   // How MADs leave (WireFabric::SendMad through libibverbs); until set, there is no MAD path.
   void SetSender(MadSender send);
+  // How a MAD that reached this process but is another's goes on to that process of the host
+  // (WireFabric::ForwardMad: by process slot, or kEveryOtherProcess); until set, such MADs are
+  // dropped and counted `unowned`.
+  static constexpr uint32_t kEveryOtherProcess = ~0u;
+  using MadForwarder =
+      std::function<Status(uint32_t slot, const Gid& sgid, const Gid& dgid, std::span<const uint8_t> mad)>;
+  void SetForwarder(MadForwarder forward);
   bool has_sender() const;
   // A sender for conduits: forwards to the one set (never takes the dispatch lock).
   MadSender Sender();
@@ -94,8 +101,9 @@ class Agent {
                      uint64_t remote_guid = 0);
   void RemoveConnection(uint32_t local_comm_id);
 
-  // One MAD received on QP1 from `sgid` on local GID `dgid` (the wire's receive thread).
-  void OnMad(std::span<const uint8_t> bytes, const Gid& sgid, const Gid& dgid);
+  // One MAD received on QP1 from `sgid` on local GID `dgid` (the wire's receive thread);
+  // `forwarded`: handed over by the process of the host that received it (never forwarded again).
+  void OnMad(std::span<const uint8_t> bytes, const Gid& sgid, const Gid& dgid, bool forwarded = false);
 
   // Per CM attribute (REQ 0x10 .. APR 0x1A, IBA table 99): MADs received, sent (copies
   // included), resent (a copy of one sent before: same attribute and TID, IBA 12.6.1), dropped
@@ -104,6 +112,7 @@ class Agent {
   using ByType = std::array<std::atomic<uint64_t>, kAttrCount>;
   struct Counters {
     std::atomic<uint64_t> received{0}, refused{0}, dispatched{0}, answered{0}, unowned{0};
+    std::atomic<uint64_t> forwarded{0};  // handed to another process of the host (SetForwarder)
     std::atomic<uint64_t> mra_sent{0};  // for a REQ still in a listener's queue (also in answered)
     ByType received_by_type{}, sent_by_type{}, resent_by_type{}, dropped_by_type{};
   };
@@ -123,7 +132,10 @@ class Agent {
     uint32_t remote_comm_id;
     uint64_t remote_guid;
   };
-  void OnRequest(const mad::Mad& m, const Gid& sgid, const Gid& dgid);  // under mu_
+  // Under mu_.
+  void OnRequest(const mad::Mad& m, std::span<const uint8_t> bytes, const Gid& sgid, const Gid& dgid, bool forwarded);
+  // Hands `bytes` to process slot `slot` (or every other one); false if no forwarder or nobody took it.
+  bool Forward(uint32_t slot, std::span<const uint8_t> bytes, const Gid& sgid, const Gid& dgid);
   void Answer(const mad::Mad& m, const Gid& sgid, const Gid& dgid);     // sends `m` back
   // Whether an identifier of this host (any process of this user) holds `port` of `address`.
   static bool BoundOnThisHost(const Gid& address, uint16_t port);
@@ -132,6 +144,7 @@ class Agent {
 
   mutable std::mutex send_mu_;
   MadSender send_;  // under send_mu_
+  MadForwarder forward_;  // under send_mu_
   LastWordsHooks last_words_;  // under send_mu_
   std::deque<std::pair<uint16_t, uint64_t>> recent_;  // (attribute, TID) of MADs sent, under send_mu_
   std::mutex mu_;   // the tables; held while a MAD is delivered
@@ -139,6 +152,7 @@ class Agent {
   std::map<uint32_t, Connection> connections_;
   uint32_t hi_tid_;
   std::atomic<uint32_t> comm_base_;  // the process's high 16 bits of every comm ID
+  std::atomic<uint32_t> slot_{kEveryOtherProcess};  // SetProcessSlot's; none yet: kEveryOtherProcess
   std::atomic<uint32_t> next_{1};
   Counters counters_;
 };

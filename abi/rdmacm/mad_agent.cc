@@ -11,11 +11,12 @@
 namespace softverbs::abi::rdmacm {
 namespace {
 
-void RdmacmOnMad(void* /*arg*/, const uint8_t* mad, size_t length, const uint8_t* sgid, const uint8_t* dgid) {
+void RdmacmOnMad(void* /*arg*/, const uint8_t* mad, size_t length, const uint8_t* sgid, const uint8_t* dgid,
+                 int forwarded) {
   cm::Gid s, d;
   memcpy(s.data(), sgid, 16);
   memcpy(d.data(), dgid, 16);
-  cm::Agent::Get().OnMad({mad, length}, s, d);
+  cm::Agent::Get().OnMad({mad, length}, s, d, forwarded != 0);
 }
 
 const char* RdmacmReport(void* /*arg*/) {
@@ -44,6 +45,12 @@ void AttachMadAgent(ibv_context* context) {
          bridge->arm_last_words(token, sgid.data(), dgid.data(), mad.data(), mad.size());
        },
        [bridge](uint64_t token) { bridge->disarm_last_words(token); }});
+  // MADs that reached this process but belong to another one of the host (docs/cm.md, Dispatch).
+  cm::Agent::Get().SetForwarder(
+      [context, bridge](uint32_t slot, const cm::Gid& sgid, const cm::Gid& dgid, std::span<const uint8_t> mad) {
+        int err = bridge->forward_mad(context, slot, sgid.data(), dgid.data(), mad.data(), mad.size());
+        return err == 0 ? Status::Ok() : Status(err, "no other process of this host took the MAD");
+      });
   cm::Agent::Get().SetSender([context, bridge](const cm::Gid& sgid, const cm::Gid& dgid, std::span<const uint8_t> mad) {
     int err = bridge->send_mad(context, sgid.data(), dgid.data(), mad.data(), mad.size());
     return err == 0 ? Status::Ok() : Status(err, "the wire refused the MAD (see the log above)");

@@ -26,7 +26,7 @@ class Qp1BridgeHandler : public transport::Qp1Handler {
   }
   void OnMad(const transport::Qp1Datagram& d) override {
     std::lock_guard lock(mu_);
-    if (callback_ != nullptr) callback_(arg_, d.mad.data(), d.mad.size(), d.sgid.data(), d.dgid.data());
+    if (callback_ != nullptr) callback_(arg_, d.mad.data(), d.mad.size(), d.sgid.data(), d.dgid.data(), d.forwarded);
   }
   void SetReporter(SvReportCallback report, void* arg) {
     std::lock_guard lock(mu_);
@@ -92,8 +92,19 @@ void Qp1ArmLastWords(uint64_t token, const uint8_t* sgid, const uint8_t* dgid, c
 
 void Qp1DisarmLastWords(uint64_t token) { transport::LastWords::Get().Disarm(token); }
 
-constexpr SvQp1Bridge kQp1Bridge{sizeof(SvQp1Bridge), Qp1Attach,       Qp1SendMad,        Qp1SetReporter,
-                                 Qp1ProcessSlot,      Qp1ArmLastWords, Qp1DisarmLastWords};
+int Qp1ForwardMad(ibv_context* context, uint32_t slot, const uint8_t* sgid, const uint8_t* dgid, const uint8_t* mad,
+                  size_t length) {
+  if (context == nullptr || sgid == nullptr || dgid == nullptr || mad == nullptr) return EINVAL;
+  transport::Gid16 s, d;
+  std::copy_n(sgid, 16, s.begin());
+  std::copy_n(dgid, 16, d.begin());
+  static_assert(transport::WireFabric::kEveryOtherProcess == UINT32_MAX);
+  Status sent = transport::WireFabric::Get(ToSv(context)->core->local()).ForwardMad(slot, s, d, {mad, length});
+  return sent.ok() ? 0 : sent.code();
+}
+
+constexpr SvQp1Bridge kQp1Bridge{sizeof(SvQp1Bridge), Qp1Attach,       Qp1SendMad,         Qp1SetReporter,
+                                 Qp1ProcessSlot,      Qp1ArmLastWords, Qp1DisarmLastWords, Qp1ForwardMad};
 
 }  // namespace
 }  // namespace softverbs::abi

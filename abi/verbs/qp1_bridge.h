@@ -10,9 +10,11 @@
 #include <cstddef>
 #include <cstdint>
 
-// One MAD received on QP1 from GID `sgid` on local GID `dgid` (the wire's receive thread).
+// One MAD received on QP1 from GID `sgid` on local GID `dgid` (the wire's receive thread);
+// `forwarded`: by another process of the host that received it (forward_mad), not to be
+// forwarded again.
 typedef void (*SvMadCallback)(void* arg, const uint8_t* mad, size_t length, const uint8_t* sgid,
-                              const uint8_t* dgid);
+                              const uint8_t* dgid, int forwarded);
 
 // The CM's lines for the process's status report (transport::Qp1Handler::Report); the string
 // stays valid until the next call from the same thread.
@@ -35,6 +37,11 @@ struct SvQp1Bridge {
   // disarm_last_words(token) (transport/wire/last_words.h: a connection's DREQ).
   void (*arm_last_words)(uint64_t token, const uint8_t* sgid, const uint8_t* dgid, const uint8_t* mad, size_t length);
   void (*disarm_last_words)(uint64_t token);
+  // Hands a MAD received here to process slot `slot` of the host (UINT32_MAX: every other live
+  // process), whose callback gets it with `forwarded` set (WireFabric::ForwardMad). Returns 0 or
+  // an errno (EHOSTUNREACH: no live process took it).
+  int (*forward_mad)(struct ibv_context* context, uint32_t slot, const uint8_t* sgid, const uint8_t* dgid,
+                     const uint8_t* mad, size_t length);
 };
 
 extern "C" const SvQp1Bridge* sv_private_qp1_bridge(void);

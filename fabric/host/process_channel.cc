@@ -93,7 +93,7 @@ Result<bool> ProcessChannel::Receive(std::span<uint8_t> buffer, ChannelMessage* 
     const auto size = static_cast<size_t>(n);
     if ((m.msg_flags & MSG_TRUNC) != 0 || size < kPrefix || buffer[0] != kMagic) continue;
     const uint8_t kind = buffer[1];
-    if (kind < 1 || kind > 3) continue;
+    if (kind < 1 || kind > static_cast<uint8_t>(ChannelKind::kMad)) continue;
     out->kind = static_cast<ChannelKind>(kind);
     out->body = buffer.subspan(kPrefix, size - kPrefix);
     out->from_len = m.msg_namelen;

@@ -2,10 +2,11 @@
 // registry and the process's slot in it, so any process of the host (the same network namespace:
 // abstract names are per namespace, as the registry is) reaches any other by its slot.
 //
-// Two uses (docs/wire.md):
+// Uses (docs/wire.md, docs/cm.md "Dispatch"):
 // - forwarding: the kernel hands a RoCEv2 datagram to one member of the per-user UDP 4791 group,
 //   not necessarily the process that owns its destination QP; a response (ACK, READ response,
-//   atomic ACK) must reach the requester's own process, so the member forwards it here;
+//   atomic ACK) must reach the requester's own process, so the member forwards it here; a MAD
+//   for QP1 goes to the process whose CM connection or listener it is for;
 // - questions: `softverbs status` asks every live process for its wire counters.
 //
 // A message is a kind and a body. The socket never blocks: a full receiver drops the forwarded datagram (a loss, which RC recovers).
@@ -24,7 +25,9 @@
 
 namespace softverbs::fabric {
 
-enum class ChannelKind : uint8_t { kForward = 1, kQuestion = 2, kAnswer = 3 };
+// kForward: a RoCEv2 datagram for one of the receiver's QPs; kMad: a MAD that arrived for QP1 of
+// another process (transport/wire/wire_fabric.h, ForwardMad).
+enum class ChannelKind : uint8_t { kForward = 1, kQuestion = 2, kAnswer = 3, kMad = 4 };
 
 struct ChannelMessage {
   ChannelKind kind = ChannelKind::kForward;

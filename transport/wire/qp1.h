@@ -44,6 +44,9 @@ struct Qp1Datagram {
   uint32_t src_qp = 0;             // DETH SrcQP (1 from a CM; IBA lets any QP send to QP1)
   uint16_t pkey = 0;               // BTH P_Key
   std::span<const uint8_t> mad;    // the payload: up to 256 bytes, valid during the call
+  // Received by another process of this host and forwarded here (WireFabric::ForwardMad): the
+  // handler must not forward it again. `from`, `src_qp` and `pkey` are then unknown (zero).
+  bool forwarded = false;
 };
 
 // The CM agent's side. Called in the wire fabric's receive thread (or a busy poller's), one

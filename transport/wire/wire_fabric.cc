@@ -13,6 +13,7 @@
 
 #include "base/log.h"
 #include "fabric/packet/icrc.h"
+#include "fabric/host/process_token.h"
 #include "fabric/packet/packet.h"
 #include "transport/grh.h"
 #include "transport/host/host_target.h"
@@ -444,8 +445,11 @@ void WireFabric::DeliverQp1(const packet::ParsedPacket& p, const UdpAddress& fro
   }
   std::lock_guard lock(qp1_mu_);
   if (qp1_handler_ == nullptr) {
+    // A process without a CM agent is still a member of the address's UDP group: the MAD goes
+    // to the host's other processes, whose agents keep what is theirs (cm/agent.h).
+    if (ForwardMad(kEveryOtherProcess, source, local, p.payload).ok()) return;
     counters_.qp1_unhandled.fetch_add(1, std::memory_order_relaxed);  // IBA 9.6.1.1: discarded
-    SV_LOG(kTrace, "softverbs0: dropped a MAD from %s: no CM agent in this process", from.ToString().c_str());
+    SV_LOG(kTrace, "softverbs0: dropped a MAD from %s: no CM agent in this process nor another", from.ToString().c_str());
     return;
   }
   Qp1Datagram d;
@@ -478,6 +482,47 @@ Status WireFabric::SendMad(const Gid16& sgid, const Gid16& dgid, std::span<const
   return Status::Ok();
 }
 
+Status WireFabric::ForwardMad(uint32_t slot, const Gid16& sgid, const Gid16& dgid, std::span<const uint8_t> mad) {
+  if (channel_ == nullptr) return Status(ENOTCONN, "this process has no host channel to forward a MAD on");
+  if (mad.empty() || mad.size() > kMadBytes) return Status(EINVAL, "a MAD is 1 to 256 bytes");
+  uint8_t body[2 * sizeof(Gid16) + kMadBytes];  // sgid, dgid, the MAD
+  memcpy(body, sgid.data(), sizeof(Gid16));
+  memcpy(body + sizeof(Gid16), dgid.data(), sizeof(Gid16));
+  memcpy(body + 2 * sizeof(Gid16), mad.data(), mad.size());
+  const std::span<const uint8_t> message(body, 2 * sizeof(Gid16) + mad.size());
+  fabric::HostRegistry& r = local_.registry();
+  size_t taken = 0;
+  for (uint32_t s = 0; s < r.processes().extent(); ++s) {
+    if (slot == kEveryOtherProcess ? s == local_.slot() : s != slot) continue;
+    const uint64_t owner = r.processes().slot(s).owner.load(std::memory_order_acquire);
+    if (owner == 0 || !fabric::ProcessToken(owner).IsAlive()) continue;
+    if (channel_->Send(r.name(), s, fabric::ChannelKind::kMad, message).ok()) ++taken;
+  }
+  if (taken == 0) return Status(EHOSTUNREACH, "no live process of this host took the MAD");
+  counters_.qp1_forwarded.fetch_add(1, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+void WireFabric::DeliverForwardedMad(std::span<const uint8_t> body) {
+  // Anyone on the host may write to the channel: sized before use, as a datagram is.
+  constexpr size_t kGids = 2 * sizeof(Gid16);
+  if (body.size() <= kGids || body.size() > kGids + kMadBytes) {
+    counters_.malformed.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  std::lock_guard lock(qp1_mu_);
+  if (qp1_handler_ == nullptr) {
+    counters_.qp1_unhandled.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  Qp1Datagram d;
+  memcpy(d.sgid.data(), body.data(), sizeof(Gid16));
+  memcpy(d.dgid.data(), body.data() + sizeof(Gid16), sizeof(Gid16));
+  d.mad = body.subspan(kGids);
+  d.forwarded = true;
+  qp1_handler_->OnMad(d);
+}
+
 void WireFabric::ServeChannel() {
   std::vector<uint8_t> buffer(fabric::ProcessChannel::kMaxMessage);
   for (;;) {
@@ -487,6 +532,10 @@ void WireFabric::ServeChannel() {
     if (m.kind == fabric::ChannelKind::kQuestion) {
       const std::string report = Report();
       (void)channel_->Answer(m, {reinterpret_cast<const uint8_t*>(report.data()), report.size()});
+      continue;
+    }
+    if (m.kind == fabric::ChannelKind::kMad) {
+      DeliverForwardedMad(m.body);
       continue;
     }
     if (m.kind != fabric::ChannelKind::kForward) continue;
@@ -519,8 +568,8 @@ std::string WireFabric::Report() {
        "forwarded=%llu misdelivered=%llu acks_coalesced=%llu busy_polling=%d\n", n(c.sent), n(c.received),
        n(c.icrc_errors), n(c.malformed), n(c.unknown_qp), n(c.unsupported), n(c.forwarded), n(c.misdelivered),
        n(c.acks_coalesced), Receiving() == this ? 1 : 0);
-  line(&out, "  qp1 received=%llu refused=%llu unhandled=%llu sent=%llu\n", n(c.qp1_received), n(c.qp1_refused),
-       n(c.qp1_unhandled), n(c.qp1_sent));
+  line(&out, "  qp1 received=%llu refused=%llu unhandled=%llu sent=%llu forwarded=%llu\n", n(c.qp1_received),
+       n(c.qp1_refused), n(c.qp1_unhandled), n(c.qp1_sent), n(c.qp1_forwarded));
   {
     std::lock_guard lock(qp1_mu_);
     if (qp1_handler_ != nullptr) out += qp1_handler_->Report();

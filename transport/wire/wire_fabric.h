@@ -51,6 +51,7 @@ struct WireCounters {
   std::atomic<uint64_t> qp1_refused{0};    // to QP1 with a non-UD opcode, wrong P_Key/Q_Key, or too long
   std::atomic<uint64_t> qp1_unhandled{0};  // to QP1 with no handler registered (like an unknown QP)
   std::atomic<uint64_t> qp1_sent{0};       // MADs sent from QP1
+  std::atomic<uint64_t> qp1_forwarded{0};  // MADs handed to another process of this host (ForwardMad)
 };
 
 class WireLink;
@@ -91,6 +92,13 @@ class WireFabric {
   // Sends one 256-byte MAD from QP1 of `sgid` to QP1 of `dgid` (its port 4791), from UDP source
   // port 0xD872 as rxe's QP1 does (or the port's own if that one cannot be bound).
   Status SendMad(const Gid16& sgid, const Gid16& dgid, std::span<const uint8_t> mad);
+  // A MAD this process received on QP1 that belongs to another process of the host (the kernel
+  // hands a datagram to any member of the UDP 4791 group, and a peer's QP1 sends from one
+  // source port, so one member may get all of a host's MADs): sent on through the host channel
+  // to process slot `slot` -- or, with kEveryOtherProcess, to every other live process -- whose
+  // handler gets it with `forwarded` set. EHOSTUNREACH when no live process took it.
+  static constexpr uint32_t kEveryOtherProcess = ~0u;
+  Status ForwardMad(uint32_t slot, const Gid16& sgid, const Gid16& dgid, std::span<const uint8_t> mad);
 
   // Busy polling (docs/wire.md): handles what is pending on this process's ports without
   // blocking, in the caller's thread; ibv_poll_cq calls it on an empty CQ, so an application
@@ -157,6 +165,7 @@ class WireFabric {
                   const Gid16& local);
   // What arrived on this process's channel: forwarded responses, and questions.
   void ServeChannel();
+  void DeliverForwardedMad(std::span<const uint8_t> body);  // a ChannelKind::kMad message
 
   fabric::LocalProcess& local_;
   const uint32_t generation_;  // the process incarnation (fork) this fabric belongs to

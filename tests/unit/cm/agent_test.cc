@@ -144,6 +144,113 @@ TEST_F(AgentTest, ReqForAPortAnotherProcessHoldsIsDroppedNotRejected) {
   EXPECT_TRUE(std::holds_alternative<mad::Rej>(sent_[0].mad.body));
 }
 
+struct AgentTestForwarded {
+  uint32_t slot;
+  std::vector<uint8_t> mad;
+};
+
+TEST_F(AgentTest, ReqForAPortAnotherProcessHoldsGoesToTheHostsOtherProcesses) {
+  // The same with a way to hand MADs over (WireFabric::ForwardMad): the REQ goes, unchanged, to
+  // every other process of the host -- the port's holder takes it -- and nothing is answered.
+  std::vector<AgentTestForwarded> forwarded;
+  Status result = Status::Ok();
+  agent_.SetForwarder([&](uint32_t slot, const Gid& s, const Gid& d, std::span<const uint8_t> mad) {
+    EXPECT_EQ(s, peer_);
+    EXPECT_EQ(d, local_);
+    forwarded.push_back({slot, {mad.begin(), mad.end()}});
+    return result;
+  });
+  sockaddr_storage held{};
+  auto* in = reinterpret_cast<sockaddr_in*>(&held);
+  in->sin_family = AF_INET;
+  inet_pton(AF_INET, "10.78.0.1", &in->sin_addr);
+  SetPort(&held, 7003);
+  auto bound = BindService(&held, false);
+  ASSERT_TRUE(bound.ok()) << bound.status().rule();
+  const auto req = Req("10.78.0.1", 7003);
+  agent_.OnMad(req, peer_, local_);
+  ASSERT_EQ(forwarded.size(), 1u);
+  EXPECT_EQ(forwarded[0].slot, Agent::kEveryOtherProcess);
+  EXPECT_EQ(forwarded[0].mad, std::vector<uint8_t>(req.begin(), req.end()));
+  EXPECT_TRUE(sent_.empty());
+  EXPECT_EQ(agent_.counters().forwarded.load(), 1u);
+  EXPECT_EQ(agent_.counters().unowned.load(), 0u);
+  // No other process took it (they all ended): dropped and counted, still not refused.
+  result = Status(EHOSTUNREACH, "nobody");
+  agent_.OnMad(req, peer_, local_);
+  EXPECT_TRUE(sent_.empty());
+  EXPECT_EQ(agent_.counters().unowned.load(), 1u);
+  EXPECT_EQ(agent_.counters().forwarded.load(), 1u);
+}
+
+TEST_F(AgentTest, AForwardedReqIsTakenByItsListenerElseNeitherAnsweredNorForwardedAgain) {
+  size_t forwards = 0;
+  agent_.SetForwarder([&](uint32_t, const Gid&, const Gid&, std::span<const uint8_t>) {
+    ++forwards;
+    return Status::Ok();
+  });
+  // Nobody here listens, nobody holds the port: the process that received it answers for the
+  // host (REJ 8 once the port is free everywhere), not each process it was handed to.
+  agent_.OnMad(Req("10.78.0.1", 7004), peer_, local_, /*forwarded=*/true);
+  EXPECT_TRUE(sent_.empty());
+  EXPECT_EQ(forwards, 0u);
+  agent_.AddListener(static_cast<uint16_t>(mad::PortSpace::kTcp), 7004, local_, inbox_.get());
+  agent_.OnMad(Req("10.78.0.1", 7004), peer_, local_, /*forwarded=*/true);
+  MadInbox::Received r;
+  ASSERT_TRUE(inbox_->Pop(&r));
+  EXPECT_EQ(r.sgid, peer_);
+  EXPECT_EQ(forwards, 0u);
+  agent_.RemoveListener(inbox_.get());
+}
+
+TEST_F(AgentTest, AnotherProcesssCommIdGoesToThatProcess) {
+  // Comm IDs carry their process's registry slot (SetProcessSlot): a REP, RTU, DREQ... naming
+  // one of another live process goes there; one of a process that is gone is handled here.
+  agent_.SetProcessSlot(5);
+  std::vector<AgentTestForwarded> forwarded;
+  agent_.SetForwarder([&](uint32_t slot, const Gid&, const Gid&, std::span<const uint8_t> mad) {
+    if (slot == 9) return Status(EHOSTUNREACH, "slot 9 has no live process");
+    forwarded.push_back({slot, {mad.begin(), mad.end()}});
+    return Status::Ok();
+  });
+  Agent other;
+  other.SetProcessSlot(7);
+  mad::Rep rep;
+  rep.local_comm_id = 0x4444;
+  rep.remote_comm_id = other.NewCommId();
+  agent_.OnMad(Encode(rep), peer_, local_);
+  ASSERT_EQ(forwarded.size(), 1u);
+  EXPECT_EQ(forwarded[0].slot, 7u);
+  EXPECT_EQ(agent_.counters().unowned.load(), 0u);
+  // One handed over already is never handed on: dropped where it landed.
+  agent_.OnMad(Encode(rep), peer_, local_, /*forwarded=*/true);
+  EXPECT_EQ(forwarded.size(), 1u);
+  EXPECT_EQ(agent_.counters().unowned.load(), 1u);
+  // This process's own slot, no such connection: dropped, not handed anywhere.
+  rep.remote_comm_id = agent_.NewCommId();
+  agent_.OnMad(Encode(rep), peer_, local_);
+  EXPECT_EQ(forwarded.size(), 1u);
+  EXPECT_EQ(agent_.counters().unowned.load(), 2u);
+  // A DREQ for a process that is gone (slot 9): answered here with the DREP the kernel gives.
+  Agent gone;
+  gone.SetProcessSlot(9);
+  const uint32_t dead_id = gone.NewCommId();
+  agent_.OnMad(Encode(mad::Dreq{0x1234, dead_id, 0x111, {}}), peer_, local_);
+  ASSERT_EQ(sent_.size(), 1u);
+  const auto* drep = std::get_if<mad::Drep>(&sent_[0].mad.body);
+  ASSERT_NE(drep, nullptr);
+  EXPECT_EQ(drep->local_comm_id, dead_id);
+  EXPECT_EQ(forwarded.size(), 1u);
+  EXPECT_EQ(agent_.counters().forwarded.load(), 1u);
+  // Handed to every process (by one without a CM agent): only the process the comm ID names
+  // answers an unknown DREQ, so the peer gets one DREP.
+  agent_.OnMad(Encode(mad::Dreq{0x1234, other.NewCommId(), 0x111, {}}), peer_, local_, /*forwarded=*/true);
+  EXPECT_EQ(sent_.size(), 1u);
+  agent_.OnMad(Encode(mad::Dreq{0x1234, agent_.NewCommId(), 0x111, {}}), peer_, local_, /*forwarded=*/true);
+  EXPECT_EQ(sent_.size(), 2u);
+  EXPECT_EQ(forwarded.size(), 1u);
+}
+
 TEST_F(AgentTest, ReqGoesToTheExactListenerBeforeTheWildcard) {
   agent_.AddListener(static_cast<uint16_t>(mad::PortSpace::kTcp), 7000, Gid{}, wild_.get());
   agent_.AddListener(static_cast<uint16_t>(mad::PortSpace::kTcp), 7000, local_, inbox_.get());

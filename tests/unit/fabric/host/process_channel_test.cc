@@ -40,6 +40,24 @@ TEST(ProcessChannel, AForwardedDatagramArrivesWhole) {
   EXPECT_FALSE(*got);  // nothing more: never blocks
 }
 
+TEST(ProcessChannel, AMadForAnotherProcessKeepsItsKind) {
+  // A MAD handed over to the process that owns it (WireFabric::ForwardMad): its own kind, so the
+  // receiver gives it to its CM agent and not to a QP.
+  auto receiver = ProcessChannel::Open(Registry(), 8);
+  ASSERT_TRUE(receiver.ok()) << receiver.status().rule();
+  auto sender = ProcessChannel::OpenUnnamed();
+  ASSERT_TRUE(sender.ok()) << sender.status().rule();
+  const std::string body(32 + 256, 'm');
+  ASSERT_TRUE((*sender)->Send(Registry(), 8, ChannelKind::kMad, Bytes(body)).ok());
+  std::vector<uint8_t> buffer(ProcessChannel::kMaxMessage);
+  ChannelMessage m;
+  auto got = (*receiver)->Receive(buffer, &m);
+  ASSERT_TRUE(got.ok());
+  ASSERT_TRUE(*got);
+  EXPECT_EQ(m.kind, ChannelKind::kMad);
+  EXPECT_EQ(m.body.size(), body.size());
+}
+
 TEST(ProcessChannel, ASlotHasOneChannelAtATime) {
   auto first = ProcessChannel::Open(Registry(), 8);
   ASSERT_TRUE(first.ok());
