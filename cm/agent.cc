@@ -223,6 +223,8 @@ void Agent::OnMad(std::span<const uint8_t> bytes, const Gid& sgid, const Gid& dg
   const uint32_t ours = AgentOurCommId(m.body);
   auto it = connections_.find(ours);
   if (it != connections_.end() && it->second.conduit != nullptr) {
+    if (std::holds_alternative<mad::Dreq>(m.body))  // (rare, and what a "why no DISCONNECTED" asks first)
+      SV_LOG(kInfo, "rdma_cm: DREQ for comm ID 0x%08x%s", ours, forwarded ? " (handed over by this host)" : "");
     Status s = it->second.conduit->Deliver(m, sgid);
     if (!s.ok()) CountByType(counters_.dropped_by_type, bytes);
     if (!s.ok()) SV_LOG(kInfo, "rdma_cm: %s for comm ID 0x%08x refused: %s", mad::AttrName(m.hdr.attr_id), ours, s.rule().c_str());

@@ -187,10 +187,14 @@ fi
 # error makes rping disconnect), and one that only waits never does.
 for victim in client server; do
   port=$(free_port)
-  ip netns exec "$ns_a" timeout 40 rping -s -a "$net.1" -p "$port" -C 100000000 >"$logs/server" 2>&1 &
+  # (softverbs' own account of the CM and the guard, shown if the check fails.)
+  rm -f "$logs/server.svlog" "$logs/client.svlog"
+  ip netns exec "$ns_a" env SOFTVERBS_LOG=info SOFTVERBS_LOG_FILE="$logs/server.svlog" \
+    timeout 40 rping -s -a "$net.1" -p "$port" -C 100000000 >"$logs/server" 2>&1 &
   server=$!
   sleep 0.5
-  ip netns exec "$ns_b" timeout 40 rping -c -a "$net.1" -p "$port" -C 100000000 -v >"$logs/client" 2>&1 &
+  ip netns exec "$ns_b" env SOFTVERBS_LOG=info SOFTVERBS_LOG_FILE="$logs/client.svlog" \
+    timeout 40 rping -c -a "$net.1" -p "$port" -C 100000000 -v >"$logs/client" 2>&1 &
   client=$!
   # Connected and pinging: the client's first verified ping.
   for _ in $(seq 150); do grep -q "ping data" "$logs/client" && break; sleep 0.1; done
@@ -204,7 +208,8 @@ for victim in client server; do
   took=$((SECONDS - start))
   other=$([ "$victim" = client ] && echo server || echo client)
   check "rping $victim killed: the $other gets DISCONNECTED from the dead process's host and ends (rc=$rc after ${took} s)" \
-    eval 'grep -q "DISCONNECT EVENT" "$logs/$other" && [ "$rc" -ne 124 ] && [ "$took" -lt 8 ]' || show
+    eval 'grep -q "DISCONNECT EVENT" "$logs/$other" && [ "$rc" -ne 124 ] && [ "$took" -lt 8 ]' ||
+    { show; for f in server client; do tail -n 12 "$logs/$f.svlog" 2>/dev/null | sed "s/^/  $f log: /"; done; }
 done
 
 echo "$pass passed, $fail failed"

@@ -312,8 +312,9 @@ run_death() {  # run_death <g2h: softverbs client killed | h2g: rxe client kille
   port=$port_seq
   if [ "$dir" = g2h ]; then
     guest_run 60 "rping -s -a $guest_ip -p $port -C 100000000 >/tmp/server.log 2>&1 & echo \$! >/tmp/server.pid; cm_listening $port" >/dev/null
-    # (SOFTVERBS_LOG: the guard's own words, if it has any, land in the log too.)
-    SOFTVERBS_LOG=info ip netns exec "$ns" timeout 60 rping -c -a "$guest_ip" -p "$port" -C 100000000 -v >"$hlog" 2>&1 &
+    # (SOFTVERBS_LOG_FILE: the CM's and the guard's own words -- the guard's stdio is /dev/null.)
+    rm -f "$work/host.svlog"
+    SOFTVERBS_LOG=info SOFTVERBS_LOG_FILE="$work/host.svlog" ip netns exec "$ns" timeout 60 rping -c -a "$guest_ip" -p "$port" -C 100000000 -v >"$hlog" 2>&1 &
     local client=$!
     for _ in $(seq 300); do grep -q "ping data" "$hlog" && break; sleep 0.1; done
     alive=$(grep -c "ping data" "$hlog")
@@ -328,7 +329,9 @@ run_death() {  # run_death <g2h: softverbs client killed | h2g: rxe client kille
     check "softverbs' rping client killed after $alive pings: rxe's rping server gets DISCONNECTED and ends (${took:-?} s)" \
       test "$ok" = 1
   else
-    ip netns exec "$ns" timeout 60 rping -s -a "$host_ip" -p "$port" -C 100000000 >"$hlog" 2>&1 &
+    rm -f "$work/host.svlog"
+    SOFTVERBS_LOG=info SOFTVERBS_LOG_FILE="$work/host.svlog" \
+      ip netns exec "$ns" timeout 60 rping -s -a "$host_ip" -p "$port" -C 100000000 >"$hlog" 2>&1 &
     local server=$!
     host_cm_listening "$port"
     guest_run 60 "rping -c -a $host_ip -p $port -C 100000000 -v >/tmp/client.log 2>&1 & echo \$! >/tmp/client.pid; for i in \$(seq 150); do grep -q 'ping data' /tmp/client.log && break; sleep 0.2; done; grep -c 'ping data' /tmp/client.log; kill -9 \$(cat /tmp/client.pid); wait \$(cat /tmp/client.pid)" >"$glog"
@@ -345,6 +348,7 @@ run_death() {  # run_death <g2h: softverbs client killed | h2g: rxe client kille
   if [ "$ok" != 1 ]; then
     grep -v "ping data" "$glog" | sed 's/^/  rxe: /' | tail -8
     grep -v "ping data" "$hlog" | sed 's/^/  softverbs: /' | tail -8
+    tail -n 8 "$work/host.svlog" 2>/dev/null | sed 's/^/  softverbs log: /'
   fi
 }
 run_death g2h

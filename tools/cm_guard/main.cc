@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 
+#include "base/log.h"
 #include "transport/wire/last_words.h"
 
 namespace {
@@ -41,15 +41,19 @@ int main() {
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;  // the process is gone
     auto applied = book.Apply({reinterpret_cast<const uint8_t*>(&buffer), static_cast<size_t>(n)});
-    if (!applied.ok()) fprintf(stderr, "softverbs-cm-guard: %s (ignored)\n", applied.rule().c_str());
+    if (!applied.ok()) SV_LOG(kWarn, "softverbs-cm-guard: %s (ignored)", applied.rule().c_str());
   }
+  // (Its stdio is /dev/null: what it says goes to SOFTVERBS_LOG_FILE, inherited from its process.)
+  SV_LOG(kInfo, "softverbs-cm-guard: its process ended; %zu MAD(s) armed", book.armed().size());
   for (int round = 0; round < kRounds && !book.armed().empty(); ++round) {
     if (round > 0) sleep(1);
     for (const auto& [token, record] : book.armed()) {
       auto sent = softverbs::transport::SendLastWords(record, 4791);
       if (!sent.ok() && round == 0)
-        fprintf(stderr, "softverbs-cm-guard: the MAD for connection 0x%llx: %s\n", static_cast<unsigned long long>(token),
-                sent.rule().c_str());
+        SV_LOG(kError, "softverbs-cm-guard: the MAD for connection 0x%llx: %s", static_cast<unsigned long long>(token),
+               sent.rule().c_str());
+      else if (round == 0)
+        SV_LOG(kInfo, "softverbs-cm-guard: sent the MAD for connection 0x%llx", static_cast<unsigned long long>(token));
     }
   }
   return 0;
