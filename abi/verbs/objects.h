@@ -116,11 +116,6 @@ struct SvSrq {
   ibv_srq srq;
   std::unique_ptr<core::Srq> core;
   SvPd* parent_domain = nullptr;  // created on a parent domain (released at destroy)
-  // ECE (ibv_set_ece(3), ibv_query_ece(3)), as mlx5 keeps it: the options requested by
-  // ibv_set_ece, applied by the next successful ibv_modify_qp, and those the device agreed to
-  // (what ibv_query_ece returns; cleared by ibv_set_ece until that modify).
-  uint32_t ece_requested = 0;
-  uint32_t ece_agreed = 0;
 };
 
 // rdma-core's verbs_xrcd begins with ibv_xrcd.

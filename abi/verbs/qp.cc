@@ -294,7 +294,6 @@ SV_EXPORT int ibv_query_qp_data_in_order(ibv_qp*, ibv_wr_opcode, uint32_t) {
 // the CM (rdma_set_local_ece(3)). softverbs has no optional wire behaviour to switch on, so the
 // options it supports are none: it takes part in the handshake with its vendor ID and agrees to
 // no option, as an mlx5 device agrees to the subset its firmware supports.
-// support: ibv_set_ece | implemented | vendor_id must be the device's (ibv_query_device), comp_mask 0; options kept as the intersection with the supported ones (none) at the next ibv_modify_qp, as mlx5
 SV_EXPORT int ibv_set_ece(ibv_qp* qp, ibv_ece* ece) {
   // libibverbs' own check comes first (verbs.c ibv_set_ece): no vendor, no ECE -> EOPNOTSUPP.
   Status s;
@@ -321,7 +320,6 @@ SV_EXPORT int ibv_set_ece(ibv_qp* qp, ibv_ece* ece) {
   return 0;
 }
 
-// support: ibv_query_ece | implemented | the device's vendor_id and the options agreed (none: softverbs supports no ECE option), comp_mask 0
 SV_EXPORT int ibv_query_ece(ibv_qp* qp, ibv_ece* ece) {
   if (ece == nullptr) {
     errno = EINVAL;
