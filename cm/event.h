@@ -40,6 +40,9 @@ struct ConnParam {
   uint8_t rnr_retry_count = 0;
   uint8_t srq = 0;
   uint32_t qp_num = 0;
+  // Sent: the ECE a REQ / REP carries (librdmacm's ucma_abi_ece of connect / accept). Received:
+  // the peer's, as the kernel reports it with CONNECT_REQUEST / CONNECT_RESPONSE / ESTABLISHED.
+  Ece ece;
 };
 
 // rdma_ud_param's content: how to reach the remote UD QP.
@@ -69,6 +72,7 @@ struct Event {
 // ib_cm_sidr_status) that rdma_cm reports as the event's status.
 constexpr int kRejInvalidServiceId = 8;    // REQ for a service nobody listens to
 constexpr int kRejConsumerDefined = 28;    // rdma_reject()
+constexpr int kRejVendorOptionNotSupported = 35;  // rdma_reject_ece() (IB_CM_REJ_VENDOR_OPTION_NOT_SUPPORTED)
 constexpr int kSidrReject = 1;             // rdma_reject() of a SIDR_REQ
 constexpr int kSidrUnsupported = 2;        // SIDR_REQ for a service nobody listens to
 

@@ -106,6 +106,7 @@ void Id::EmitConnection(EventType type, int status, const Message& from) {
   e.conn.rnr_retry_count = from.rnr_retry_count;
   e.conn.srq = from.srq;
   e.conn.qp_num = from.qpn;
+  e.conn.ece = from.ece;
   if (ud_) {
     e.ud_param.private_data = e.conn.private_data;
     e.ud_param.dgid = from.gid;
@@ -322,6 +323,7 @@ Status Id::Connect(const ConnParam& param) {
   m.retry_count = param.retry_count;
   m.rnr_retry_count = param.rnr_retry_count;
   m.srq = param.srq;
+  if (!ud_) m.ece = param.ece;  // a SIDR_REQ has no ECE (the kernel's cm_format_sidr_req)
   m.private_data_len = static_cast<uint8_t>(param.private_data.size());
   std::copy(param.private_data.begin(), param.private_data.end(), m.private_data.begin());
 
@@ -428,6 +430,7 @@ Status Id::Accept(const ConnParam& param) {
   local_ = param;
   Message m = Compose(type);
   m.qpn = qp_ != nullptr ? qp_->qp_num() : param.qp_num;
+  m.ece = param.ece;  // REP and SIDR_REP (cm_format_rep, cm_format_sidr_rep)
   m.private_data_len = static_cast<uint8_t>(param.private_data.size());
   std::copy(param.private_data.begin(), param.private_data.end(), m.private_data.begin());
   if (ud_) {
@@ -471,12 +474,12 @@ Status Id::Accept(const ConnParam& param) {
   return Status::Ok();
 }
 
-Status Id::Reject(const std::vector<uint8_t>& private_data) {
+Status Id::Reject(const std::vector<uint8_t>& private_data, int reason) {
   SV_RETURN_IF_ERROR(Check(IdVerb::kReject));
   MessageType type = ud_ ? MessageType::kSidrRep : MessageType::kRej;
   SV_RETURN_IF_ERROR(CheckPrivateData(type, private_data.size()));
   Message m = Compose(type);
-  m.status = ud_ ? kSidrReject : kRejConsumerDefined;
+  m.status = ud_ ? kSidrReject : static_cast<uint32_t>(reason);
   m.private_data_len = static_cast<uint8_t>(private_data.size());
   std::copy(private_data.begin(), private_data.end(), m.private_data.begin());
   if (!peer_gone_) (void)SendToPeer(m);  // a gone peer needs no answer
@@ -647,9 +650,10 @@ void Id::OnMessage(const Message& m) {
       {
         state_ = IdState::kConnected;
         Result<ConnectedPath> path = Path();
-        Status moved = path.ok() ? qp_->ToRtrRts(path.value()) : path.status();
+        Status moved = path.ok() ? qp_->TakeResponseEce(m.ece) : path.status();
+        if (moved.ok()) moved = qp_->ToRtrRts(path.value());
         if (!moved.ok()) {
-          SV_LOG(kError, "rdma_cm: cannot move the QP to RTS: %s", moved.rule().c_str());
+          SV_LOG(kError, "rdma_cm: REP refused (ECE or the QP's move to RTS): %s", moved.rule().c_str());
           Message rej = Compose(MessageType::kRej);
           rej.status = kRejConsumerDefined;
           (void)SendToPeer(rej);

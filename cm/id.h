@@ -50,6 +50,12 @@ class QpDriver {
   // A UD QP joining / leaving a multicast group (ibv_attach_mcast(3)).
   virtual Status Attach(const Gid& mgid) = 0;
   virtual Status Detach(const Gid& mgid) = 0;
+  // The peer's REP arrived with `ece`: librdmacm hands it to the QP's provider (ibv_set_ece)
+  // before RTR / RTS and may refuse the connection (ucma_process_conn_resp_ece).
+  virtual Status TakeResponseEce(const Ece& ece) {
+    (void)ece;
+    return Status::Ok();
+  }
 };
 
 // Port spaces (enum rdma_port_space values).
@@ -104,7 +110,8 @@ class Id : public Source, private Timer::Owner {
   Status Listen(int backlog, const DeviceView& device);
   Status Connect(const ConnParam& param);
   Status Accept(const ConnParam& param);
-  Status Reject(const std::vector<uint8_t>& private_data);
+  // `reason`: the REJ's (28 rdma_reject, 35 rdma_reject_ece); a UD identifier sends SIDR_REP status 1.
+  Status Reject(const std::vector<uint8_t>& private_data, int reason = kRejConsumerDefined);
   Status Establish();
   Status Disconnect();
   Status NotifyCommEstablished();

@@ -18,6 +18,7 @@ constexpr uint8_t kMaxCmRetries = 15;       // CMA_MAX_CM_RETRIES
 constexpr uint8_t kLocalAckTimeout = 19;    // cm_ack_timeout(RXE_LOCAL_CA_ACK_DELAY 15, 18)
 constexpr uint8_t kTargetAckDelay = 15;     // RXE_LOCAL_CA_ACK_DELAY
 constexpr uint8_t kHopLimit = 64;           // the route's (IPv4 default TTL)
+constexpr uint32_t kEceVendorMask = 0xffffff;  // the 24-bit vendor ID fields of REQ / REP
 
 Gid GidOfStorage(const sockaddr_storage& s) { return GidOf(reinterpret_cast<const sockaddr*>(&s)); }
 uint16_t PortOfStorage(const sockaddr_storage& s) { return PortOf(reinterpret_cast<const sockaddr*>(&s)); }
@@ -81,6 +82,7 @@ Result<Req> ReqOf(const Message& m, const MadContext& ctx) {
   r.rnr_retry_count = std::min<uint8_t>(m.rnr_retry_count, 7);
   r.max_cm_retries = kMaxCmRetries;
   r.srq = m.srq;
+  r.ece_vendor_id = m.ece.vendor_id & kEceVendorMask;  // IBA_SET(CM_REQ_VENDOR_ID) keeps 24 bits
   r.primary.local_lid = r.primary.remote_lid = kPermissiveLid;
   r.primary.local_gid = m.gid;
   r.primary.remote_gid = ctx.remote_gid;
@@ -109,6 +111,7 @@ Result<Rep> RepOf(const Message& m, const MadContext& ctx) {
   r.rnr_retry_count = std::min<uint8_t>(m.rnr_retry_count, 7);
   r.srq = m.srq;
   r.local_ca_guid = ctx.local_ca_guid;
+  r.ece_vendor_id = m.ece.vendor_id & kEceVendorMask;  // CM_REP_VENDOR_ID_{H,M,L}
   SV_RETURN_IF_ERROR(PutPrivate(m, 0, &r.private_data));
   return r;
 }
@@ -163,6 +166,9 @@ Result<Body> BodyOf(const Message& m, const MadContext& ctx) {
       r.qpn = m.qpn;
       r.service_id = ctx.service_id;
       r.qkey = m.qkey;
+      // cm_format_sidr_rep: VENDOR_ID_L = bits 7:0, the 16-bit VENDOR_ID_H = bits 15:8 only.
+      r.ece_vendor_id_l = static_cast<uint8_t>(m.ece.vendor_id & 0xff);
+      r.ece_vendor_id_h = static_cast<uint16_t>((m.ece.vendor_id >> 8) & 0xff);
       SV_RETURN_IF_ERROR(PutPrivate(m, 0, &r.private_data));
       return Body(r);
     }
@@ -177,6 +183,10 @@ Result<Mad> MadOfMessage(const Message& m, const MadContext& ctx) {
   if (!body.ok()) return body.status();
   Mad mad;
   mad.hdr.tid = ctx.tid;
+  // cm_format_mad_ece_hdr: REQ, REP and SIDR_REP carry the ECE options as the attribute
+  // modifier; every other CM MAD sends 0 (cm_format_mad_hdr leaves it zero).
+  if (m.type == MessageType::kReq || m.type == MessageType::kRep || m.type == MessageType::kSidrRep)
+    mad.hdr.attr_mod = m.ece.options;
   mad.body = std::move(body.value());
   return mad;
 }
@@ -221,6 +231,7 @@ Status Take(const Req& r, Message* m, MadContext* c) {
   m->psn = r.starting_psn;
   m->qkey = r.local_qkey;
   m->gid = r.primary.local_gid;
+  m->ece.vendor_id = r.ece_vendor_id;  // the options are the header's (MessageOfMad)
   SV_RETURN_IF_ERROR(TakeCmaHdr(HeadOf(r.private_data), r.service_id, m));
   GetPrivate(r.private_data, kCmaHdrBytes, m);
   c->remote_comm_id = r.local_comm_id;
@@ -241,6 +252,7 @@ Status Take(const Rep& r, Message* m, MadContext* c) {
   m->qpn = r.local_qpn;
   m->psn = r.starting_psn;
   m->qkey = r.local_qkey;
+  m->ece.vendor_id = r.ece_vendor_id;
   GetPrivate(r.private_data, 0, m);
   c->local_comm_id = r.remote_comm_id;
   c->remote_comm_id = r.local_comm_id;
@@ -296,13 +308,16 @@ Status Take(const Mra&, Message*, MadContext*) {
 
 Result<Message> MessageOfMad(const Mad& mad, MadContext* ctx) {
   // Message has no equivalent of: comm IDs, TID, service ID, CA GUID, the path (LIDs, P_Key,
-  // MTU, flow label, traffic class, hop limit, SL, timeouts), the EECNs, max CM retries, ECE,
+  // MTU, flow label, traffic class, hop limit, SL, timeouts), the EECNs, max CM retries,
   // MRA, REJ's ARI and rejected-message field, SIDR_REP's additional info. `ctx` keeps the
   // identifiers; the rest is the conduit's (docs/cm.md, "Across hosts").
   Message m;
   MadContext c;
   c.tid = mad.hdr.tid;
   SV_RETURN_IF_ERROR(std::visit([&](const auto& body) { return Take(body, &m, &c); }, mad.body));
+  // ECE options: the attribute modifier of a REQ / REP (cm_format_req_event, cm_format_rep_event
+  // read it; the kernel reads no ECE from a SIDR_REP, and neither does this).
+  if (m.type == MessageType::kReq || m.type == MessageType::kRep) m.ece.options = mad.hdr.attr_mod;
   if (ctx != nullptr) *ctx = c;
   return m;
 }

@@ -33,6 +33,15 @@ const char* MessageName(MessageType type);
 // rdma_accept(3): "private_data_len ... maximum size ... 56 bytes for REQ").
 size_t MaxPrivateData(MessageType type);
 
+// Enhanced connection establishment (rdma_set_local_ece(3)): a vendor ID and the vendor's
+// options. On the wire (the kernel's cm.c) REQ and REP carry the vendor ID in reserved bytes and
+// the options as the MAD header's attribute modifier; the kernel CM passes them between the two
+// librdmacm ends unchanged (docs/cm.md, "ECE").
+struct Ece {
+  uint32_t vendor_id = 0;  // 24 bits on the wire
+  uint32_t options = 0;
+};
+
 // What the QP of each side needs from the other (IBA chapter 12 REQ/REP fields).
 struct Message {
   MessageType type = MessageType::kReq;
@@ -50,6 +59,7 @@ struct Message {
   Gid gid{};            // the sender's GID (its source address)
   sockaddr_storage src{};  // the sender's address and port
   sockaddr_storage dst{};  // the address the sender talks to
+  Ece ece;  // REQ, REP, SIDR_REP
   std::array<uint8_t, 224> private_data{};
 };
 

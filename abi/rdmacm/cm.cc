@@ -52,6 +52,9 @@ Result<rdma_cm_event*> NextEvent(CmChannel* channel) {
       e.listen_id != nullptr ? &static_cast<CmId*>(e.listen_id->user())->pub : nullptr;
   event->pub.event = static_cast<rdma_cm_event_type>(e.type);
   event->pub.status = e.status;
+  // The peer's ECE (librdmacm: ucma_process_conn_req; CONNECT_RESPONSE of an id without QP).
+  if (id != nullptr && (e.type == cm::EventType::kConnectRequest || e.type == cm::EventType::kConnectResponse))
+    id->remote_ece = {e.conn.ece.vendor_id, e.conn.ece.options, 0};
   event->private_data = e.conn.private_data;
   const void* data = event->private_data.empty() ? nullptr : event->private_data.data();
   auto len = static_cast<uint8_t>(event->private_data.size());

@@ -211,6 +211,8 @@ SV_EXPORT int rdma_connect(struct rdma_cm_id* id, struct rdma_conn_param* conn_p
     defaults.rnr_retry_count = 7;
     Result<softverbs::cm::ConnParam> param = rdmacm::ToParam(conn_param, defaults);
     if (!param.ok()) return param.status();
+    // The REQ's ECE is the local one (librdmacm ucma_copy_ece_param_to_kern_req).
+    param->ece = {ours->local_ece.vendor_id, ours->local_ece.options};
     return ours->core->Connect(param.value());
   });
 }
@@ -229,6 +231,9 @@ SV_EXPORT int rdma_accept(struct rdma_cm_id* id, struct rdma_conn_param* conn_pa
     defaults.rnr_retry_count = 7;
     Result<softverbs::cm::ConnParam> param = rdmacm::ToParam(conn_param, defaults);
     if (!param.ok()) return param.status();
+    // The REP answers with the vendor ID received and the local options
+    // (ucma_copy_ece_param_to_kern_rep: "Return result with same ID as received").
+    param->ece = {ours->remote_ece.vendor_id, ours->local_ece.options};
     return ours->core->Accept(param.value());
   });
   if (rc == 0 && ours != nullptr && ours->sync_event != nullptr) {
@@ -239,24 +244,36 @@ SV_EXPORT int rdma_accept(struct rdma_cm_id* id, struct rdma_conn_param* conn_pa
   return rc;
 }
 
-// support: rdma_reject | implemented | REJ reason 28 (consumer defined) with up to 148 bytes of private data; UD: SIDR_REP status 1
-SV_EXPORT int rdma_reject(struct rdma_cm_id* id, const void* private_data, uint8_t private_data_len) {
-  return rdmacm::Run("rdma_reject", id, false, [&](rdmacm::CmId* ours) -> Status {
+namespace softverbs::abi::rdmacm {
+namespace {
+int RejectWith(const char* verb, rdma_cm_id* id, const void* private_data, uint8_t private_data_len,
+               int reason) {
+  return Run(verb, id, false, [&](CmId* ours) -> Status {
     if (private_data_len > 0 && private_data == nullptr)
       return Invalid("private_data is NULL with private_data_len " + std::to_string(private_data_len));
     auto* bytes = static_cast<const uint8_t*>(private_data);
     std::vector<uint8_t> data;
     if (private_data_len > 0) data.assign(bytes, bytes + private_data_len);
-    return ours->core->Reject(data);
+    return ours->core->Reject(data, reason);
   });
 }
+}  // namespace
+}  // namespace softverbs::abi::rdmacm
 
-// rdma_reject_ece has no man page of its own: "The same as rdma_reject()" (rdma_cma.h); ECE is
-// not negotiated here, so there is no ECE reason to carry.
-// support: rdma_reject_ece | implemented | as rdma_reject (no ECE negotiation)
+// support: rdma_reject | implemented | REJ reason 28 (consumer defined) with up to 148 bytes of private data; UD: SIDR_REP status 1
+SV_EXPORT int rdma_reject(struct rdma_cm_id* id, const void* private_data, uint8_t private_data_len) {
+  return rdmacm::RejectWith("rdma_reject", id, private_data, private_data_len,
+                            softverbs::cm::kRejConsumerDefined);
+}
+
+// rdma_reject_ece has no man page of its own: "The same as rdma_reject()" (rdma_cma.h) with
+// the reason the IBA gives an unsupported vendor option (rdma-core's reject_with_reason(id,
+// ..., 35): IB_CM_REJ_VENDOR_OPTION_NOT_SUPPORTED); the peer's REJECTED carries status 35.
+// support: rdma_reject_ece | implemented | REJ reason 35 (vendor option not supported); UD: SIDR_REP status 1
 SV_EXPORT int rdma_reject_ece(struct rdma_cm_id* id, const void* private_data,
                               uint8_t private_data_len) {
-  return rdma_reject(id, private_data, private_data_len);
+  return rdmacm::RejectWith("rdma_reject_ece", id, private_data, private_data_len,
+                            softverbs::cm::kRejVendorOptionNotSupported);
 }
 
 // support: rdma_establish | implemented | sends RTU for an id without QP after CONNECT_RESPONSE
@@ -290,11 +307,32 @@ SV_EXPORT int rdma_notify(struct rdma_cm_id* id, enum ibv_event_type event) {
   });
 }
 
-// support: rdma_set_local_ece | EOPNOTSUPP | no ECE negotiation
-SV_EXPORT int rdma_set_local_ece(struct rdma_cm_id*, struct ibv_ece*) {
-  return softverbs::abi::RefuseMinusOne("rdma_set_local_ece");
+// rdma_set_local_ece(3) / rdma_get_remote_ece(3) are for "users of external QPs" (rdma-core
+// cma.c refuses both on an identifier with a QP, where the CM runs the ECE handshake itself).
+// support: rdma_set_local_ece | implemented | the vendor ID and options the next REQ / REP carries; EINVAL on an id with a QP, vendor_id 0 or comp_mask != 0 (as rdma-core)
+SV_EXPORT int rdma_set_local_ece(struct rdma_cm_id* id, struct ibv_ece* ece) {
+  return rdmacm::Run("rdma_set_local_ece", id, false, [&](rdmacm::CmId* ours) -> Status {
+    if (ours->pub.qp != nullptr)
+      return Invalid("the identifier has a QP: the CM sets its ECE itself (rdma_set_local_ece(3) is for external QPs)");
+    if (ece == nullptr) return Invalid("ece is NULL");
+    if (ece->vendor_id == 0) return Invalid("vendor_id is 0 (librdmacm rdma_set_local_ece)");
+    if (ece->comp_mask != 0)
+      return Invalid("comp_mask " + std::to_string(ece->comp_mask) + " is not 0 (librdmacm rdma_set_local_ece)");
+    ours->local_ece.vendor_id = ece->vendor_id;
+    ours->local_ece.options = ece->options;
+    return Status::Ok();
+  });
 }
-// support: rdma_get_remote_ece | EOPNOTSUPP | no ECE negotiation
-SV_EXPORT int rdma_get_remote_ece(struct rdma_cm_id*, struct ibv_ece*) {
-  return softverbs::abi::RefuseMinusOne("rdma_get_remote_ece");
+
+// support: rdma_get_remote_ece | implemented | the vendor ID and options of the peer's REQ / REP (0 before one arrived); EINVAL on an id with a QP (as rdma-core)
+SV_EXPORT int rdma_get_remote_ece(struct rdma_cm_id* id, struct ibv_ece* ece) {
+  return rdmacm::Run("rdma_get_remote_ece", id, false, [&](rdmacm::CmId* ours) -> Status {
+    if (ours->pub.qp != nullptr)
+      return Invalid("the identifier has a QP: the CM applied the peer's ECE to it (rdma_get_remote_ece(3) is for external QPs)");
+    if (ece == nullptr) return Invalid("ece is NULL");
+    ece->vendor_id = ours->remote_ece.vendor_id;
+    ece->options = ours->remote_ece.options;
+    ece->comp_mask = 0;
+    return Status::Ok();
+  });
 }

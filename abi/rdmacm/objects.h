@@ -39,6 +39,11 @@ struct CmId {
   bool ep_qp = false;
   ibv_qp_init_attr ep_qp_attr{};
   ibv_pd* ep_pd = nullptr;
+  // ECE as rdma-core's librdmacm keeps it (cma.c struct cma_id_private): local_ece is what this
+  // side sends (rdma_set_local_ece(3), or the QP's own from ibv_query_ece when rdma_create_qp
+  // made it); remote_ece the peer's, from its REQ / REP (rdma_get_remote_ece(3)).
+  ibv_ece local_ece{};
+  ibv_ece remote_ece{};
 };
 
 struct CmEvent {

@@ -64,6 +64,35 @@ Status CmQp::ToRtrRts(const cm::ConnectedPath& path) {
       return Status(rc, std::string("ibv_modify_qp to ") + (state == IBV_QPS_RTR ? "RTR" : "RTS") +
                             " failed: " + strerror(rc));
   }
+  if (response_ece_) {
+    // ucma_process_conn_resp_ece: the options the provider agreed to become the local ones.
+    response_ece_ = false;
+    ibv_ece ece{};
+    int rc = ibv_query_ece(qp_, &ece);
+    if (rc != 0 && rc != EOPNOTSUPP) return Status(rc, std::string("ibv_query_ece failed: ") + strerror(rc));
+    owner_->local_ece.options = rc == EOPNOTSUPP ? 0 : ece.options;
+  }
+  return Status::Ok();
+}
+
+// librdmacm's ucma_process_conn_resp_ece: a REP without ECE (vendor 0: the peer or its kernel
+// does not take part) clears the QP's options; a REP naming another vendor than the one this
+// side sent means the handshake went wrong -> the QP to ERR and CONNECT_ERROR.
+Status CmQp::TakeResponseEce(const cm::Ece& received) {
+  ibv_ece ece{received.vendor_id, received.options, 0};
+  if (received.vendor_id == 0) {
+    ece.vendor_id = owner_->local_ece.vendor_id;
+    ece.options = 0;
+  } else if (received.vendor_id != owner_->local_ece.vendor_id) {
+    (void)ToError();
+    return Invalid("the REP's ECE vendor ID " + std::to_string(received.vendor_id) + " is not the " +
+                   std::to_string(owner_->local_ece.vendor_id) +
+                   " this side sent (librdmacm ucma_process_conn_resp_ece)");
+  }
+  owner_->remote_ece.vendor_id = received.vendor_id;
+  int rc = ibv_set_ece(qp_, &ece);
+  if (rc != 0 && rc != EOPNOTSUPP) return Status(rc, std::string("ibv_set_ece refused the REP's ECE: ") + strerror(rc));
+  response_ece_ = true;
   return Status::Ok();
 }
 
@@ -150,6 +179,38 @@ Status ReadyQp(CmId* id, ibv_qp* qp) {
   return Status::Ok();
 }
 
+// rdma-core's init_ece (cma.c): the new QP's ECE is the identifier's local one; a QP made for a
+// request takes the requester's options when the vendor is the same, none otherwise.
+Status InitEce(CmId* id, ibv_qp* qp) {
+  ibv_ece ece{};
+  int rc = ibv_query_ece(qp, &ece);
+  if (rc != 0 && rc != EOPNOTSUPP) return Status(rc, std::string("ibv_query_ece of the new QP failed: ") + strerror(rc));
+  id->local_ece.vendor_id = ece.vendor_id;
+  id->local_ece.options = ece.options;
+  if (id->remote_ece.vendor_id == 0) return Status::Ok();  // not made for a request with ECE
+  if (id->remote_ece.vendor_id != id->local_ece.vendor_id) {
+    ece.vendor_id = id->local_ece.vendor_id;
+    ece.options = 0;
+  } else {
+    ece.vendor_id = id->remote_ece.vendor_id;
+    ece.options = id->remote_ece.options;
+  }
+  rc = ibv_set_ece(qp, &ece);
+  if (rc != 0 && rc != EOPNOTSUPP) return Status(rc, std::string("ibv_set_ece of the new QP failed: ") + strerror(rc));
+  return Status::Ok();
+}
+
+// rdma-core's set_local_ece: after INIT, the options the provider agreed to are what the REP
+// will carry.
+Status AgreedEce(CmId* id, ibv_qp* qp) {
+  if (id->remote_ece.vendor_id == 0) return Status::Ok();
+  ibv_ece ece{};
+  int rc = ibv_query_ece(qp, &ece);
+  if (rc != 0 && rc != EOPNOTSUPP) return Status(rc, std::string("ibv_query_ece failed: ") + strerror(rc));
+  id->local_ece.options = ece.options;
+  return Status::Ok();
+}
+
 Status CreateQp(CmId* id, ibv_qp_init_attr_ex* attr) {
   rdma_cm_id& p = id->pub;
   if (p.verbs == nullptr)
@@ -195,7 +256,9 @@ Status CreateQp(CmId* id, ibv_qp_init_attr_ex* attr) {
     DestroyCmCqs(id);
     return Status(e, std::string("ibv_create_qp_ex refused the attributes: ") + strerror(e));
   }
-  Status ready = ReadyQp(id, qp);
+  Status ready = InitEce(id, qp);
+  if (ready.ok()) ready = ReadyQp(id, qp);
+  if (ready.ok()) ready = AgreedEce(id, qp);
   if (!ready.ok()) {
     ibv_destroy_qp(qp);
     DestroyCmCqs(id);
@@ -212,7 +275,7 @@ Status CreateQp(CmId* id, ibv_qp_init_attr_ex* attr) {
   p.qp = qp;
   p.srq = attr->srq;
   SV_LOG(kDebug, "rdma_create_qp(%s): qp %u", IdName(&id->pub).c_str(), qp->qp_num);
-  id->qp = std::make_unique<CmQp>(qp);
+  id->qp = std::make_unique<CmQp>(qp, id);
   std::lock_guard<std::mutex> lock(id->core->channel()->mutex());
   id->core->AttachQp(id->qp.get());
   return Status::Ok();

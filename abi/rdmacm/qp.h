@@ -8,18 +8,23 @@
 
 namespace softverbs::abi::rdmacm {
 
+struct CmId;
+
 class CmQp : public cm::QpDriver {
  public:
-  explicit CmQp(ibv_qp* qp) : qp_(qp) {}
+  CmQp(ibv_qp* qp, CmId* owner) : qp_(qp), owner_(owner) {}
   uint32_t qp_num() const override { return qp_->qp_num; }
   Status ToRtrRts(const cm::ConnectedPath& path) override;
   Status ToError() override;
   Status Attach(const cm::Gid& mgid) override;
   Status Detach(const cm::Gid& mgid) override;
+  Status TakeResponseEce(const cm::Ece& ece) override;
   ibv_qp* qp() const { return qp_; }
 
  private:
   ibv_qp* qp_;
+  CmId* owner_;
+  bool response_ece_ = false;  // a REP's ECE was set: read back the agreed options after RTS
 };
 
 // The attributes and mask of `state` for a QP of `type` on this path (rdma_init_qp_attr(3)).

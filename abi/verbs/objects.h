@@ -152,6 +152,11 @@ struct SvQp {
   // A handle of ibv_open_qp(3) (XRC target QPs): `core` is null and this acts on the QP.
   std::unique_ptr<core::OpenedQp> opened;
   SvPd* parent_domain = nullptr;  // created on a parent domain (released at destroy)
+  // ECE (ibv_set_ece(3), ibv_query_ece(3)), as mlx5 keeps it: the options requested by
+  // ibv_set_ece, applied by the next successful ibv_modify_qp, and those the device agreed to
+  // (what ibv_query_ece returns; cleared by ibv_set_ece until that modify).
+  uint32_t ece_requested = 0;
+  uint32_t ece_agreed = 0;
 };
 
 inline SvContext* ToSv(ibv_context* c) {

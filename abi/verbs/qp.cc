@@ -1,7 +1,10 @@
 // Queue pairs: ibv_create_qp, the create_qp_ex context op, ibv_modify_qp, ibv_query_qp,
-// ibv_destroy_qp (seeds ibv_create_qp(3), ibv_create_qp_ex(3), ibv_modify_qp(3)).
+// ibv_destroy_qp, ibv_set_ece, ibv_query_ece (seeds ibv_create_qp(3), ibv_create_qp_ex(3),
+// ibv_modify_qp(3); ibv_set_ece(3)).
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <new>
 
@@ -11,6 +14,7 @@
 #include "abi/verbs/objects.h"
 #include "abi/verbs/ops.h"
 #include "base/log.h"
+#include "core/device.h"
 #include "transport/qp_endpoint.h"
 #include "transport/recv_queue.h"
 
@@ -22,6 +26,23 @@ namespace softverbs::abi {
 std::string Name(const ibv_qp* qp) { return ObjectName("qp", qp->qp_num); }
 
 namespace {
+
+// The ECE options softverbs supports (ibv_set_ece(3)): none, see ibv_set_ece below.
+constexpr uint32_t kSupportedEceOptions = 0;
+
+std::string EceHex(uint32_t v) {
+  char b[16];
+  snprintf(b, sizeof b, "0x%x", v);
+  return b;
+}
+
+// After a successful ibv_modify_qp: the options ibv_set_ece asked for take effect, within what
+// the device supports (mlx5 modify_qp: get_ece = the firmware's answer, set_ece cleared).
+void CommitEce(SvQp* q) {
+  if (q->ece_requested == 0) return;
+  q->ece_agreed = q->ece_requested & kSupportedEceOptions;
+  q->ece_requested = 0;
+}
 
 // One path for both create calls: ibv_qp_init_attr_ex in, the QP (or NULL + errno) out. Refusals
 // name the verb the application called and the PD (or the context when there is none).
@@ -198,11 +219,13 @@ SV_EXPORT int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
   if (q->opened != nullptr) {  // an ibv_open_qp handle (core/xrc_qp.h)
     Status s = q->opened->Modify(ToCore(*attr), static_cast<uint32_t>(attr_mask));
     if (!s.ok()) return ReturnErrno("ibv_modify_qp", Name(qp), s);
+    CommitEce(q);
     if (attr_mask & IBV_QP_STATE) qp->state = attr->qp_state;
     return 0;
   }
   Status s = q->core->Modify(ToCore(*attr), static_cast<uint32_t>(attr_mask));
   if (!s.ok()) return ReturnErrno("ibv_modify_qp", Name(qp), s);
+  CommitEce(q);
   qp->state = static_cast<ibv_qp_state>(q->core->state());
   SV_LOG(kDebug, "ibv_modify_qp(%s): now %s", Name(qp).c_str(), core::QpStateName(q->core->state()));
   return 0;
@@ -267,10 +290,43 @@ SV_EXPORT int ibv_query_qp_data_in_order(ibv_qp*, ibv_wr_opcode, uint32_t) {
   return 0;
 }
 
-SV_EXPORT int ibv_set_ece(ibv_qp* qp, ibv_ece*) {
-  return ReturnErrno("ibv_set_ece", Name(qp), Unsupported("enhanced connection establishment (ECE)"));
+// ECE (enhanced connection establishment): the options a QP negotiates with its peer through
+// the CM (rdma_set_local_ece(3)). softverbs has no optional wire behaviour to switch on, so the
+// options it supports are none: it takes part in the handshake with its vendor ID and agrees to
+// no option, as an mlx5 device agrees to the subset its firmware supports.
+SV_EXPORT int ibv_set_ece(ibv_qp* qp, ibv_ece* ece) {
+  // libibverbs' own check comes first (verbs.c ibv_set_ece): no vendor, no ECE -> EOPNOTSUPP.
+  Status s;
+  if (ece == nullptr)
+    s = Invalid("ece is NULL");
+  else if (ece->vendor_id == 0)
+    s = NotSupported("vendor_id 0: no vendor, no ECE (libibverbs ibv_set_ece)");
+  else if (ece->comp_mask != 0)
+    s = Invalid("comp_mask " + std::to_string(ece->comp_mask) + " is not 0: ibv_ece has no optional field (mlx5_set_ece)");
+  else if (ece->vendor_id != core::Identity().vendor_id)
+    s = Invalid("vendor_id " + EceHex(ece->vendor_id) + " is not the device's " + EceHex(core::Identity().vendor_id) +
+                " (ibv_query_device's vendor_id; mlx5_set_ece refuses another vendor's)");
+  if (!s.ok()) {
+    errno = s.code();
+    return ReturnErrno("ibv_set_ece", Name(qp), s);
+  }
+  // mlx5: options are not checked here; the next modify applies what the device supports and
+  // ibv_query_ece reports 0 until then. Unsupported bits are dropped, never refused.
+  SvQp* q = ToSv(qp);
+  q->ece_requested = ece->options;
+  q->ece_agreed = 0;
+  SV_LOG(kDebug, "ibv_set_ece(%s): options %s requested, %s supported", Name(qp).c_str(),
+         EceHex(ece->options).c_str(), EceHex(kSupportedEceOptions).c_str());
+  return 0;
 }
 
-SV_EXPORT int ibv_query_ece(ibv_qp* qp, ibv_ece*) {
-  return ReturnErrno("ibv_query_ece", Name(qp), Unsupported("enhanced connection establishment (ECE)"));
+SV_EXPORT int ibv_query_ece(ibv_qp* qp, ibv_ece* ece) {
+  if (ece == nullptr) {
+    errno = EINVAL;
+    return ReturnErrno("ibv_query_ece", Name(qp), Invalid("ece is NULL"));
+  }
+  ece->vendor_id = core::Identity().vendor_id;
+  ece->options = ToSv(qp)->ece_agreed;
+  ece->comp_mask = 0;
+  return 0;
 }

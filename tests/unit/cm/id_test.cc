@@ -1,5 +1,5 @@
 // The CM's protocol between two identifiers of one process (cm/id.cc, cm/channel.cc), without
-// QPs: the events each side sees, the state table's refusals, private data limits, a peer that
+// QPs (one test's QP driver is a fake): the events each side sees, ECE in REQ / REP, the state table's refusals, private data limits, a peer that
 // goes away, and the channel fd's readiness.
 #include "cm/id.h"
 
@@ -133,6 +133,76 @@ TEST_F(CmIdTest, ConnectAcceptEstablishDisconnect) {
   EXPECT_EQ(child->state(), IdState::kDisconnected);
 }
 
+// ECE (rdma_set_local_ece(3)): what a REQ / REP is given arrives with CONNECT_REQUEST /
+// CONNECT_RESPONSE, unchanged (the kernel's CM passes it through).
+TEST_F(CmIdTest, EceCrossesInReqAndRep) {
+  auto [listener, client] = ListenerAndClient();
+  ConnParam req;
+  req.qp_num = 0x111;
+  req.ece = {0x5356, 0xa5a5};
+  ASSERT_TRUE(Locked(client, [&] { return client->Connect(req); }).ok());
+  Event request = Next(server_.get());
+  ASSERT_EQ(request.type, EventType::kConnectRequest);
+  EXPECT_EQ(request.conn.ece.vendor_id, 0x5356u);
+  EXPECT_EQ(request.conn.ece.options, 0xa5a5u);
+  Id* child = request.id;
+  ids_.push_back(child);
+  ConnParam rep;
+  rep.qp_num = 0x222;
+  rep.ece = {0x5356, 0x5a};
+  ASSERT_TRUE(Locked(child, [&] { return child->Accept(rep); }).ok());
+  Event response = Next(client_.get());
+  ASSERT_EQ(response.type, EventType::kConnectResponse);
+  EXPECT_EQ(response.conn.ece.vendor_id, 0x5356u);
+  EXPECT_EQ(response.conn.ece.options, 0x5au);
+}
+
+// A QP that the REP's ECE does not suit (librdmacm's ucma_process_conn_resp_ece: another vendor
+// than was sent) is never moved to RTR: the active side gets CONNECT_ERROR.
+class EceRefusingQp : public QpDriver {
+ public:
+  uint32_t qp_num() const override { return 0x333; }
+  Status ToRtrRts(const ConnectedPath&) override {
+    ++moved;
+    return Status::Ok();
+  }
+  Status ToError() override { return Status::Ok(); }
+  Status Attach(const Gid&) override { return Status::Ok(); }
+  Status Detach(const Gid&) override { return Status::Ok(); }
+  Status TakeResponseEce(const Ece& ece) override {
+    seen = ece;
+    return Invalid("another vendor");
+  }
+  Ece seen;
+  int moved = 0;
+};
+
+TEST_F(CmIdTest, ARepWhoseEceTheQpRefusesIsAConnectError) {
+  auto [listener, client] = ListenerAndClient();
+  EceRefusingQp qp;
+  {
+    std::lock_guard<std::mutex> lock(client_->mutex());
+    client->AttachQp(&qp);
+  }
+  ASSERT_TRUE(Locked(client, [&] { return client->Connect(ConnParam{}); }).ok());
+  Event request = Next(server_.get());
+  Id* child = request.id;
+  ids_.push_back(child);
+  ConnParam rep;
+  rep.qp_num = 0x222;
+  rep.ece = {0x1234, 7};
+  ASSERT_TRUE(Locked(child, [&] { return child->Accept(rep); }).ok());
+  Event e = Next(client_.get());
+  EXPECT_EQ(e.type, EventType::kConnectError);
+  EXPECT_EQ(e.status, -EINVAL);
+  EXPECT_EQ(qp.seen.vendor_id, 0x1234u);
+  EXPECT_EQ(qp.seen.options, 7u);
+  EXPECT_EQ(qp.moved, 0);
+  EXPECT_EQ(client->state(), IdState::kDisconnected);
+  std::lock_guard<std::mutex> lock(client_->mutex());
+  client->AttachQp(nullptr);
+}
+
 TEST_F(CmIdTest, NobodyListeningIsRejectedWithInvalidServiceId) {
   Id* client = NewId(client_.get());
   sockaddr_in dst = Ipv4("127.0.0.1", 1);  // never bound: below the ephemeral range
@@ -162,6 +232,18 @@ TEST_F(CmIdTest, RejectCarriesPrivateDataAndConsumerReason) {
   EXPECT_EQ(e.status, kRejConsumerDefined);
   ASSERT_EQ(e.conn.private_data.size(), MaxPrivateData(MessageType::kRej));
   EXPECT_EQ(e.conn.private_data[0], 9);
+}
+
+TEST_F(CmIdTest, RejectEceCarriesReason35) {  // rdma_reject_ece: IB_CM_REJ_VENDOR_OPTION_NOT_SUPPORTED
+  auto [listener, client] = ListenerAndClient();
+  ASSERT_TRUE(Locked(client, [&] { return client->Connect(ConnParam{}); }).ok());
+  Event request = Next(server_.get());
+  Id* child = request.id;
+  ids_.push_back(child);
+  ASSERT_TRUE(Locked(child, [&] { return child->Reject({}, kRejVendorOptionNotSupported); }).ok());
+  Event e = Next(client_.get());
+  EXPECT_EQ(e.type, EventType::kRejected);
+  EXPECT_EQ(e.status, 35);
 }
 
 TEST_F(CmIdTest, UdLookupReturnsQpnAndQkey) {

@@ -214,6 +214,46 @@ TEST_F(CmIdWireTest, ConnectAcceptDisconnectOverMads) {
   EXPECT_EQ(OnWire(), 0u);  // the DREP stopped the DREQ's retransmissions
 }
 
+// ECE across hosts: the REQ's and REP's vendor ID and options (attribute modifier) reach the
+// other side's CONNECT_REQUEST / CONNECT_RESPONSE through the MADs (docs/cm.md, "ECE").
+TEST_F(CmIdWireTest, EceCrossesInTheReqAndRepMads) {
+  auto [listener, client] = ListenerAndClient();
+  ConnParam req;
+  req.qp_num = 0x111;
+  req.ece = {0x5356, 0xa5a5};
+  ASSERT_TRUE(Locked(client, [&] { return client->Connect(req); }).ok());
+  uint32_t attr_mod = 0;
+  {
+    std::lock_guard lock(wire_mu_);
+    ASSERT_FALSE(wire_.empty());
+    attr_mod = static_cast<uint32_t>(wire_.front().bytes[20]) << 24 | wire_.front().bytes[21] << 16 |
+               wire_.front().bytes[22] << 8 | wire_.front().bytes[23];
+  }
+  EXPECT_EQ(attr_mod, 0xa5a5u);
+  auto sent_req = Peek<mad::Req>();
+  ASSERT_TRUE(sent_req.has_value());
+  EXPECT_EQ(sent_req->ece_vendor_id, 0x5356u);
+  EXPECT_EQ(Pump(), 1u);
+  Event request = Next(server_.get());
+  ASSERT_EQ(request.type, EventType::kConnectRequest);
+  EXPECT_EQ(request.conn.ece.vendor_id, 0x5356u);
+  EXPECT_EQ(request.conn.ece.options, 0xa5a5u);
+  Id* child = request.id;
+  ids_.push_back(child);
+  ConnParam rep;
+  rep.qp_num = 0x222;
+  rep.ece = {0x5356, 0x5a};
+  ASSERT_TRUE(Locked(child, [&] { return child->Accept(rep); }).ok());
+  auto sent_rep = Peek<mad::Rep>();
+  ASSERT_TRUE(sent_rep.has_value());
+  EXPECT_EQ(sent_rep->ece_vendor_id, 0x5356u);
+  EXPECT_EQ(Pump(), 1u);
+  Event response = Next(client_.get());
+  ASSERT_EQ(response.type, EventType::kConnectResponse);
+  EXPECT_EQ(response.conn.ece.vendor_id, 0x5356u);
+  EXPECT_EQ(response.conn.ece.options, 0x5au);
+}
+
 TEST_F(CmIdWireTest, UnansweredReqIsSentAgainThenUnreachable) {
   auto [listener, client] = ListenerAndClient();
   (void)listener;

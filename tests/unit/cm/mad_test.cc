@@ -157,6 +157,10 @@ TEST_F(MadCaptureTest, TheReqMapsToAMessageAndBack) {
   EXPECT_EQ(ntohs(reinterpret_cast<const sockaddr_in*>(&m->src)->sin_port), 40539);
   EXPECT_EQ(ntohs(reinterpret_cast<const sockaddr_in*>(&m->dst)->sin_port), 7174);
   EXPECT_EQ(m->private_data_len, 56);  // 92 - 36, all of it, as the kernel reports
+  // rping on rxe: librdmacm's ibv_query_ece gets EOPNOTSUPP, so the REQ carries no ECE.
+  EXPECT_EQ(m->ece.vendor_id, 0u);
+  EXPECT_EQ(m->ece.options, 0u);
+  EXPECT_EQ(mad.hdr.attr_mod, 0u);
   EXPECT_EQ(ctx.remote_comm_id, kActiveCommId);
   EXPECT_EQ(ctx.service_id, 0x01061C06u);
   // Back, as the active side would build it.
