@@ -245,10 +245,10 @@ void Requester::CarryQueued() {
     Pending& p = queue_[i];
     const bool sliced = Sliced(p), resume = p.in_flight;
     if (!resume && !MayStart(p, i, psns, rd_atomic)) return;
-    // Packet pacing: a message leaves when the bucket allows (a later part of one already
-    // carried was paid for with its first).
-    if (!resume && !Paced(p)) return;
     if (sliced && psns >= kMaxInFlightPsns) return;  // the window is full until an ACK comes
+    // Packet pacing, last (it takes the message's bytes from the bucket): a message leaves when
+    // the bucket allows; a later part of one already carried was paid for with its first.
+    if (!resume && !Paced(p)) return;
     const uint32_t budget = sliced ? static_cast<uint32_t>(kMaxInFlightPsns - psns) : UINT32_MAX;
     // A head whose last attempt got no answer has waited its timeout: the completer decides
     // whether it is tried again.

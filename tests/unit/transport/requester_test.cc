@@ -614,6 +614,29 @@ TEST_F(PacedRequesterTest, EachMessageLeavesWhenTheBucketAllowsAndCompletesOnce)
   }
 }
 
+TEST_F(PacedRequesterTest, TheWireIsPacedTheSameWay) {
+  // The requester paces before it picks a link: UD datagrams to another host wait alike.
+  transport::RequesterConfig c = Config(kUd, /*on_host=*/false);
+  c.rate_limit_kbps = 8000;
+  c.max_burst_sz = 100;
+  requester_.Configure(c);
+  for (int i = 1; i <= 2; ++i) {
+    SendWr w = Wr(WrOpcode::kSend, 100);
+    w.wr_id = static_cast<uint64_t>(i);
+    w.ud.remote_qpn = 0x300;
+    w.ud.on_host = false;
+    ASSERT_TRUE(requester_.Post(w, kRts).ok());
+  }
+  EXPECT_EQ(wire_.seen.size(), 1u);
+  EXPECT_EQ(requester_.Progress(), t0_ + std::chrono::microseconds(100));
+  now_ = t0_ + std::chrono::microseconds(100);
+  requester_.Progress();
+  EXPECT_EQ(wire_.seen.size(), 2u);
+  EXPECT_TRUE(host_.seen.empty());
+  ASSERT_EQ(qp_.count(), 2u);
+  EXPECT_EQ(qp_.completions[1].wr_id, 2u);
+}
+
 TEST_F(PacedRequesterTest, UnlimitedSendsEverythingAtOnce) {
   Configure(0);
   PostSends(3);
