@@ -51,6 +51,10 @@ struct DeviceLimits {
   // (MLX5_MAX_CQ_COUNT) and a 12-bit period in microseconds (MLX5_MAX_CQ_PERIOD).
   static constexpr uint32_t kMaxCqModCount = 0xffff;
   static constexpr uint32_t kMaxCqModPeriodUs = 0xfff;
+  // Packet pacing (packet_pacing_caps; transport/pacer.h): any rate up to the port's 100 Gb/s,
+  // in kbps, on the QP types whose send queue is the requester (RC, UC, UD; core/qp_state_machine.cc).
+  static constexpr uint32_t kPacingMinKbps = 1;
+  static constexpr uint32_t kPacingMaxKbps = 100000000;
   static constexpr uint64_t kPageSizeCap = 0xfffff000;  // 4 KiB and larger pages
   static constexpr uint32_t kMaxMsgSize = 1u << 31;      // IBA: 2^31 bytes per message
   // Port 1.

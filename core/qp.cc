@@ -403,7 +403,11 @@ void ApplyModify(QpAttributes& s, const QpAttributes& a, uint32_t mask) {
   if (mask & attr::kMaxDestRdAtomic) s.max_dest_rd_atomic = a.max_dest_rd_atomic;
   if (mask & attr::kPathMigState) s.path_mig_state = a.path_mig_state;
   if (mask & attr::kDestQpn) s.dest_qp_num = a.dest_qp_num;
-  if (mask & attr::kRateLimit) s.rate_limit = a.rate_limit;
+  if (mask & attr::kRateLimit) {
+    s.rate_limit = a.rate_limit;
+    s.max_burst_sz = a.max_burst_sz;
+    s.typical_pkt_sz = a.typical_pkt_sz;
+  }
 }
 
 Status Qp::Modify(const QpAttributes& requested, uint32_t mask_in) {
@@ -446,6 +450,8 @@ Status Qp::Modify(const QpAttributes& requested, uint32_t mask_in) {
   sq_->Configure(RequesterConfigOf());
   if (previous == QpState::kSqe && *next == QpState::kRts) sq_->Resume();
   if (*next == QpState::kRts && previous != QpState::kRts) sq_->Progress();  // resume after SQD/SQE
+  // A new rate applies at once: what waited for the old one's bucket is looked at again now.
+  else if (*next == QpState::kRts && (mask & attr::kRateLimit)) sq_->Progress();
   // IBA 11.6.3: with en_sqd_async_notify, the SQ-drained event follows once the send queue has
   // no outstanding work. There is none to wait for here: it is posted at once.
   if (*next == QpState::kSqd && previous == QpState::kRts && s.en_sqd_async_notify)

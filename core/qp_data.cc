@@ -42,6 +42,8 @@ transport::RequesterConfig Qp::RequesterConfigOf() const {
   c.max_send_sge = init_.cap.max_send_sge;
   c.max_inline = init_.cap.max_inline_data;
   c.block_self_mcast_lb = init_.has_create_flags && (init_.create_flags & create_flag::kBlockSelfMcastLb);
+  c.rate_limit_kbps = attr_.rate_limit;
+  c.max_burst_sz = attr_.max_burst_sz;
   return c;
 }
 

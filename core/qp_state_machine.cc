@@ -382,6 +382,31 @@ std::string FitFieldWidths(QpAttributes& a, uint32_t mask) {
   return cut;
 }
 
+namespace {
+// IBV_QP_RATE_LIMIT's values, against packet_pacing_caps (ibv_query_device_ex(3)). rate_limit 0
+// is "unlimited", what every QP has anyway. As mlx5: max_burst_sz / typical_pkt_sz without a
+// rate is EINVAL (mlx5_modify_qp_rate_limit), a rate outside [qp_rate_limit_min, _max] EINVAL
+// (mlx5_rl_add_rate), a QP type the device does not pace EOPNOTSUPP (mlx5_ib's qp_rl_parse).
+Status CheckRateLimit(const ModifyContext& ctx, const QpAttributes& a) {
+  if (a.rate_limit == 0) {
+    if (a.max_burst_sz != 0 || a.typical_pkt_sz != 0)
+      return Invalid("max_burst_sz " + Num(a.max_burst_sz) + " / typical_pkt_sz " + Num(a.typical_pkt_sz) +
+                     " without a rate_limit: they shape a rate (ibv_modify_qp_rate_limit(3))");
+    return Status::Ok();
+  }
+  // The requester paces (transport/pacer.h); raw frames leave through transport/raw, unpaced.
+  const bool paced = ctx.dc == DcRole::kNone &&
+                     (ctx.type == QpType::kRc || ctx.type == QpType::kUc || ctx.type == QpType::kUd);
+  if (!paced)
+    return NotSupported("rate_limit " + Num(a.rate_limit) + " kbps: packet_pacing_caps.supported_qpts has " +
+                        "RC, UC and UD only, not " + TypeStr(ctx.type, ctx.dc));
+  if (a.rate_limit < DeviceLimits::kPacingMinKbps || a.rate_limit > DeviceLimits::kPacingMaxKbps)
+    return Invalid("rate_limit " + Num(a.rate_limit) + " kbps is outside packet_pacing_caps [" +
+                   Num(DeviceLimits::kPacingMinKbps) + ", " + Num(DeviceLimits::kPacingMaxKbps) + "]");
+  return Status::Ok();
+}
+}  // namespace
+
 bool IsValidTransition(QpType type, QpState from, QpState to) {
   return Find(type, from, to) != nullptr;
 }
@@ -460,11 +485,9 @@ Result<QpState> CheckModify(const ModifyContext& ctx, const QpAttributes& attr, 
                           " arms path migration, but " + kNoApm);
     }
   }
-  // rate_limit 0 means "unlimited" and is what every QP has anyway.
-  if ((mask & attr::kRateLimit) && attr.rate_limit != 0) {
-    return NotSupported(where_value() + "rate_limit " + Num(attr.rate_limit) +
-                        " kbps: packet pacing is not supported: "
-                        "packet_pacing_caps.qp_rate_limit_max is 0");
+  if (mask & attr::kRateLimit) {
+    Status pacing = CheckRateLimit(ctx, attr);
+    if (!pacing.ok()) return Status(pacing.code(), where_value() + pacing.rule());
   }
 
   // g. Values.

@@ -130,6 +130,10 @@ struct QpAttributes {
   uint8_t alt_port_num = 0;
   uint8_t alt_timeout = 0;
   uint32_t rate_limit = 0;
+  // Set with rate_limit by ibv_modify_qp_rate_limit(3) only (ibv_modify_qp leaves them 0, the
+  // device's defaults): the burst and typical packet sizes in bytes.
+  uint32_t max_burst_sz = 0;
+  uint16_t typical_pkt_sz = 0;
 };
 
 // "RC", "UD", ... and "INIT", "RTR", ... as the log lines print them.

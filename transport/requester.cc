@@ -25,11 +25,24 @@ using access_bit::kLocalWrite;
 bool IsAtomic(WrOpcode op) { return op == WrOpcode::kAtomicCmpSwp || op == WrOpcode::kAtomicFetchAdd; }
 // READ and atomics write the local buffers; the rest read them.
 bool WritesLocal(WrOpcode op) { return op == WrOpcode::kRdmaRead || IsAtomic(op); }
+// BIND_MW, LOCAL_INV and UMRs change keys of this process and send nothing.
+bool IsLocalOp(WrOpcode op) {
+  return op == WrOpcode::kDriver1 || op == WrOpcode::kBindMw || op == WrOpcode::kLocalInv;
+}
+// The payload bytes a message sends: what pacing counts (a READ request carries none; its
+// response is the responder's to send).
+uint64_t RequesterPayloadOf(const SendWr& wr) {
+  if (wr.opcode == WrOpcode::kRdmaRead) return 0;
+  if ((wr.flags & send_flag::kInline) && CarriesData(wr.opcode)) return wr.inline_length;
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < wr.num_sge; ++i) total += wr.sge[i].length;
+  return total;
+}
 
 }  // namespace
 
 Requester::Requester(fabric::LocalProcess& local, RequesterHost& host, Links links)
-    : local_(local), completer_(host), links_(links) {
+    : local_(local), completer_(host), links_(links), pacing_clock_([] { return Clock::now(); }) {
   links_.host->Attach(this);
   links_.wire->Attach(this);
 }
@@ -40,6 +53,15 @@ void Requester::Configure(const RequesterConfig& config) {
   std::lock_guard lock(mu_);
   config_ = config;
   completer_.Configure(config.completer);
+  // ibv_modify_qp_rate_limit(3): "Setting a value of 0 for max_burst_sz ... will use the
+  // devices defaults": one path MTU, a packet at a time.
+  const uint32_t burst = config.max_burst_sz ? config.max_burst_sz : config.path_mtu;
+  pacer_.Configure(config.rate_limit_kbps, config.rate_limit_kbps ? burst : 0);
+}
+
+void Requester::SetPacingClock(PacingClock clock) {
+  std::lock_guard lock(mu_);
+  pacing_clock_ = std::move(clock);
 }
 
 void Requester::SetPsn(uint32_t psn) {
@@ -120,7 +142,7 @@ Status Requester::Post(const SendWr& wr, uint32_t qp_state) {
   p.wr = wr;
   p.retry = completer_.Budget();
   // Nothing waits before it: executed here and now, without entering the queue.
-  if (qp_state == kRts && queue_.empty()) {
+  if (qp_state == kRts && queue_.empty() && Paced(p)) {
     const Verdict v = Execute(p, kMaxInFlightPsns);  // (an empty queue: the whole window)
     if (v.kind == Verdict::kFailed) stopped_ = true;
     if (v.kind == Verdict::kCompleted || v.kind == Verdict::kFailed) return Status::Ok();
@@ -131,7 +153,8 @@ Status Requester::Post(const SendWr& wr, uint32_t qp_state) {
     ProgressThread::Get().Schedule(this, queue_.front().due);
     return Status::Ok();
   }
-  // SQD: accepted, executed once the QP is back in RTS; SQE: the send queue is stopped.
+  // SQD: accepted, executed once the QP is back in RTS; SQE: the send queue is stopped. A WR
+  // the pacer holds back waits in the queue too (delayed, never failed).
   Enqueue(std::move(p));
   if (qp_state == kRts) RunQueue();
   return Status::Ok();
@@ -164,6 +187,7 @@ void Requester::Rewind() {
 }
 
 void Requester::RunQueue() {
+  pace_until_ = Clock::time_point::max();  // CarryQueued says again what waits for the pacer
   // The head's local ACK timeout expired with its reply still out: the completer decides
   // whether everything in flight is carried again (IBA 9.7.6.1.3).
   if (!queue_.empty() && !stopped_ && queue_.front().in_flight && queue_.front().due <= Clock::now()) {
@@ -183,7 +207,28 @@ void Requester::RunQueue() {
     completer_.Flush(queue_.front().wr);
     queue_.pop_front();
   }
-  if (!queue_.empty() && !stopped_) ProgressThread::Get().Schedule(this, queue_.front().due);
+  if (!queue_.empty() && !stopped_) ProgressThread::Get().Schedule(this, NextDue());
+}
+
+bool Requester::Paced(const Pending& p) {
+  if (!pacer_.limited() || IsLocalOp(p.wr.opcode)) return true;
+  const Clock::time_point now = pacing_clock_();
+  const uint64_t bytes = RequesterPayloadOf(p.wr);
+  if (!pacer_.MayGo(bytes, now)) {
+    pace_until_ = std::min(pace_until_, pacer_.ReadyAt(bytes));
+    return false;
+  }
+  pacer_.Take(bytes, now);
+  return true;
+}
+
+Clock::time_point Requester::NextDue() const {
+  if (queue_.empty() || stopped_) return Clock::time_point::max();
+  const Pending& head = queue_.front();
+  // A head in flight waits for its reply or ACK timeout, and what follows it maybe for the
+  // pacer; a head not carried yet waits for its RNR delay and then for the pacer.
+  if (head.in_flight) return std::min(head.due, pace_until_);
+  return pace_until_ == Clock::time_point::max() ? head.due : std::max(head.due, pace_until_);
 }
 
 void Requester::CarryQueued() {
@@ -201,6 +246,9 @@ void Requester::CarryQueued() {
     const bool sliced = Sliced(p), resume = p.in_flight;
     if (!resume && !MayStart(p, i, psns, rd_atomic)) return;
     if (sliced && psns >= kMaxInFlightPsns) return;  // the window is full until an ACK comes
+    // Packet pacing, last (it takes the message's bytes from the bucket): a message leaves when
+    // the bucket allows; a later part of one already carried was paid for with its first.
+    if (!resume && !Paced(p)) return;
     const uint32_t budget = sliced ? static_cast<uint32_t>(kMaxInFlightPsns - psns) : UINT32_MAX;
     // A head whose last attempt got no answer has waited its timeout: the completer decides
     // whether it is tried again.
@@ -234,8 +282,7 @@ bool Requester::MayStart(const Pending& p, size_t i, uint64_t psns, uint32_t rd_
   // pushed an older one's out, and once that older one's response was lost, its retries
   // were dropped as duplicates with no resource until IBV_WC_RETRY_EXC_ERR.
   if (WritesLocal(p.wr.opcode) && rd_atomic >= std::max<uint32_t>(config_.max_rd_atomic, 1)) return false;
-  const bool local_op = p.wr.opcode == WrOpcode::kDriver1 || p.wr.opcode == WrOpcode::kBindMw ||
-                        p.wr.opcode == WrOpcode::kLocalInv;
+  const bool local_op = IsLocalOp(p.wr.opcode);
   // Completions come in order (IBA 10.8.x): an operation that completes at once -- a local
   // one, or one for this host's fabric -- waits until nothing before it is in flight.
   return i == 0 || !(local_op || OnHost(p.wr));
@@ -258,8 +305,7 @@ bool Requester::Sliced(const Pending& p) const {
 Clock::time_point Requester::Progress() {
   std::lock_guard lock(mu_);
   RunQueue();
-  if (queue_.empty() || stopped_) return Clock::time_point::max();
-  return queue_.front().due;
+  return NextDue();
 }
 
 Requester::Pending* Requester::InFlight(uint64_t ticket) {

@@ -5,12 +5,15 @@
 // (transport/link.h); the reply goes to the completer (transport/completer.h). A request the
 // target cannot take yet (RNR, or a target that does not answer) waits in the queue, with
 // everything posted after it, until the progress thread retries it when the completer says.
+// With a rate limit (transport/pacer.h) a message leaves only when the pacer allows: until then
+// it waits in the queue the same way, and the progress thread carries it when its time comes.
 // Every request completes exactly once: success, error, or flush.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <span>
 #include <vector>
@@ -19,6 +22,7 @@
 #include "fabric/host/host_directory.h"
 #include "transport/completer.h"
 #include "transport/link.h"
+#include "transport/pacer.h"
 #include "transport/request.h"
 #include "transport/work_request.h"
 
@@ -44,6 +48,10 @@ struct RequesterConfig {
   bool block_self_mcast_lb = false;  // IBV_QP_CREATE_BLOCK_SELF_MCAST_LB
   bool dc_initiator = false;  // a DCI: each WR names its DCT (SendWr::dc)
   bool xrc_initiator = false; // XRC_SEND: each WR names its XRC SRQ (SendWr::xrc_srqn)
+  // Packet pacing (IBV_QP_RATE_LIMIT, ibv_modify_qp_rate_limit(3)): kbps, 0 unlimited; the
+  // burst in bytes, 0 the device's default (one path MTU).
+  uint32_t rate_limit_kbps = 0;
+  uint32_t max_burst_sz = 0;
 };
 
 class Requester final : private ReplySink {
@@ -70,6 +78,9 @@ class Requester final : private ReplySink {
   void Resume();
   // Retries what is due; returns when it wants to run again (time_point::max(): never).
   std::chrono::steady_clock::time_point Progress();
+  // The clock the pacer is consulted with (steady_clock by default): tests pass a fake one.
+  using PacingClock = std::function<std::chrono::steady_clock::time_point()>;
+  void SetPacingClock(PacingClock clock);
 
  private:
   struct Pending {
@@ -126,6 +137,11 @@ class Requester final : private ReplySink {
   // Whether `p`, not carried yet and at queue position `i`, may start now, with `psns` PSNs and
   // `rd_atomic` READs/atomics of those before it outstanding.
   bool MayStart(const Pending& p, size_t i, uint64_t psns, uint32_t rd_atomic) const;
+  // Pacing: whether `p`, not carried yet, may leave now; if so its bytes are taken from the
+  // bucket, if not pace_until_ says when it may.
+  bool Paced(const Pending& p);
+  // When the progress thread should run the queue next (time_point::max(): never).
+  std::chrono::steady_clock::time_point NextDue() const;
   // Applies a verdict about the queue's head; false if the queue must wait.
   bool Settle(Pending& head, const Completer::Verdict& v);
   // Go-back-N (IBA 9.7.6.1.3): nothing is in flight any more; everything is carried again, with
@@ -150,6 +166,10 @@ class Requester final : private ReplySink {
   bool stopped_ = false;  // a completion error stopped the queue (ERR, or SQE for UC/UD)
   uint32_t next_psn_ = 0;  // RC/UC: the PSN of the next new message's first packet
   uint64_t next_ticket_ = 1;
+  Pacer pacer_;
+  PacingClock pacing_clock_;
+  // A message waits for the pacer until then (time_point::max(): none waits).
+  std::chrono::steady_clock::time_point pace_until_ = std::chrono::steady_clock::time_point::max();
 };
 
 }  // namespace softverbs::transport

@@ -79,8 +79,23 @@ int PostSrqOps(ibv_srq* srq, ibv_ops_wr* op, ibv_ops_wr** bad_op) {
   }
   return 0;
 }
-int ModifyQpRateLimit(ibv_qp* qp, ibv_qp_rate_limit_attr*) {
-  return ReturnErrno("ibv_modify_qp_rate_limit", Name(qp), Unsupported("packet pacing"));
+// ibv_modify_qp_rate_limit(3): IBV_QP_RATE_LIMIT with the burst shape, as mlx5 sends it
+// (mlx5_modify_qp_rate_limit: a comp_mask is EINVAL; the rest is ibv_modify_qp's rule, so the QP
+// must be in RTS -- RTS->RTS is the transition that takes it). Returns an errno.
+int ModifyQpRateLimit(ibv_qp* qp, ibv_qp_rate_limit_attr* attr) {
+  if (attr == nullptr) return ReturnErrno("ibv_modify_qp_rate_limit", Name(qp), Invalid("attr is NULL"));
+  if (attr->comp_mask != 0)
+    return ReturnErrno("ibv_modify_qp_rate_limit", Name(qp),
+                       Invalid("comp_mask " + std::to_string(attr->comp_mask) + " names no field (it must be 0)"));
+  if (ToSv(qp)->core == nullptr)  // an ibv_open_qp handle of an XRC target: no send queue
+    return ReturnErrno("ibv_modify_qp_rate_limit", Name(qp),
+                       NotSupported("an XRC_RECV QP sends nothing: packet_pacing_caps.supported_qpts has no XRC_RECV"));
+  core::QpAttributes a;
+  a.rate_limit = attr->rate_limit;
+  a.max_burst_sz = attr->max_burst_sz;
+  a.typical_pkt_sz = attr->typical_pkt_sz;
+  Status s = ToSv(qp)->core->Modify(a, core::attr::kRateLimit);
+  return s.ok() ? 0 : ReturnErrno("ibv_modify_qp_rate_limit", Name(qp), s);
 }
 ibv_flow_action* CreateFlowActionEsp(ibv_context*, ibv_flow_action_esp_attr*) {
   return ReturnNull<ibv_flow_action>("ibv_create_flow_action_esp", "", Unsupported("flow actions (ESP)"));

@@ -92,8 +92,13 @@ ibv_device_attr_ex DeviceAttrEx() {
   ex.odp_caps.per_transport_caps.ud_odp_caps = kMessages | IBV_ODP_SUPPORT_SRQ_RECV;
   ex.xrc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC |
                     IBV_ODP_SUPPORT_SRQ_RECV;
-  // Device memory (core/dm.h): the largest one allocation. No packet pacing yet.
+  // Device memory (core/dm.h): the largest one allocation.
   ex.max_dm_size = DeviceLimits::kMaxDmSize;
+  // Packet pacing (IBV_QP_RATE_LIMIT, ibv_modify_qp_rate_limit): the requester's token bucket
+  // (transport/pacer.h) paces the send queues of RC, UC and UD QPs.
+  ex.packet_pacing_caps.qp_rate_limit_min = DeviceLimits::kPacingMinKbps;
+  ex.packet_pacing_caps.qp_rate_limit_max = DeviceLimits::kPacingMaxKbps;
+  ex.packet_pacing_caps.supported_qpts = (1u << IBV_QPT_RC) | (1u << IBV_QPT_UC) | (1u << IBV_QPT_UD);
   // Tag matching on RC (transport/tag_matcher.h), with mlx5's shapes: one SGE per tag, list
   // operations bounded as a send queue, a 64-byte rendezvous header.
   ex.tm_caps.max_rndv_hdr_size = DeviceLimits::kMaxRndvHdrSize;

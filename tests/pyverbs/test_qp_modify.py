@@ -468,14 +468,18 @@ class RefusalTest(ModifyTestCase):
         a.alt_port_num, a.alt_pkey_index, a.alt_timeout = base.PORT, 0, 14
         self.assertRefused(errno.EOPNOTSUPP, qp, a, self.mask(RC, RTR) | e.IBV_QP_ALT_PATH)
 
-    def test_rate_limit_is_eopnotsupp(self):
-        for qpt in (RC, UD):
+    def test_rate_limit_paces_rc_uc_ud_within_the_caps(self):
+        # packet_pacing_caps: [1, 100000000] kbps on RC, UC and UD (test_rate_limit.py).
+        for qpt in (RC, UC, UD):
             with self.subTest(qp_type=base.QPT_NAMES[qpt]):
                 qp = self.qp_in(qpt, RTR)
                 a = self.attrs(qpt, RTS)
+                a.rate_limit = 100000001
+                self.assertRefused(errno.EINVAL, qp, a, self.mask(qpt, RTS) | e.IBV_QP_RATE_LIMIT)
                 a.rate_limit = 1000
-                self.assertRefused(errno.EOPNOTSUPP, qp, a,
-                                   self.mask(qpt, RTS) | e.IBV_QP_RATE_LIMIT)
+                qp.modify(a, self.mask(qpt, RTS) | e.IBV_QP_RATE_LIMIT)
+                self.assertEqual(qp.query(e.IBV_QP_RATE_LIMIT)[0].rate_limit, 1000)
+                qp.close()
 
     def test_cur_qp_state_mismatch_is_einval(self):
         qp = self.qp_in(RC, RTR)

@@ -516,17 +516,39 @@ const ValueCase kValueCases[] = {
      kOk, ""},
     {"av_checked_in_sqd_sqd", kRc, S::kSqd, S::kSqd, attr::kAv,
      [](auto& a) { a.ah_attr.dgid = Gid{}; }, EINVAL, "ah_attr.grh.dgid is zero"},
-    // rate_limit: 0 is "unlimited"; anything else needs packet pacing.
+    // rate_limit: 0 is "unlimited"; any other rate within packet_pacing_caps paces RC, UC and UD.
     {"rate_limit_0", kRc, S::kRts, S::kRts, attr::kRateLimit, [](auto& a) { a.rate_limit = 0; },
      kOk, ""},
-    {"rate_limit_1", kRc, S::kRts, S::kRts, attr::kRateLimit, [](auto& a) { a.rate_limit = 1; },
-     EOPNOTSUPP,
-     "rate_limit 1 kbps: packet pacing is not supported: packet_pacing_caps.qp_rate_limit_max "
-     "is 0"},
+    {"rate_limit_min", kRc, S::kRts, S::kRts, attr::kRateLimit, [](auto& a) { a.rate_limit = 1; },
+     kOk, ""},
+    {"rate_limit_max", kUc, S::kRtr, S::kRts, attr::kRateLimit,
+     [](auto& a) { a.rate_limit = 100000000; }, kOk, ""},
     {"rate_limit_ud", QpType::kUd, S::kRtr, S::kRts, attr::kRateLimit,
-     [](auto& a) { a.rate_limit = 100000; }, EOPNOTSUPP, ""},
+     [](auto& a) { a.rate_limit = 100000; }, kOk, ""},
+    {"rate_limit_above_max", kRc, S::kRts, S::kRts, attr::kRateLimit,
+     [](auto& a) { a.rate_limit = 100000001; }, EINVAL,
+     "rate_limit 100000001 kbps is outside packet_pacing_caps [1, 100000000]"},
+    {"rate_limit_burst_without_rate", kRc, S::kRts, S::kRts, attr::kRateLimit,
+     [](auto& a) { a.max_burst_sz = 4096; }, EINVAL,
+     "max_burst_sz 4096 / typical_pkt_sz 0 without a rate_limit: they shape a rate "
+     "(ibv_modify_qp_rate_limit(3))"},
+    {"rate_limit_typical_without_rate", QpType::kUd, S::kRts, S::kRts, attr::kRateLimit,
+     [](auto& a) { a.typical_pkt_sz = 1024; }, EINVAL,
+     "max_burst_sz 0 / typical_pkt_sz 1024 without a rate_limit: they shape a rate "
+     "(ibv_modify_qp_rate_limit(3))"},
+    {"rate_limit_burst_with_rate", kRc, S::kRts, S::kRts, attr::kRateLimit,
+     [](auto& a) {
+       a.rate_limit = 1000;
+       a.max_burst_sz = 4096;
+       a.typical_pkt_sz = 1024;
+     },
+     kOk, ""},
     {"rate_limit_raw_0", QpType::kRawPacket, S::kRtr, S::kRts, attr::kRateLimit,
      [](auto& a) { a.rate_limit = 0; }, kOk, ""},
+    {"rate_limit_raw", QpType::kRawPacket, S::kRts, S::kRts, attr::kRateLimit,
+     [](auto& a) { a.rate_limit = 1000; }, EOPNOTSUPP,
+     "rate_limit 1000 kbps: packet_pacing_caps.supported_qpts has RC, UC and UD only, not "
+     "RAW_PACKET"},
     // path_mig_state: without APM only MIGRATED.
     {"mig_migrated", kRc, S::kRtr, S::kRts, attr::kPathMigState,
      [](auto& a) { a.path_mig_state = MigState::kMigrated; }, kOk, ""},
