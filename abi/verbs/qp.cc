@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <new>
 
@@ -14,6 +13,7 @@
 #include "abi/verbs/objects.h"
 #include "abi/verbs/ops.h"
 #include "base/log.h"
+#include "base/strings.h"
 #include "core/device.h"
 #include "transport/qp_endpoint.h"
 #include "transport/recv_queue.h"
@@ -29,12 +29,6 @@ namespace {
 
 // The ECE options softverbs supports (ibv_set_ece(3)): none, see ibv_set_ece below.
 constexpr uint32_t kSupportedEceOptions = 0;
-
-std::string EceHex(uint32_t v) {
-  char b[16];
-  snprintf(b, sizeof b, "0x%x", v);
-  return b;
-}
 
 // After a successful ibv_modify_qp: the options ibv_set_ece asked for take effect, within what
 // the device supports (mlx5 modify_qp: get_ece = the firmware's answer, set_ece cleared).
@@ -304,7 +298,7 @@ SV_EXPORT int ibv_set_ece(ibv_qp* qp, ibv_ece* ece) {
   else if (ece->comp_mask != 0)
     s = Invalid("comp_mask " + std::to_string(ece->comp_mask) + " is not 0: ibv_ece has no optional field (mlx5_set_ece)");
   else if (ece->vendor_id != core::Identity().vendor_id)
-    s = Invalid("vendor_id " + EceHex(ece->vendor_id) + " is not the device's " + EceHex(core::Identity().vendor_id) +
+    s = Invalid("vendor_id " + Hex(ece->vendor_id) + " is not the device's " + Hex(core::Identity().vendor_id) +
                 " (ibv_query_device's vendor_id; mlx5_set_ece refuses another vendor's)");
   if (!s.ok()) {
     errno = s.code();
@@ -316,7 +310,7 @@ SV_EXPORT int ibv_set_ece(ibv_qp* qp, ibv_ece* ece) {
   q->ece_requested = ece->options;
   q->ece_agreed = 0;
   SV_LOG(kDebug, "ibv_set_ece(%s): options %s requested, %s supported", Name(qp).c_str(),
-         EceHex(ece->options).c_str(), EceHex(kSupportedEceOptions).c_str());
+         Hex(ece->options).c_str(), Hex(kSupportedEceOptions).c_str());
   return 0;
 }
 
