@@ -65,6 +65,16 @@ class AgentTest : public ::testing::Test {
     m.body = r;
     return mad::EncodeMad(m).value();
   }
+  // Binds `ip`:`port` as another identifier of the host would (cm/service.h), so that the agent
+  // finds the port held but has no listener of its own there.
+  Result<UniqueFd> HoldPort(const char* ip, uint16_t port) {
+    sockaddr_storage held{};
+    auto* in = reinterpret_cast<sockaddr_in*>(&held);
+    in->sin_family = AF_INET;
+    inet_pton(AF_INET, ip, &in->sin_addr);
+    SetPort(&held, port);
+    return BindService(&held, false);
+  }
   template <typename Body>
   std::array<uint8_t, mad::kMadBytes> Encode(const Body& body) {
     mad::Mad m;
@@ -126,12 +136,7 @@ TEST_F(AgentTest, ReqForAPortAnotherProcessHoldsIsDroppedNotRejected) {
   // The address's UDP group gave this process a REQ for a port another identifier of the host
   // holds (a listener in a process that does not receive it, or one about to listen): REJ 8
   // would refuse a connection that listener takes. Dropped and counted; the sender repeats it.
-  sockaddr_storage held{};
-  auto* in = reinterpret_cast<sockaddr_in*>(&held);
-  in->sin_family = AF_INET;
-  inet_pton(AF_INET, "10.78.0.1", &in->sin_addr);
-  SetPort(&held, 7002);
-  auto bound = BindService(&held, false);
+  auto bound = HoldPort("10.78.0.1", 7002);
   ASSERT_TRUE(bound.ok()) << bound.status().rule();
   agent_.OnMad(Req("10.78.0.1", 7002), peer_, local_);
   EXPECT_TRUE(sent_.empty());
@@ -160,12 +165,7 @@ TEST_F(AgentTest, ReqForAPortAnotherProcessHoldsGoesToTheHostsOtherProcesses) {
     forwarded.push_back({slot, {mad.begin(), mad.end()}});
     return result;
   });
-  sockaddr_storage held{};
-  auto* in = reinterpret_cast<sockaddr_in*>(&held);
-  in->sin_family = AF_INET;
-  inet_pton(AF_INET, "10.78.0.1", &in->sin_addr);
-  SetPort(&held, 7003);
-  auto bound = BindService(&held, false);
+  auto bound = HoldPort("10.78.0.1", 7003);
   ASSERT_TRUE(bound.ok()) << bound.status().rule();
   const auto req = Req("10.78.0.1", 7003);
   agent_.OnMad(req, peer_, local_);
