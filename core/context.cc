@@ -6,12 +6,18 @@
 
 namespace softverbs::core {
 
-Result<std::unique_ptr<Context>> Context::Open() {
+Result<std::unique_ptr<Context>> Context::Open(std::shared_ptr<ObjectSpace> space) {
   auto local = fabric::LocalProcess::Get();
   if (!local.ok()) return local.status();
+  if (space == nullptr) {
+    auto created = ObjectSpace::Create();
+    if (!created.ok()) return created.status();
+    space = std::move(created.value());
+  }
   auto fd = EventFd::Create();
   if (!fd.ok()) return fd.status();
   std::unique_ptr<Context> ctx(new Context(local.value(), std::move(fd.value())));
+  ctx->space_ = std::move(space);
   ctx->async_tag_ = local.value()->NewFdTag();
   ctx->gids();
   return ctx;

@@ -13,6 +13,7 @@
 #include "base/event_fd.h"
 #include "base/status.h"
 #include "core/device.h"
+#include "core/object_space.h"
 #include "fabric/host/host_directory.h"
 #include "fabric/host/host_registry.h"
 
@@ -43,7 +44,9 @@ struct AsyncEvent {
 
 class Context {
  public:
-  static Result<std::unique_ptr<Context>> Open();
+  // ibv_open_device: a new object space (its cmd_fd); ibv_import_device: `space`, shared with
+  // the contexts already on it (core/object_space.h).
+  static Result<std::unique_ptr<Context>> Open(std::shared_ptr<ObjectSpace> space = nullptr);
 
   fabric::HostRegistry& registry() { return local_->registry(); }
   // This process's membership of the host: its process slot, shared arena and peers.
@@ -68,8 +71,10 @@ class Context {
   void Register(OpenedQp* qp);  // ibv_open_qp handles (core/xrc_qp.h)
   void Unregister(OpenedQp* qp);
 
-  // Context-local numbers for objects that have no host-wide number (PD, CQ, AH handles).
-  uint32_t NewHandle() { return next_handle_.fetch_add(1, std::memory_order_relaxed); }
+  // Numbers for objects that have no host-wide number (PD, CQ, AH handles), unique in the
+  // context's object space as the kernel's per-file handles are.
+  uint32_t NewHandle() { return space_->NewHandle(); }
+  ObjectSpace& object_space() { return *space_; }
 
  private:
   Context(fabric::LocalProcess* local, EventFd async_fd) : local_(local), async_fd_(std::move(async_fd)) {}
@@ -88,7 +93,7 @@ class Context {
   std::vector<OpenedQp*> opened_qps_;
   // Turns flags raised by peers into queued events.
   void CollectRemoteEvents();
-  std::atomic<uint32_t> next_handle_{1};
+  std::shared_ptr<ObjectSpace> space_;
 };
 
 }  // namespace softverbs::core

@@ -91,17 +91,44 @@ Status Mr::CheckLayout(const MrLayout& layout) {
   return Status::Ok();
 }
 
+namespace {
+
+// A key names its owner process through its PD (KeyView::owner_process_slot): registering this
+// process's memory on a PD imported from another process would send every access through the
+// key to the other process's address space. Refused, not mislabelled.
+Status MrCheckOwnPd(const Pd& pd) {
+  if (!pd.foreign()) return Status::Ok();
+  return NotSupported("PD handle " + std::to_string(pd.handle()) +
+                      " was imported from another process (ibv_import_pd): this process's memory is registered "
+                      "on PDs of its own (docs/support-matrix.md, imports)");
+}
+
+}  // namespace
+
+Result<ImportedMr> ImportMr(Pd& pd, uint32_t handle) {
+  Context& ctx = pd.context();
+  transport::KeyView k;
+  if (!ctx.object_space().HasMr(handle) || !transport::KeyPin::Peek(ctx.registry(), handle, &k) || k.key != handle ||
+      k.window() || k.indirect())
+    return Status(ENOENT, "the context's object space (its cmd_fd) has no MR with handle " + Hex(handle));
+  return ImportedMr{k.key, k.null_key() ? 0u : k.key, k.null_key() ? 0 : k.iova,
+                    k.null_key() ? UINT64_MAX : k.length};
+}
+
 Result<std::unique_ptr<Mr>> Mr::Register(Pd& pd, const MrLayout& layout) {
+  SV_RETURN_IF_ERROR(MrCheckOwnPd(pd));
   SV_RETURN_IF_ERROR(CheckLayout(layout));
   auto key = transport::AllocateKey(pd.context().registry());
   if (!key.ok()) return key.status();
   pd.users().Acquire();
   std::unique_ptr<Mr> mr(new Mr(pd, layout, key->slot, key->key, BackingOf(pd.context().registry(), layout)));
   mr->Publish();
+  pd.context().object_space().AddMr(mr->key_);
   return mr;
 }
 
 Result<std::unique_ptr<Mr>> Mr::AllocateNull(Pd& pd) {
+  SV_RETURN_IF_ERROR(MrCheckOwnPd(pd));
   auto region = transport::NullRegion();
   if (!region.ok()) return region.status();
   auto key = transport::AllocateKey(pd.context().registry());
@@ -114,6 +141,7 @@ Result<std::unique_ptr<Mr>> Mr::AllocateNull(Pd& pd) {
   layout.null_mr = true;
   std::unique_ptr<Mr> mr(new Mr(pd, layout, key->slot, key->key, std::nullopt));
   mr->Publish();
+  pd.context().object_space().AddMr(mr->key_);
   return mr;
 }
 
@@ -158,6 +186,7 @@ Status Mr::Withdraw() {
 }
 
 Mr::~Mr() {
+  pd_->context().object_space().RemoveMr(key_);
   fabric::HostRegistry& registry = pd_->context().registry();
   if (!withdrawn_) {
     WithdrawKey(registry, slot_);
@@ -178,6 +207,7 @@ Status Mr::Reregister(uint32_t flags, Pd* new_pd, const MrLayout& layout) {
   if ((flags & rereg::kChangePd) && new_pd == nullptr) return Invalid("IBV_REREG_MR_CHANGE_PD with a NULL pd");
   if ((flags & rereg::kChangePd) && &new_pd->context() != &pd_->context())
     return Invalid("IBV_REREG_MR_CHANGE_PD with a PD of another context");
+  if (flags & rereg::kChangePd) SV_RETURN_IF_ERROR(MrCheckOwnPd(*new_pd));
   if (!(flags & rereg::kChangeAccess) && layout.access != 0)
     return Invalid("access is set but IBV_REREG_MR_CHANGE_ACCESS is not");
   MrLayout next = layout_;

@@ -53,6 +53,16 @@ struct AdviseRange {
 // work drops it.
 Status AdviseMr(Pd& pd, uint32_t advice, uint32_t flags, const AdviseRange* ranges, uint32_t n);
 
+// ibv_import_mr(3): what the kernel's QUERY_MR returns of the MR `handle` (its lkey) of `pd`'s
+// object space. ENOENT for a handle the space does not list (or whose MR is deregistered).
+struct ImportedMr {
+  uint32_t lkey = 0;
+  uint32_t rkey = 0;
+  uint64_t iova = 0;  // what ibv_mr.addr reads in the importer, as rdma-core fills it
+  uint64_t length = 0;
+};
+Result<ImportedMr> ImportMr(Pd& pd, uint32_t handle);
+
 class Mr {
  public:
   static Result<std::unique_ptr<Mr>> Register(Pd& pd, const MrLayout& layout);

@@ -28,19 +28,33 @@ class Pd {
  public:
   // ibv_alloc_pd: a PD counted against max_pd (ENOMEM beyond it: core/object_quota.h).
   static Result<std::unique_ptr<Pd>> Create(Context& context);
+  // ibv_import_pd(3): the PD of `context`'s object space with `handle` (core/object_space.h) --
+  // the same PD (same host_id), in this context. ENOENT for a handle the space does not list,
+  // as the kernel's lookup of an unknown handle.
+  static Result<std::unique_ptr<Pd>> Import(Context& context, uint32_t handle);
   // An uncounted PD (tests).
   Pd(Context& context, uint32_t handle);
+  ~Pd();
   Context& context() const { return context_; }
   uint32_t handle() const { return handle_; }
   // Unique across the host (process slot and a process-wide number): an initiator in another
   // process compares it with the PD of the memory key it uses (IBA 10.6.3: PD check).
   uint64_t host_id() const { return host_id_; }
   UseCount& users() { return users_; }
+  // A PD imported from another process: the memory keys it holds are that process's. This
+  // process registers none of its own memory on it (Mr::Register refuses), because a key names
+  // its owner through its PD (transport::KeyView::owner_process_slot).
+  bool foreign() const;
+  bool imported() const { return imported_; }
 
  private:
+  Pd(Context& context, uint32_t handle, uint64_t host_id)
+      : context_(context), handle_(handle), host_id_(host_id), imported_(true) {}
   Context& context_;
   uint32_t handle_;
   uint64_t host_id_;
+  bool imported_ = false;
+  bool listed_ = false;  // in the object space (Create): removed from it with the PD
   UseCount users_;
   QuotaHold quota_;
 };

@@ -14,6 +14,20 @@
 namespace softverbs::transport {
 namespace {
 
+// Says why a local SGE's lkey failed when it names an MR of this QP's PD that another process
+// registered -- an MR imported from it (ibv_import_mr(3)): the requester gathers and scatters
+// this process's memory only, so that SGE completes IBV_WC_LOC_PROT_ERR, while the same key
+// serves remote accesses arriving at the owner's QPs (docs/support-matrix.md, imports).
+void RequesterExplainForeignLkey(fabric::HostRegistry& registry, uint32_t qp_num, uint64_t pd, uint32_t slot,
+                                 uint32_t lkey) {
+  KeyView k;
+  if (!KeyPin::Peek(registry, lkey, &k) || k.pd != pd || k.owner_process_slot() == slot) return;
+  SV_LOG(kError,
+         "ibv_post_send(qp 0x%x): lkey 0x%x is an MR of process slot %u (imported, ibv_import_mr): local SGEs "
+         "reach this process's memory only, completes with IBV_WC_LOC_PROT_ERR",
+         qp_num, lkey, k.owner_process_slot());
+}
+
 using Clock = std::chrono::steady_clock;
 using Verdict = Completer::Verdict;
 
@@ -472,8 +486,11 @@ uint32_t Requester::GatherLocal(const SendWr& wr, PinnedPieces& pieces, uint64_t
     const Sge& s = wr.sge[i];
     if (s.length == 0) continue;
     if (!ResolveKey(local_.registry(), s.lkey, s.addr, s.length, s.length, rule,
-                    [this](fabric::SharedRef ref) { return local_.At(ref); }, &pieces))
+                    [this](fabric::SharedRef ref) { return local_.At(ref); }, &pieces)) {
+      RequesterExplainForeignLkey(local_.registry(), config_.completer.qp_num, config_.pd, config_.process_slot,
+                                  s.lkey);
       return wc_status::kLocProtErr;
+    }
     *total += s.length;
   }
   if (*total > (1ull << 31)) return wc_status::kLocLenErr;  // IBA: 2^31 bytes per message

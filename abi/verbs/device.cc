@@ -1,6 +1,5 @@
 // Device discovery and queries: ibv_get_device_list, ibv_open_device, ibv_query_device/_ex,
 // ibv_query_port, the GID and P_Key tables, async events.
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -85,16 +84,14 @@ SV_EXPORT __be64 ibv_get_device_guid(ibv_device*) {
 }
 SV_DEFAULT_VERSION(ibv_get_device_guid);
 
-SV_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
-  if (!IsOurDevice(device)) return ReturnNull<ibv_context>("ibv_open_device", "", Invalid("not a softverbs device"));
-  auto core = core::Context::Open();
-  if (!core.ok()) return ReturnNull<ibv_context>("ibv_open_device", device->name, core.status());
+// A context on `core` (a new object space or an imported one): the ibv_context applications hold.
+static ibv_context* NewContext(const char* verb, ibv_device* device, std::unique_ptr<core::Context> core) {
   auto* ctx = new (std::nothrow) SvContext{};
-  if (ctx == nullptr) return ReturnNull<ibv_context>("ibv_open_device", device->name, NoMemory("out of memory"));
-  ctx->core = std::move(core.value());
-  // There is no kernel command channel; cmd_fd is a harmless descriptor so programs that
-  // inspect or poll it see a valid fd.
-  ctx->cmd_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (ctx == nullptr) return ReturnNull<ibv_context>(verb, device->name, NoMemory("out of memory"));
+  ctx->core = std::move(core);
+  // The command fd names the context's object space (core/object_space.h): a dup of it, given to
+  // ibv_import_device here or in another process, opens a context sharing its PDs and MRs.
+  ctx->cmd_fd = ctx->core->object_space().fd();
   ibv_context& c = ctx->vctx.context;
   c.device = device;
   c.cmd_fd = ctx->cmd_fd;
@@ -104,16 +101,33 @@ SV_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
   pthread_mutex_init(&c.mutex, nullptr);
   ctx->vctx.sz = sizeof(ctx->vctx);
   InitContextOps(ctx);
-  SV_LOG(kInfo, "ibv_open_device(%s): context %p", device->name, static_cast<void*>(&c));
+  SV_LOG(kInfo, "%s(%s): context %p, cmd_fd %d", verb, device->name, static_cast<void*>(&c), c.cmd_fd);
   return &c;
+}
+
+SV_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
+  if (!IsOurDevice(device)) return ReturnNull<ibv_context>("ibv_open_device", "", Invalid("not a softverbs device"));
+  auto core = core::Context::Open();
+  if (!core.ok()) return ReturnNull<ibv_context>("ibv_open_device", device->name, core.status());
+  return NewContext("ibv_open_device", device, std::move(core.value()));
 }
 SV_DEFAULT_VERSION(ibv_open_device);
 
+// ibv_import_device(3): a context sharing the object space of the context whose (dup'ed) cmd_fd
+// this is; the context owns the fd from now on (ibv_close_device closes it).
+SV_EXPORT ibv_context* ibv_import_device(int cmd_fd) {
+  const std::string fd_name = "fd " + std::to_string(cmd_fd);
+  auto space = core::ObjectSpace::Open(cmd_fd);
+  if (!space.ok()) return ReturnNull<ibv_context>("ibv_import_device", fd_name, space.status());
+  auto core = core::Context::Open(std::move(space.value()));
+  if (!core.ok()) return ReturnNull<ibv_context>("ibv_import_device", fd_name, core.status());
+  return NewContext("ibv_import_device", &TheDevice()->device, std::move(core.value()));
+}
+
 SV_EXPORT int ibv_close_device(ibv_context* context) {
   SvContext* ctx = ToSv(context);
-  if (ctx->cmd_fd >= 0) close(ctx->cmd_fd);
   pthread_mutex_destroy(&context->mutex);
-  delete ctx;
+  delete ctx;  // the core context closes the cmd_fd with its object space
   return 0;
 }
 SV_DEFAULT_VERSION(ibv_close_device);

@@ -101,8 +101,9 @@ ibv_mr* RegDmMr(ibv_pd* pd, ibv_dm* dm, uint64_t dm_offset, size_t length, unsig
 
 }  // namespace softverbs::abi
 
-// ibv_import_dm(3): a handle of device memory allocated on `context` (this process; softverbs
-// has no kernel command fd another process could share, ibv_import_device).
+// ibv_import_dm(3): a handle of device memory allocated on `context` itself. Unlike PDs and MRs,
+// device memory is not listed in the context's object space (core/object_space.h), so a context
+// imported through ibv_import_device does not find it.
 SV_EXPORT ibv_dm* ibv_import_dm(ibv_context* context, uint32_t dm_handle) {
   SvContext* ctx = ToSv(context);
   std::shared_ptr<core::DeviceMemory> memory;

@@ -39,7 +39,7 @@ struct SvDevice {
 struct SvContext {
   verbs_context vctx;
   std::unique_ptr<core::Context> core;
-  int cmd_fd = -1;
+  int cmd_fd = -1;  // the object space's memfd (core/object_space.h), closed with `core`
   // The device memory allocated on this context by handle, for ibv_import_dm (dm.cc).
   std::mutex dm_mu;
   std::map<uint32_t, std::weak_ptr<core::DeviceMemory>> dms;
@@ -84,7 +84,8 @@ struct SvPd {
 struct SvMr {
   ibv_mr mr;
   std::shared_ptr<core::DeviceMemory> dm;  // ibv_reg_dm_mr: the memory it holds (outlives `core`)
-  std::unique_ptr<core::Mr> core;
+  std::unique_ptr<core::Mr> core;          // null for an imported MR (ibv_import_mr(3)): its
+                                           // registration stays with whoever registered it
 };
 
 struct SvMw {

@@ -110,6 +110,12 @@ SV_EXPORT ibv_mr* ibv_reg_dmabuf_mr(ibv_pd* pd, uint64_t, size_t, uint64_t, int,
 
 SV_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, int access) {
   SvMr* m = ToSv(mr);
+  if (m->core == nullptr) {
+    ReturnErrno("ibv_rereg_mr", Name(mr), Invalid("an imported MR (ibv_import_mr) is re-registered by the context "
+                                                  "that registered it"));
+    errno = EINVAL;
+    return IBV_REREG_MR_ERR_INPUT;
+  }
   core::MrLayout layout{reinterpret_cast<uint64_t>(addr), length, reinterpret_cast<uint64_t>(addr),
                         static_cast<uint32_t>(access)};
   // ibv_rereg_mr(3): pd is read only with IBV_REREG_MR_CHANGE_PD (callers may pass anything else).
@@ -130,6 +136,11 @@ SV_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t
 }
 
 SV_EXPORT int ibv_dereg_mr(ibv_mr* mr) {
+  // An imported MR: as rdma-core's providers do for IBV_MR_TYPE_IMPORTED_MR, only the handle goes.
+  if (ToSv(mr)->core == nullptr) {
+    delete ToSv(mr);
+    return 0;
+  }
   if (Status s = ToSv(mr)->core->Withdraw(); !s.ok()) return ReturnErrno("ibv_dereg_mr", Name(mr), s);
   if (ToSv(mr)->dm) ToSv(mr)->dm->users().Release();
   delete ToSv(mr);
@@ -137,16 +148,50 @@ SV_EXPORT int ibv_dereg_mr(ibv_mr* mr) {
 }
 SV_DEFAULT_VERSION(ibv_dereg_mr);
 
-// Importing objects shared through a kernel command fd (ibv_import_device(3)) has no meaning
-// without a kernel device.
-SV_EXPORT ibv_context* ibv_import_device(int) {
-  return ReturnNull<ibv_context>("ibv_import_device", "", Unsupported("ibv_import_device (no kernel command fd)"));
+// ibv_import_pd(3): the PD `pd_handle` of the context's object space (its cmd_fd, shared by
+// ibv_import_device): the same protection domain, through a handle of this context.
+SV_EXPORT ibv_pd* ibv_import_pd(ibv_context* context, uint32_t pd_handle) {
+  auto core = core::Pd::Import(*ToSv(context)->core, pd_handle);
+  if (!core.ok()) return ReturnNull<ibv_pd>("ibv_import_pd", ObjectName("pd", pd_handle), core.status());
+  auto* pd = new (std::nothrow) SvPd{};
+  if (pd == nullptr) return ReturnNull<ibv_pd>("ibv_import_pd", "", NoMemory("out of memory"));
+  pd->owned = std::move(core.value());
+  pd->core = pd->owned.get();
+  pd->pd.context = context;
+  pd->pd.handle = pd_handle;
+  if (pd->core->foreign())
+    SV_LOG(kInfo, "ibv_import_pd(%s): imported from another process; its MRs serve remote access, this process "
+                  "registers no memory on it", Name(&pd->pd).c_str());
+  return &pd->pd;
 }
-SV_EXPORT ibv_pd* ibv_import_pd(ibv_context*, uint32_t) {
-  return ReturnNull<ibv_pd>("ibv_import_pd", "", Unsupported("ibv_import_pd"));
+
+// ibv_unimport_pd(3): frees this handle only; the PD stays with its other handles. A handle
+// objects of this process still use is kept (freeing it would leave them a dangling PD).
+SV_EXPORT void ibv_unimport_pd(ibv_pd* pd) {
+  SvPd* p = ToSv(pd);
+  if (int n = p->core->users().count(); n > 0) {
+    SV_LOG(kError, "ibv_unimport_pd(%s): %d object(s) created on this handle still use it: not freed", Name(pd).c_str(), n);
+    return;
+  }
+  delete p;
 }
-SV_EXPORT void ibv_unimport_pd(ibv_pd*) {}
-SV_EXPORT ibv_mr* ibv_import_mr(ibv_pd*, uint32_t) {
-  return ReturnNull<ibv_mr>("ibv_import_mr", "", Unsupported("ibv_import_mr"));
+
+// ibv_import_mr(3): the MR `mr_handle` of the object space, with the keys, address (its iova, as
+// rdma-core fills it from the kernel's QUERY_MR) and length the registration has.
+SV_EXPORT ibv_mr* ibv_import_mr(ibv_pd* pd, uint32_t mr_handle) {
+  auto r = core::ImportMr(*ToSv(pd)->core, mr_handle);
+  if (!r.ok()) return ReturnNull<ibv_mr>("ibv_import_mr", Name(pd), r.status());
+  auto* m = new (std::nothrow) SvMr{};
+  if (m == nullptr) return ReturnNull<ibv_mr>("ibv_import_mr", Name(pd), NoMemory("out of memory"));
+  m->mr.context = pd->context;
+  m->mr.pd = pd;
+  m->mr.addr = reinterpret_cast<void*>(r->iova);
+  m->mr.length = r->length;
+  m->mr.handle = mr_handle;
+  m->mr.lkey = r->lkey;
+  m->mr.rkey = r->rkey;
+  return &m->mr;
 }
-SV_EXPORT void ibv_unimport_mr(ibv_mr*) {}
+
+// ibv_unimport_mr(3): frees this handle only; the registration stays with its owner.
+SV_EXPORT void ibv_unimport_mr(ibv_mr* mr) { delete ToSv(mr); }
