@@ -65,8 +65,9 @@ TEST(ObjectSpaceTest, PdHandlesOnTheSameHomeEntryAreAllFound) {
   EXPECT_EQ(space.FindPd(a)->host_id, 1u);
   EXPECT_FALSE(space.FindPd(b).has_value());
   EXPECT_EQ(space.FindPd(c)->host_id, 3u);
-  ASSERT_TRUE(space.AddPd({b + ObjectSpace::kPdEntries, 4}).ok());  // reuses the hole
-  EXPECT_EQ(space.FindPd(b + ObjectSpace::kPdEntries)->host_id, 4u);
+  const uint32_t d = 5 + 3 * ObjectSpace::kPdEntries;
+  ASSERT_TRUE(space.AddPd({d, 4}).ok());  // reuses the hole
+  EXPECT_EQ(space.FindPd(d)->host_id, 4u);
   EXPECT_EQ(space.FindPd(c)->host_id, 3u);
 }
 
