@@ -9,7 +9,6 @@ import os
 import random
 import socket
 import subprocess
-import sys
 import textwrap
 import unittest
 
@@ -183,6 +182,8 @@ IMPORTER = textwrap.dedent('''
 
 
 class CrossProcessImportTest(base.DataTestCase):
+    """The importer is a child started by fork + exec (subprocess), so it joins the host registry
+    as a process of its own; the cmd_fd reaches it only over the socket pair."""
 
     def test_import_in_a_child_that_received_the_fd(self):
         buf = Buffer(self.pd, 8192)
