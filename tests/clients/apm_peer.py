@@ -9,6 +9,7 @@ alternate path as primary. The server checks that every byte arrived. Rendezvous
 files (wire_peer.py's); every wait is bounded by --deadline.
 """
 import argparse
+import ipaddress
 import os
 import signal
 import sys
@@ -23,6 +24,12 @@ from wire_peer import Buffer, Failure, Peer, PORT, check, pattern, poll, publish
 
 CHUNK = 4096
 CHUNKS = 8  # one before the link goes down, seven after
+
+
+def gid_of(ipv4):
+    """The GID of an IPv4 address (::ffff:a.b.c.d) in the form pyverbs' GID() takes."""
+    raw = ipaddress.IPv6Address('::ffff:' + ipv4).packed
+    return ':'.join(raw[i:i + 2].hex() for i in range(0, 16, 2))
 
 
 def server(p, a):
@@ -50,7 +57,7 @@ def client(p, a):
     p.connect_rc(qp, peer['qpn'], peer['gid'], timeout=12, retry_cnt=2)
     arm = QPAttr()
     arm.alt_ah_attr = AHAttr(port_num=PORT, is_global=1,
-                             gr=GlobalRoute(dgid=GID(a.peer_alt_gid), sgid_index=alt_index, hop_limit=64))
+                             gr=GlobalRoute(dgid=GID(gid_of(a.peer_alt_ip)), sgid_index=alt_index, hop_limit=64))
     arm.alt_port_num, arm.alt_pkey_index, arm.alt_timeout = PORT, 0, 14
     arm.path_mig_state = e.IBV_MIG_REARM
     qp.modify(arm, e.IBV_QP_ALT_PATH | e.IBV_QP_PATH_MIG_STATE)
@@ -74,7 +81,7 @@ def client(p, a):
     ev.ack()
     q = qp.query(e.IBV_QP_PATH_MIG_STATE | e.IBV_QP_AV)[0]
     check(q.path_mig_state == e.IBV_MIG_MIGRATED, f'path_mig_state {q.path_mig_state} after the migration')
-    check(q.ah_attr.gr.sgid_index == alt_index, 'the alternate path is not the primary one')
+    check(q.ah_attr.sgid_index == alt_index, 'the alternate path is not the primary one')
     publish(a.dir, 'done', {})
     return f'{CHUNKS - 1} WRITEs completed on the alternate path, IBV_EVENT_PATH_MIG, MIGRATED'
 
@@ -85,7 +92,7 @@ def main():
     ap.add_argument('--dir', required=True)
     ap.add_argument('--ip', required=True, help="this namespace's primary address")
     ap.add_argument('--alt-ip', help="client: this namespace's alternate address")
-    ap.add_argument('--peer-alt-gid', help="client: the server's alternate GID")
+    ap.add_argument('--peer-alt-ip', help="client: the server's alternate address")
     ap.add_argument('--deadline', type=float, default=20, help='hang guard, seconds')
     a = ap.parse_args()
     try:

@@ -57,7 +57,7 @@ ip netns exec "$ns_b" timeout 30 "$py" "$here/apm_peer.py" server --dir "$logs" 
 server=$!
 pids+=("$server")
 ip netns exec "$ns_a" timeout 30 "$py" "$here/apm_peer.py" client --dir "$logs" --ip $a1 \
-  --alt-ip $a2 --peer-alt-gid "::ffff:$b2" >"$logs/client.out" 2>&1 &
+  --alt-ip $a2 --peer-alt-ip $b2 >"$logs/client.out" 2>&1 &
 client=$!
 pids+=("$client")
 if wait_file "$logs/armed.json" 20; then

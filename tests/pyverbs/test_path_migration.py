@@ -40,9 +40,9 @@ class AltPathTest(base.DataTestCase):
         q = a.qp.query(base.QUERY_ALL)[0]
         self.assertEqual(q.path_mig_state, ARMED)  # softverbs0 arms at once
         self.assertEqual((q.alt_port_num, q.alt_pkey_index, q.alt_timeout), (base.PORT, 0, 9))
-        self.assertEqual(q.alt_ah_attr.gr.flow_label, 7)
-        self.assertEqual(q.alt_ah_attr.gr.dgid, self.ctx.query_gid(base.PORT, 1).gid)
-        self.assertEqual(q.ah_attr.gr.flow_label, 0)  # the primary path is unchanged
+        self.assertEqual(q.alt_ah_attr.flow_label, 7)
+        self.assertEqual(q.alt_ah_attr.dgid, self.ctx.query_gid(base.PORT, 1).gid)
+        self.assertEqual(q.ah_attr.flow_label, 0)  # the primary path is unchanged
 
     def test_alt_path_on_the_way_to_rtr(self):
         # INIT->RTR accepts IBV_QP_ALT_PATH (Linux's qp_state_table, ibv_modify_qp(3)).
@@ -57,7 +57,7 @@ class AltPathTest(base.DataTestCase):
                     e.IBV_QP_RQ_PSN | e.IBV_QP_MAX_DEST_RD_ATOMIC | e.IBV_QP_MIN_RNR_TIMER |
                     e.IBV_QP_ALT_PATH)
         q = a.qp.query(base.QUERY_ALL)[0]
-        self.assertEqual(q.alt_ah_attr.gr.flow_label, 3)
+        self.assertEqual(q.alt_ah_attr.flow_label, 3)
         self.assertEqual(q.path_mig_state, MIGRATED)  # loaded, not armed
 
     def test_bad_alternate_paths_are_einval_and_change_nothing(self):
@@ -107,7 +107,7 @@ ev = ctx.get_async_event()
 print('event', ev.event_type, flush=True)
 ev.ack()
 q = a.qp.query(base.QUERY_ALL)[0]
-print('state', q.path_mig_state, 'flow', q.ah_attr.gr.flow_label, 'timeout', q.timeout, flush=True)
+print('state', q.path_mig_state, 'flow', q.ah_attr.flow_label, 'timeout', q.timeout, flush=True)
 src, dst = base.Buffer(pd, 64), base.Buffer(pd, 64)
 src.write(b'migrated' * 8)
 a.post_send(base.send_wr(e.IBV_WR_RDMA_WRITE, [src.sge(0, 64)], wr_id=5, rdma=(dst.rkey, dst.addr)))
