@@ -28,6 +28,7 @@ inline constexpr uint32_t kEventCqErr = 0;
 inline constexpr uint32_t kEventQpFatal = 1;
 inline constexpr uint32_t kEventQpAccessErr = 3;
 inline constexpr uint32_t kEventSqDrained = 5;
+inline constexpr uint32_t kEventPathMig = 6;
 inline constexpr uint32_t kEventPortActive = 9;
 inline constexpr uint32_t kEventSrqLimitReached = 15;
 inline constexpr uint32_t kEventQpLastWqeReached = 16;

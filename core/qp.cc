@@ -382,7 +382,7 @@ Status Qp::DetachMcast(const Gid& mgid) {
 }
 
 // ibv_modify_qp's attributes named by `mask`, copied from `a` into `s` (checked before).
-void ApplyModify(QpAttributes& s, const QpAttributes& a, uint32_t mask) {
+void ApplyModify(QpAttributes& s, const QpAttributes& a, uint32_t mask, MigrationStep step) {
   if (mask & attr::kEnSqdAsyncNotify) s.en_sqd_async_notify = a.en_sqd_async_notify;
   if (mask & attr::kAccessFlags) s.qp_access_flags = a.qp_access_flags;
   if (mask & attr::kPkeyIndex) s.pkey_index = a.pkey_index;
@@ -401,7 +401,17 @@ void ApplyModify(QpAttributes& s, const QpAttributes& a, uint32_t mask) {
   if (mask & attr::kMinRnrTimer) s.min_rnr_timer = a.min_rnr_timer;
   if (mask & attr::kSqPsn) s.sq_psn = a.sq_psn;
   if (mask & attr::kMaxDestRdAtomic) s.max_dest_rd_atomic = a.max_dest_rd_atomic;
-  if (mask & attr::kPathMigState) s.path_mig_state = a.path_mig_state;
+  if (mask & attr::kAltPath) {
+    s.alt_ah_attr = a.alt_ah_attr;
+    if (s.alt_ah_attr.port_num == 0) s.alt_ah_attr.port_num = a.alt_port_num;
+    s.alt_pkey_index = a.alt_pkey_index;
+    s.alt_port_num = a.alt_port_num;
+    s.alt_timeout = a.alt_timeout;
+  }
+  // IBA 17.2.8 (core/path_migration.h): REARM arms at once; MIGRATED on an armed QP migrates,
+  // after a new alternate path of the same request was loaded.
+  if (step == MigrationStep::kArm) s.path_mig_state = MigState::kArmed;
+  if (step == MigrationStep::kMigrate) Migrate(s);
   if (mask & attr::kDestQpn) s.dest_qp_num = a.dest_qp_num;
   if (mask & attr::kRateLimit) {
     s.rate_limit = a.rate_limit;
@@ -416,6 +426,7 @@ Status Qp::Modify(const QpAttributes& requested, uint32_t mask_in) {
   // An XRC_RECV QP's attributes are shared by all its handles (core/xrc_qp.h).
   if (init_.type == QpType::kXrcRecv) return ModifyXrcTarget(context_, endpoint(), requested, mask);
   std::lock_guard lock(mu_);
+  FoldPathMigrationsLocked();
   QpAttributes a = requested;
   const std::string cut = FitFieldWidths(a, mask);
   ModifyContext ctx;
@@ -423,8 +434,11 @@ Status Qp::Modify(const QpAttributes& requested, uint32_t mask_in) {
   ctx.current = attr_.qp_state;
   ctx.has_srq = init_.srq != nullptr;
   ctx.dc = init_.dc.role;
+  ctx.mig = attr_.path_mig_state;
+  ctx.alt_loaded = HasAlternatePath(attr_);
   if (mask & (attr::kAv | attr::kAltPath)) ctx.valid_gids = context_.gids().valid_mask();
-  auto next = CheckModify(ctx, a, mask);
+  MigrationStep step = MigrationStep::kNone;
+  auto next = CheckModify(ctx, a, mask, &step);
   if (!next.ok()) return next.status();
   SV_RETURN_IF_ERROR(CheckXrcPath(a, mask));
   if (!cut.empty()) SV_LOG(kWarn, "ibv_modify_qp(qp 0x%x): %s (as mlx5 does)", qpn_, cut.c_str());
@@ -441,7 +455,7 @@ Status Qp::Modify(const QpAttributes& requested, uint32_t mask_in) {
     return Status::Ok();
   }
   const QpState previous = attr_.qp_state;
-  ApplyModify(attr_, a, mask);
+  ApplyModify(attr_, a, mask, step);
   QpAttributes& s = attr_;
   if (mask & attr::kRqPsn) RestartWireReceive(s.rq_psn);
   if (mask & attr::kSqPsn) sq_->SetPsn(s.sq_psn);
@@ -456,6 +470,12 @@ Status Qp::Modify(const QpAttributes& requested, uint32_t mask_in) {
   // no outstanding work. There is none to wait for here: it is posted at once.
   if (*next == QpState::kSqd && previous == QpState::kRts && s.en_sqd_async_notify)
     context_.PostAsyncEvent({kEventSqDrained, AsyncEvent::Subject::kQp, user_handle_, 0});
+  // A migration the consumer forced is announced as one the device made (IBA 17.2.8): the QP
+  // is on its new path from the next message on.
+  if (step == MigrationStep::kMigrate) {
+    SV_LOG(kInfo, "ibv_modify_qp(qp 0x%x): path_mig_state MIGRATED: moved to the alternate path", qpn_);
+    context_.PostAsyncEvent({kEventPathMig, AsyncEvent::Subject::kQp, user_handle_, 0});
+  }
   return Status::Ok();
 }
 
@@ -479,6 +499,7 @@ QpAttributes Qp::Query() const {
   const_cast<Qp*>(this)->ApplyPendingError();
   if (init_.type == QpType::kXrcRecv) return QueryXrcTarget(endpoint());
   std::lock_guard lock(mu_);
+  const_cast<Qp*>(this)->FoldPathMigrationsLocked();
   QpAttributes a = attr_;
   a.cur_qp_state = a.qp_state;
   a.cap = init_.cap;

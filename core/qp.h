@@ -11,6 +11,7 @@
 #include "base/status.h"
 #include "core/cq.h"
 #include "core/dc.h"
+#include "core/path_migration.h"
 #include "core/pd.h"
 #include "transport/qp_endpoint.h"
 #include "transport/recv_queue.h"
@@ -152,12 +153,17 @@ class Qp : private transport::RequesterHost {
   void PublishEndpoint();
   // The requester's view of the attributes (under mu_).
   transport::RequesterConfig RequesterConfigOf() const;
+  // `av`'s GIDs and GRH fields as the requester sends them; whether its dgid is this host's.
+  bool AddressingOf(const AddressVector& av, transport::Addressing* out) const;
+  // Takes the requester's automatic path migrations into the attributes (under mu_).
+  void FoldPathMigrationsLocked();
   // Moves the QP to ERR (under mu_): flushes both queues (IBA 10.3.1, 10.8.3.1).
   void EnterErrorLocked();
   // transport::RequesterHost
   void Complete(const transport::Completion& c) override;
   void EnterError() override;
   void EnterSendQueueError() override;
+  void PathMigrated() override;
 
   Context& context_;
   QpInitAttributes init_;
@@ -170,6 +176,9 @@ class Qp : private transport::RequesterHost {
   std::atomic<uint32_t> state_{static_cast<uint32_t>(QpState::kReset)};  // attr_.qp_state, lock-free
   std::atomic<bool> requester_error_{false};
   std::atomic<bool> send_queue_error_{false};  // UC/UD: SQE pending (EnterSendQueueError)
+  // Automatic path migrations: those the requester made, and those taken into attr_ (under mu_).
+  std::atomic<uint32_t> path_migrations_{0};
+  uint32_t migrations_seen_ = 0;
   // How the requester reaches destinations: this host's QPs, and the others.
   std::unique_ptr<transport::Link> host_link_;
   std::unique_ptr<transport::Link> wire_link_;
@@ -183,7 +192,8 @@ class Qp : private transport::RequesterHost {
 };
 
 // Copies ibv_modify_qp's attributes named by `mask` from `a` into `s` (already checked).
-void ApplyModify(QpAttributes& s, const QpAttributes& a, uint32_t mask);
+// `step` is what CheckModify found the request does to the path migration state.
+void ApplyModify(QpAttributes& s, const QpAttributes& a, uint32_t mask, MigrationStep step = MigrationStep::kNone);
 
 // The QP number of host table slot `slot` (QPs 0 and 1 are reserved for SMI and GSI, and small
 // numbers are avoided so they are never mistaken for them).

@@ -1,6 +1,7 @@
 // The data path of a QP: posting, and the transitions to ERR that the data path causes.
 #include <cstring>
 
+#include "base/log.h"
 #include "core/context.h"
 #include "core/qp.h"
 #include "core/raw_qp.h"
@@ -8,6 +9,16 @@
 namespace softverbs::core {
 
 using transport::Completion;
+
+bool Qp::AddressingOf(const AddressVector& av, transport::Addressing* out) const {
+  const GidTable gids = context_.gids();
+  memcpy(out->sgid, gids.at(av.sgid_index).gid.data(), 16);
+  memcpy(out->dgid, av.dgid.data(), 16);
+  out->flow_label = av.flow_label;
+  out->traffic_class = av.traffic_class;
+  out->hop_limit = av.hop_limit;
+  return gids.Find(av.dgid) >= 0;
+}
 
 transport::RequesterConfig Qp::RequesterConfigOf() const {
   transport::RequesterConfig c;
@@ -23,16 +34,14 @@ transport::RequesterConfig Qp::RequesterConfigOf() const {
   c.xrc_initiator = init_.type == QpType::kXrcSend;
   c.process_slot = context_.local().slot();
   c.dest_qp_num = attr_.dest_qp_num;
-  if (attr_.ah_attr.is_global) {
-    // RC/UC: the address vector decides the fabric (DESIGN.md section 6) and the network header.
-    const GidTable gids = context_.gids();
-    const AddressVector& av = attr_.ah_attr;
-    memcpy(c.av.sgid, gids.at(av.sgid_index).gid.data(), 16);
-    memcpy(c.av.dgid, av.dgid.data(), 16);
-    c.av.flow_label = av.flow_label;
-    c.av.traffic_class = av.traffic_class;
-    c.av.hop_limit = av.hop_limit;
-    c.dest_on_host = gids.Find(av.dgid) >= 0;
+  // RC/UC: the address vector decides the fabric (DESIGN.md section 6) and the network header.
+  if (attr_.ah_attr.is_global) c.dest_on_host = AddressingOf(attr_.ah_attr, &c.av);
+  // An armed alternate path (IBA 17.2.8) is where the requester goes when the primary fails.
+  c.completer.migrations = migrations_seen_;
+  if (attr_.path_mig_state == MigState::kArmed && attr_.alt_ah_attr.is_global) {
+    c.completer.alt.armed = true;
+    c.completer.alt.dest_on_host = AddressingOf(attr_.alt_ah_attr, &c.completer.alt.av);
+    c.completer.alt.timeout = attr_.alt_timeout;
   }
   // UD sends are bounded by the port's MTU; RC/UC segment by path_mtu (one message here).
   c.path_mtu = init_.type == QpType::kUd ? MtuBytes(DeviceLimits::kMaxMtu) : MtuBytes(attr_.path_mtu);
@@ -50,6 +59,25 @@ transport::RequesterConfig Qp::RequesterConfigOf() const {
 void Qp::Complete(const Completion& c) {
   // A full CQ loses the completion: the CQ is in error (IBA 11.6.2, IBV_EVENT_CQ_ERR).
   if (!init_.send_cq->Push(c)) init_.send_cq->ReportOverrun();
+}
+
+void Qp::PathMigrated() {
+  // Called by the requester under its lock: the attributes follow under mu_ at the next verb
+  // (FoldPathMigrationsLocked); the event is raised now (ibv_get_async_event(3)).
+  path_migrations_.fetch_add(1, std::memory_order_acq_rel);
+  context_.PostAsyncEvent({kEventPathMig, AsyncEvent::Subject::kQp, user_handle_, 0});
+}
+
+void Qp::FoldPathMigrationsLocked() {
+  const uint32_t done = path_migrations_.load(std::memory_order_acquire);
+  if (migrations_seen_ == done) return;
+  // Each automatic migration disarmed the alternate path, and a re-arm (ibv_modify_qp) folds
+  // first: at most one is new. One the consumer forced meanwhile (MIGRATED) took the QP to the
+  // same path already.
+  for (; migrations_seen_ != done; ++migrations_seen_)
+    if (attr_.path_mig_state == MigState::kArmed) Migrate(attr_);
+  SV_LOG(kInfo, "qp 0x%x: the primary path failed, migrated to the alternate path (IBA 17.2.8)", qpn_);
+  PublishEndpoint();
 }
 
 void Qp::EnterError() {

@@ -276,18 +276,6 @@ std::string StateStr(QpState s) {
   return s <= QpState::kUnknown ? QpStateName(s) : Num(static_cast<uint32_t>(s));
 }
 
-const char* MigStateName(MigState m) {
-  switch (m) {
-    case MigState::kMigrated: return "MIGRATED";
-    case MigState::kRearm: return "REARM";
-    case MigState::kArmed: return "ARMED";
-  }
-  return "?";
-}
-
-constexpr const char* kNoApm =
-    "alternate path (APM) is not supported: softverbs0 does not set IBV_DEVICE_AUTO_PATH_MIG";
-
 // ibv_ah_attr of IBV_QP_AV (the RoCE rules live with address handles). Returns the broken rule,
 // or "" when the AV is usable. Port 0 stands for the QP's own port.
 std::string CheckAv(const ModifyContext& ctx, const AddressVector& av) {
@@ -323,6 +311,17 @@ std::string CheckValues(const ModifyContext& ctx, const QpAttributes& a, uint32_
   if (has(kAv)) {
     std::string rule = CheckAv(ctx, a.ah_attr);
     if (!rule.empty()) return rule;
+  }
+  if (has(kAlt)) {
+    // The alternate path (IBA 17.2.8) obeys the primary path's rules. Linux's uverbs refuses an
+    // alt_port_num that is no port of the device (ib_uverbs_modify_qp: rdma_is_port_valid).
+    if (a.alt_port_num < 1 || a.alt_port_num > L::kPortCount)
+      return "alt_port_num " + Num(a.alt_port_num) + " does not exist: softverbs0 has " + Num(L::kPortCount) + " port";
+    if (a.alt_pkey_index >= L::kPkeyTableLen)
+      return "alt_pkey_index " + Num(a.alt_pkey_index) + " is outside the P_Key table of " +
+             Num(L::kPkeyTableLen) + " entry";
+    std::string rule = CheckAv(ctx, a.alt_ah_attr);
+    if (!rule.empty()) return "alt_ah_attr: " + rule;
   }
   if (has(kMtu)) {
     const uint32_t mtu = static_cast<uint32_t>(a.path_mtu);
@@ -376,6 +375,7 @@ std::string FitFieldWidths(QpAttributes& a, uint32_t mask) {
   fit(kSqPsn, a.sq_psn, 24, "sq_psn", true);
   fit(kQpn, a.dest_qp_num, 24, "dest_qp_num", true);
   fit(kTmo, a.timeout, 5, "timeout", false);
+  fit(kAlt, a.alt_timeout, 5, "alt_timeout", false);
   fit(kRnrTmr, a.min_rnr_timer, 5, "min_rnr_timer", false);
   fit(kRetry, a.retry_cnt, 3, "retry_cnt", false);
   fit(kRnrRetry, a.rnr_retry, 3, "rnr_retry", false);
@@ -421,7 +421,8 @@ uint32_t OptionalAttrs(QpType type, QpState from, QpState to) {
   return m ? m->opt : 0;
 }
 
-Result<QpState> CheckModify(const ModifyContext& ctx, const QpAttributes& attr, uint32_t mask) {
+Result<QpState> CheckModify(const ModifyContext& ctx, const QpAttributes& attr, uint32_t mask,
+                            MigrationStep* step) {
   const QpState from = ctx.current;
   // ibv_modify_qp(3): without IBV_QP_STATE the QP stays where it is and only the attributes
   // change, i.e. the request is the transition current->current.
@@ -472,19 +473,11 @@ Result<QpState> CheckModify(const ModifyContext& ctx, const QpAttributes& attr, 
     return Invalid(where() + "does not accept " + NameList(extra));
   }
 
-  // f. Features of the table softverbs0 does not offer (ibv_modify_qp(3) NOTES).
-  if (mask & attr::kAltPath) return NotSupported(where_value() + kNoApm);
-  if (mask & attr::kPathMigState) {
-    // Without APM (IBA 17.2.8) the only path migration state is MIGRATED.
-    if (attr.path_mig_state > MigState::kArmed) {
-      return Invalid(where_value() + "path_mig_state " + Num(static_cast<uint32_t>(attr.path_mig_state)) +
-                     " is not an enum ibv_mig_state");
-    }
-    if (attr.path_mig_state != MigState::kMigrated) {
-      return NotSupported(where_value() + "path_mig_state " + MigStateName(attr.path_mig_state) +
-                          " arms path migration, but " + kNoApm);
-    }
-  }
+  // f. The path migration state (IBA 17.2.8, core/path_migration.h) and packet pacing.
+  MigrationStep mig_step = MigrationStep::kNone;
+  const bool alt_loaded = ctx.alt_loaded || (mask & attr::kAltPath);
+  if (std::string rule = CheckMigration(ctx.mig, alt_loaded, mask, attr.path_mig_state, &mig_step); !rule.empty())
+    return Invalid(where_value() + rule);
   if (mask & attr::kRateLimit) {
     Status pacing = CheckRateLimit(ctx, attr);
     if (!pacing.ok()) return Status(pacing.code(), where_value() + pacing.rule());
@@ -493,6 +486,7 @@ Result<QpState> CheckModify(const ModifyContext& ctx, const QpAttributes& attr, 
   // g. Values.
   const std::string rule = CheckValues(ctx, attr, mask);
   if (!rule.empty()) return Invalid(where_value() + rule);
+  if (step != nullptr) *step = mig_step;
   return to;
 }
 

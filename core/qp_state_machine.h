@@ -8,6 +8,7 @@
 
 #include "base/status.h"
 #include "core/dc.h"
+#include "core/path_migration.h"
 #include "core/types.h"
 
 namespace softverbs::core {
@@ -19,6 +20,8 @@ struct ModifyContext {
   bool has_srq = false;               // the QP receives through an SRQ
   uint64_t valid_gids = 0;            // bit i set: GID index i of port 1 holds a GID
   DcRole dc = DcRole::kNone;          // IBV_QPT_DRIVER: the DC role (DCI / DCT columns)
+  MigState mig = MigState::kMigrated; // the QP's path migration state (core/path_migration.h)
+  bool alt_loaded = false;            // the QP holds an alternate path (IBV_QP_ALT_PATH)
 };
 
 // Whether `from -> to` is a transition of the IBA state machine for QPs of `type`.
@@ -34,10 +37,12 @@ uint32_t OptionalAttrs(QpType type, QpState from, QpState to);
 // the QP will be in afterwards (the current one when IBV_QP_STATE is absent). On failure the
 // Status is EINVAL (or EOPNOTSUPP for a feature softverbs0 does not offer) and its rule names the
 // transition and the offending attribute, e.g. "RC INIT->RTR is missing IBV_QP_MIN_RNR_TIMER".
-Result<QpState> CheckModify(const ModifyContext& ctx, const QpAttributes& attr, uint32_t mask);
+// `step`, when given, receives what the request does to the path migration state.
+Result<QpState> CheckModify(const ModifyContext& ctx, const QpAttributes& attr, uint32_t mask,
+                            MigrationStep* step = nullptr);
 
 // Cuts the attributes of `mask` that have a wire width (rq_psn, sq_psn, dest_qp_num: 24 bits;
-// timeout, min_rnr_timer: 5; retry_cnt, rnr_retry: 3) to that width, as mlx5 does, instead of
+// timeout, alt_timeout, min_rnr_timer: 5; retry_cnt, rnr_retry: 3) to that width, as mlx5 does, instead of
 // refusing them. Returns what was cut ("rq_psn 0x1000005 masked to its 24 bits: 0x5, ..."), ""
 // when nothing was. ibv_modify_qp calls it before CheckModify, which then sees the cut values.
 std::string FitFieldWidths(QpAttributes& attr, uint32_t mask);

@@ -88,14 +88,17 @@ Status ModifyXrcTarget(Context& context, transport::QpEndpoint& e, const QpAttri
   ModifyContext ctx;
   ctx.type = QpType::kXrcRecv;
   ctx.current = s.qp_state;
+  ctx.mig = s.path_mig_state;
+  ctx.alt_loaded = HasAlternatePath(s);
   if (mask & (attr::kAv | attr::kAltPath)) ctx.valid_gids = context.gids().valid_mask();
-  auto next = CheckModify(ctx, a, mask);
+  MigrationStep step = MigrationStep::kNone;
+  auto next = CheckModify(ctx, a, mask, &step);
   if (!next.ok()) return next.status();
   if (!cut.empty()) SV_LOG(kWarn, "ibv_modify_qp(qp 0x%x): %s (as mlx5 does)", e.qp_num, cut.c_str());
   // IBA 10.3.1: RESET returns every attribute to its initial value; a receive-only QP has no
   // queue to clear.
   if (*next == QpState::kReset) s = QpAttributes{};
-  else if (*next != QpState::kErr) ApplyModify(s, a, mask);
+  else if (*next != QpState::kErr) ApplyModify(s, a, mask, step);  // (a target sends nothing: no path to move)
   s.qp_state = *next;
   Publish(context, e, s);
   return Status::Ok();

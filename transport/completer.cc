@@ -83,9 +83,26 @@ Completer::Verdict Completer::OnTimeout(const SendWr& wr, RetryState& retry) {
   retry.awaiting_timeout = false;
   // IBA 9.7.6.1.3: the request is sent once and retried retry_cnt times, each attempt waiting
   // one timeout: the error comes when the (retry_cnt + 1)-th timeout expires. timeout 0 is an
-  // infinite timeout: never.
-  if (config_.timeout != 0 && ++retry.timeouts > config_.retry_cnt) return Fail(wr, wc_status::kRetryExcErr);
+  // infinite timeout: never. An armed alternate path takes over instead (IBA 17.2.8).
+  if (config_.timeout != 0 && ++retry.timeouts > config_.retry_cnt) {
+    if (config_.alt.armed) return Migrate(retry);
+    return Fail(wr, wc_status::kRetryExcErr);
+  }
   return {Verdict::kRetry, Clock::now()};
+}
+
+Completer::Verdict Completer::Migrate(RetryState& retry) {
+  // IBA 17.2.8: the QP moves to the alternate path and retransmits there what the primary path
+  // did not deliver; the retry budget starts again with the alternate path's timeout. The
+  // alternate is used once: the consumer re-arms (REARM) with a path of its choice.
+  retry.timeouts = 0;
+  config_.timeout = config_.alt.timeout;
+  config_.alt.armed = false;
+  ++migrations_;
+  host_.PathMigrated();
+  Verdict v{Verdict::kRetry, Clock::now()};
+  v.migrated = true;
+  return v;
 }
 
 void Completer::Finish(const SendWr& wr, uint32_t status, uint64_t byte_len) {

@@ -23,6 +23,18 @@ class RequesterHost {
   virtual void Complete(const Completion& c) = 0;
   virtual void EnterError() = 0;
   virtual void EnterSendQueueError() = 0;
+  // The requester moved to the alternate path (IBA 17.2.8): the QP is MIGRATED and raises
+  // IBV_EVENT_PATH_MIG. Called from the requester (its lock held): it must not call back.
+  virtual void PathMigrated() {}
+};
+
+// The alternate path of a QP armed for automatic path migration (IBA 17.2.8,
+// core/path_migration.h): where the requester's messages go once the primary path failed.
+struct AlternatePath {
+  bool armed = false;        // path_mig_state ARMED
+  Addressing av;             // alt_ah_attr's GIDs and GRH fields
+  bool dest_on_host = false; // av.dgid is one of this host's GIDs
+  uint8_t timeout = 0;       // alt_timeout
 };
 
 // The attributes the completer applies (from ibv_modify_qp).
@@ -33,6 +45,8 @@ struct CompleterConfig {
   uint8_t retry_cnt = 0;  // retries after a timeout (IBA 9.7.6.1.3)
   uint8_t rnr_retry = 0;  // retries after an RNR NAK (7: forever)
   bool sq_sig_all = false;
+  AlternatePath alt;
+  uint32_t migrations = 0;  // automatic migrations the QP has taken in (Completer::migrations)
 };
 
 // A work request's retry budget, kept with it while it waits.
@@ -51,6 +65,7 @@ class Completer {
     // kInFlight: carried, the reply comes later (ReplyCode::kPending).
     enum Kind { kCompleted, kRetry, kFailed, kInFlight } kind = kCompleted;
     Clock::time_point retry_at{};  // kRetry
+    bool migrated = false;  // kRetry on the alternate path: the old config().alt is the path now
   };
 
   explicit Completer(RequesterHost& host) : host_(host) {}
@@ -62,8 +77,12 @@ class Completer {
   // The reply to an attempt of `wr`; `byte_len` is what a successful completion reports.
   Verdict OnReply(const SendWr& wr, RetryState& retry, const Reply& reply, uint64_t byte_len);
   // `wr` is due again after a local ACK timeout: kFailed (IBV_WC_RETRY_EXC_ERR) when it was the
-  // last the retry count allows, otherwise kRetry now (IBA 9.7.6.1.3).
+  // last the retry count allows, otherwise kRetry now (IBA 9.7.6.1.3). With an armed alternate
+  // path, the last one migrates instead (IBA 17.2.8): kRetry now with `migrated`, a fresh retry
+  // count and the alternate's timeout; the alternate is disarmed.
   Verdict OnTimeout(const SendWr& wr, RetryState& retry);
+  // Automatic path migrations so far (a QP's config says how many it has seen).
+  uint32_t migrations() const { return migrations_; }
 
   // Completes `wr` (unsignaled successes produce nothing: ibv_post_send(3), sq_sig_all).
   void Finish(const SendWr& wr, uint32_t status, uint64_t byte_len);
@@ -73,8 +92,12 @@ class Completer {
   void Flush(const SendWr& wr) { Finish(wr, wc_status::kWrFlushErr, 0); }
 
  private:
+  // The primary path failed with the alternate armed (IBA 17.2.8).
+  Verdict Migrate(RetryState& retry);
+
   RequesterHost& host_;
   CompleterConfig config_;
+  uint32_t migrations_ = 0;
 };
 
 // IBA 9.7.6.1.3: the local ACK timeout is 4.096 us * 2^timeout; 0 means "wait forever", which

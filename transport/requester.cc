@@ -65,8 +65,17 @@ Requester::~Requester() { ProgressThread::Get().Forget(this); }
 
 void Requester::Configure(const RequesterConfig& config) {
   std::lock_guard lock(mu_);
+  // A path migration the QP has not taken in yet (TimedOut) keeps the path it moved to.
+  const bool keep_path = config.completer.migrations < completer_.migrations();
+  const RequesterConfig before = config_;
   config_ = config;
-  completer_.Configure(config.completer);
+  if (keep_path) {
+    config_.av = before.av;
+    config_.dest_on_host = before.dest_on_host;
+    config_.completer.timeout = before.completer.timeout;
+    config_.completer.alt.armed = false;
+  }
+  completer_.Configure(config_.completer);
   // ibv_modify_qp_rate_limit(3): "Setting a value of 0 for max_burst_sz ... will use the
   // devices defaults": one path MTU, a packet at a time.
   const uint32_t burst = config.max_burst_sz ? config.max_burst_sz : config.path_mtu;
@@ -191,6 +200,18 @@ bool Requester::Settle(Pending& head, const Verdict& v) {
   return false;
 }
 
+Verdict Requester::TimedOut(Pending& p) {
+  const AlternatePath alt = config_.completer.alt;
+  const Verdict v = completer_.OnTimeout(p.wr, p.retry);
+  if (v.migrated) {
+    // IBA 17.2.8: from now on messages take the alternate path (Completer::Migrate).
+    config_.av = alt.av;
+    config_.dest_on_host = alt.dest_on_host;
+    config_.completer = completer_.config();
+  }
+  return v;
+}
+
 void Requester::Rewind() {
   for (Pending& p : queue_) {
     if (!p.in_flight) break;
@@ -206,7 +227,7 @@ void Requester::RunQueue() {
   // whether everything in flight is carried again (IBA 9.7.6.1.3).
   if (!queue_.empty() && !stopped_ && queue_.front().in_flight && queue_.front().due <= Clock::now()) {
     Pending& head = queue_.front();
-    const Verdict v = completer_.OnTimeout(head.wr, head.retry);
+    const Verdict v = TimedOut(head);
     if (v.kind == Verdict::kFailed) {
       stopped_ = true;
       queue_.pop_front();
@@ -267,7 +288,7 @@ void Requester::CarryQueued() {
     // A head whose last attempt got no answer has waited its timeout: the completer decides
     // whether it is tried again.
     Verdict v{Verdict::kRetry, Clock::now()};
-    if (!resume && p.retry.awaiting_timeout) v = completer_.OnTimeout(p.wr, p.retry);
+    if (!resume && p.retry.awaiting_timeout) v = TimedOut(p);
     const uint32_t sent_before = p.sent;
     if (v.kind == Verdict::kRetry) v = Execute(p, budget);
     if (v.kind == Verdict::kInFlight) {

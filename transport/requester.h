@@ -144,6 +144,9 @@ class Requester final : private ReplySink {
   std::chrono::steady_clock::time_point NextDue() const;
   // Applies a verdict about the queue's head; false if the queue must wait.
   bool Settle(Pending& head, const Completer::Verdict& v);
+  // `p`'s local ACK timeout expired (Completer::OnTimeout); a path migration it causes moves
+  // this requester to the alternate path.
+  Completer::Verdict TimedOut(Pending& p);
   // Go-back-N (IBA 9.7.6.1.3): nothing is in flight any more; everything is carried again, with
   // its PSNs, from the head on.
   void Rewind();

@@ -26,13 +26,14 @@ ibv_device_attr DeviceAttr() {
   a.max_qp = DeviceLimits::kMaxQp;
   a.max_qp_wr = DeviceLimits::kMaxQpWr;
   // What softverbs0 really does: RNR NAKs, cur_qp_state in modify, SRQ resize, solicited-only
-  // CQ arming, XRC (same host: docs/support-matrix.md). Not claimed: port events (the port never
-  // changes state), APM, QP resize, raw packet.
+  // CQ arming, XRC (same host: docs/support-matrix.md), automatic path migration (core/path_migration.h).
+  // Not claimed: port events (the port never changes state), QP resize.
   // Memory windows of type 1 and 2 (type 2 checks QP and PD: 2B), with local and remote
   // invalidation -- the user-visible half of the memory management extensions.
   a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_CURR_QP_STATE_MOD | IBV_DEVICE_SRQ_RESIZE |
                        IBV_DEVICE_N_NOTIFY_CQ | IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_MEM_WINDOW |
                        IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_MEM_MGT_EXTENSIONS | IBV_DEVICE_XRC |
+                       IBV_DEVICE_AUTO_PATH_MIG |
                        // Raw packet QPs (core/raw_qp.h): checksum offload, flow steering.
                        IBV_DEVICE_RAW_IP_CSUM | IBV_DEVICE_MANAGED_FLOW_STEERING;
   a.max_sge = DeviceLimits::kMaxSge;

@@ -461,13 +461,6 @@ class RefusalTest(ModifyTestCase):
                     self.assertRefused(errno.EINVAL, qp, a, self.mask(qpt, RTR))
                     qp.close()
 
-    def test_alt_path_is_eopnotsupp(self):
-        qp = self.qp_in(RC, INIT)
-        a = self.attrs(RC, RTR)
-        a.alt_ah_attr = base.global_ah_attr(self.ctx)
-        a.alt_port_num, a.alt_pkey_index, a.alt_timeout = base.PORT, 0, 14
-        self.assertRefused(errno.EOPNOTSUPP, qp, a, self.mask(RC, RTR) | e.IBV_QP_ALT_PATH)
-
     def test_rate_limit_paces_rc_uc_ud_within_the_caps(self):
         # packet_pacing_caps: [1, 100000000] kbps on RC, UC and UD (test_rate_limit.py).
         for qpt in (RC, UC, UD):
