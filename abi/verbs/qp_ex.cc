@@ -63,7 +63,8 @@ int WrComplete(ibv_qp_ex* qpx) {
   Status s = std::exchange(qp->batch_status, Status::Ok());
   if (s.ok() && qp->mkey_config.open)
     s = Invalid("mlx5dv_wr_mkey_configure announced " + std::to_string(qp->mkey_config.num_setters) +
-                " setters but " + std::to_string(qp->mkey_config.called) + " were called (mlx5dv_wr_mkey_configure(3))");
+                " setters but " + std::to_string(qp->mkey_config.called) +
+                " were called (mlx5dv_wr_mkey_configure(3))");
   qp->mkey_config = {};
   // ibv_wr_post(3): the batch is posted under ibv_post_send's rules (core::Qp::PostSend): refused
   // before RTS; on a QP in ERR its WRs complete with a flush error, as mlx5 and rxe accept them.
