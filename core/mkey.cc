@@ -1,5 +1,6 @@
 #include "core/mkey.h"
 
+#include <cerrno>
 #include <cstring>
 
 #include "base/strings.h"
@@ -30,10 +31,9 @@ Mkey::~Mkey() {
   pd_->users().Release();
 }
 
-Result<std::vector<uint8_t>> Mkey::BuildUmr(const Pd& qp_pd, uint32_t access, bool interleaved, uint32_t repeat_count,
-                                            const std::vector<transport::LayoutEntry>& entries) const {
-  if (&qp_pd != pd_) return Invalid("the mkey's PD is not the QP's PD");
-  // The access flags an mkey takes: what an MR grants the data path (ibv_reg_mr(3)), nothing else.
+Status Mkey::CheckAccess(uint32_t access) const {
+  // The access flags an mkey takes: what an MR grants the data path (ibv_reg_mr(3)), nothing else
+  // (mlx5's setter refuses any other bit with EINVAL).
   constexpr uint32_t kKnown = access::kLocalWrite | access::kRemoteWrite | access::kRemoteRead | access::kRemoteAtomic;
   if (access & ~kKnown)
     return Invalid("access_flags " + Hex(access & ~kKnown) +
@@ -42,19 +42,25 @@ Result<std::vector<uint8_t>> Mkey::BuildUmr(const Pd& qp_pd, uint32_t access, bo
   // IBV_ACCESS_LOCAL_WRITE must be set too."
   if ((access & (access::kRemoteWrite | access::kRemoteAtomic)) && !(access & access::kLocalWrite))
     return Invalid("access_flags REMOTE_WRITE/REMOTE_ATOMIC need LOCAL_WRITE (ibv_reg_mr(3))");
-  const size_t n = entries.size();
+  return Status::Ok();
+}
+
+Status Mkey::CheckLayout(const UmrSpec& spec) const {
+  const bool interleaved = spec.interleaved;
+  const size_t n = spec.entries.size();
   if (n == 0) return Invalid(interleaved ? "num_interleaved is 0" : "num_sges is 0");
   // mlx5dv_wr_post(3): "As one entry will be consumed for strided header, the mkey should be
-  // created with one more entry than the required num_interleaved."
+  // created with one more entry than the required num_interleaved." mlx5 refuses a layout
+  // beyond the mkey's entries with ENOMEM (mlx5_send_wr_set_mkey_layout).
   const size_t needed = interleaved ? n + 1 : n;
   if (needed > max_entries())
-    return Invalid(std::string(interleaved ? "num_interleaved " : "num_sges ") + std::to_string(n) +
-                   " needs " + std::to_string(needed) + " entries; the mkey has max_entries " +
-                   std::to_string(max_entries()));
-  if (interleaved && repeat_count == 0) return Invalid("repeat_count is 0");
+    return Status(ENOMEM, std::string(interleaved ? "num_interleaved " : "num_sges ") + std::to_string(n) +
+                              " needs " + std::to_string(needed) + " entries; the mkey has max_entries " +
+                              std::to_string(max_entries()));
+  if (interleaved && spec.repeat_count == 0) return Invalid("repeat_count is 0");
   fabric::HostRegistry& registry = pd_->context().registry();
   for (size_t i = 0; i < n; ++i) {
-    const transport::LayoutEntry& e = entries[i];
+    const transport::LayoutEntry& e = spec.entries[i];
     const std::string which = "entry " + std::to_string(i) + " (lkey " + Hex(e.lkey) + ")";
     transport::KeyView k;
     if (!transport::KeyPin::Peek(registry, e.lkey, &k)) return Invalid(which + " names no memory region");
@@ -64,23 +70,38 @@ Result<std::vector<uint8_t>> Mkey::BuildUmr(const Pd& qp_pd, uint32_t access, bo
     if (k.owner_process_slot() != pd_->context().local().slot() || k.pd != pd_->host_id())
       return Invalid(which + " is not an MR of the mkey's PD");
     // The last byte the entry reaches: repetition repeat_count - 1 at addr + r * (count + skip).
-    const uint64_t reps = interleaved ? repeat_count : 1;
+    const uint64_t reps = interleaved ? spec.repeat_count : 1;
     const uint64_t span = (reps - 1) * (static_cast<uint64_t>(e.count) + e.skip) + e.count;
     if (!transport::KeyCovers(k, e.addr, span))
       return Invalid(which + " reaches [" + Hex(e.addr) + ", +" + std::to_string(span) + ") outside its MR");
   }
+  return Status::Ok();
+}
+
+Result<std::vector<uint8_t>> Mkey::BuildUmr(const Pd& qp_pd, const UmrSpec& spec) const {
+  if (&qp_pd != pd_) return Invalid("the mkey's PD is not the QP's PD");
   transport::UmrRequest req;
   req.mkey = key();
-  req.access = access;
-  req.repeat_count = interleaved ? repeat_count : 1;
-  req.entries = static_cast<uint32_t>(n);
-  transport::LayoutHeader h;
-  h.entries = req.entries;
-  h.repeat_count = req.repeat_count;
-  if (!transport::ComputeLayoutLengths(h, entries.data())) return Invalid("the layout's total length overflows");
+  req.set = 0;
+  if (spec.set_access) {
+    SV_RETURN_IF_ERROR(CheckAccess(spec.access));
+    req.set |= transport::kUmrSetAccess;
+    req.access = spec.access;
+  }
+  const size_t n = spec.set_layout ? spec.entries.size() : 0;
+  if (spec.set_layout) {
+    SV_RETURN_IF_ERROR(CheckLayout(spec));
+    req.set |= transport::kUmrSetLayout;
+    req.repeat_count = spec.interleaved ? spec.repeat_count : 1;
+    req.entries = static_cast<uint32_t>(n);
+    transport::LayoutHeader h;
+    h.entries = req.entries;
+    h.repeat_count = req.repeat_count;
+    if (!transport::ComputeLayoutLengths(h, spec.entries.data())) return Invalid("the layout's total length overflows");
+  }
   std::vector<uint8_t> payload(sizeof req + n * sizeof(transport::LayoutEntry));
   memcpy(payload.data(), &req, sizeof req);
-  memcpy(payload.data() + sizeof req, entries.data(), n * sizeof(transport::LayoutEntry));
+  if (n) memcpy(payload.data() + sizeof req, spec.entries.data(), n * sizeof(transport::LayoutEntry));
   return payload;
 }
 

@@ -1,6 +1,6 @@
 // Indirect mkeys (mlx5dv_create_mkey(3)) and the UMR work requests that configure them
-// (mlx5dv_wr_mr_list / mlx5dv_wr_mr_interleaved, mlx5dv_wr_post(3)). The data path is
-// transport/indirect_key.h; here are the objects' rules.
+// (mlx5dv_wr_mr_list / mlx5dv_wr_mr_interleaved, mlx5dv_wr_post(3); mlx5dv_wr_mkey_configure(3)
+// and its setters). The data path is transport/indirect_key.h; here are the objects' rules.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +13,17 @@
 
 namespace softverbs::core {
 
+// What one UMR sets (mlx5dv_wr_mkey_configure(3): each setter is optional and what it does not
+// set stays as the mkey had it).
+struct UmrSpec {
+  bool set_access = false;
+  uint32_t access = 0;
+  bool set_layout = false;
+  bool interleaved = false;  // mlx5dv_mr_interleaved entries (else SGEs, repeat_count 1)
+  uint32_t repeat_count = 1;
+  std::vector<transport::LayoutEntry> entries;
+};
+
 class Mkey {
  public:
   // The most layout entries one mkey holds (mlx5dv_create_mkey may round max_entries up).
@@ -24,15 +35,15 @@ class Mkey {
   ~Mkey();
 
   // Checks a UMR for QP PD `qp_pd` and returns its payload (transport::UmrRequest + entries).
-  // `interleaved`: mlx5dv_wr_mr_interleaved (else mlx5dv_wr_mr_list, repeat_count 1).
-  Result<std::vector<uint8_t>> BuildUmr(const Pd& qp_pd, uint32_t access, bool interleaved, uint32_t repeat_count,
-                                        const std::vector<transport::LayoutEntry>& entries) const;
+  Result<std::vector<uint8_t>> BuildUmr(const Pd& qp_pd, const UmrSpec& spec) const;
 
   uint32_t key() const { return key_->key(); }
   uint32_t max_entries() const { return key_->max_entries(); }
   Pd& pd() const { return *pd_; }
 
  private:
+  Status CheckAccess(uint32_t access) const;
+  Status CheckLayout(const UmrSpec& spec) const;
   Mkey(Pd& pd, std::shared_ptr<transport::IndirectKey> key) : pd_(&pd), key_(std::move(key)) {}
   Pd* pd_;
   std::shared_ptr<transport::IndirectKey> key_;

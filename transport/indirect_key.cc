@@ -179,18 +179,27 @@ std::shared_ptr<IndirectKey> IndirectKey::Find(uint32_t key) {
   return it == Keys().keys.end() ? nullptr : it->second.lock();
 }
 
-void IndirectKey::Configure(uint32_t access, uint32_t repeat_count, const LayoutEntry* entries, uint32_t n) {
+void IndirectKey::Configure(const UmrRequest& req, const LayoutEntry* entries) {
+  std::lock_guard lock(mu_);
   // Accesses through the old layout finish before it changes (as ibv_rereg_mr).
   WithdrawKey(local_.registry(), slot_);
   auto* base = static_cast<uint8_t*>(local_.At(block_));
   LayoutHeader h;
-  h.entries = n;
-  h.repeat_count = repeat_count;
-  ComputeLayoutLengths(h, entries);
-  memcpy(base, &h, sizeof h);
-  memcpy(base + sizeof h, entries, n * sizeof(LayoutEntry));
+  if (req.set & kUmrSetLayout) {
+    h.entries = req.entries;
+    h.repeat_count = req.repeat_count;
+    ComputeLayoutLengths(h, entries);
+    memcpy(base, &h, sizeof h);
+    memcpy(base + sizeof h, entries, req.entries * sizeof(LayoutEntry));
+    has_layout_ = true;
+  } else if (has_layout_) {
+    memcpy(&h, base, sizeof h);  // the layout stays (mlx5dv_wr_mkey_configure(3))
+  } else {
+    memcpy(base, &h, sizeof h);  // no layout yet: the key covers nothing
+  }
+  if (req.set & kUmrSetAccess) access_ = req.access;
   const uint64_t ref = static_cast<uint64_t>(block_.segment) << 32 | block_.offset;
-  PublishKey(local_.registry(), slot_, KeyView{key_, access | kIndirectKey, pd_, ref, h.total_length, 0});
+  PublishKey(local_.registry(), slot_, KeyView{key_, access_ | kIndirectKey, pd_, ref, h.total_length, 0});
 }
 
 }  // namespace softverbs::transport

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "base/status.h"
@@ -199,9 +200,10 @@ class IndirectKey {
   // The indirect key of this process that `key` names, or nullptr.
   static std::shared_ptr<IndirectKey> Find(uint32_t key);
 
-  // Executes a UMR: withdraws the key (waiting for accesses in flight), writes the layout and
-  // publishes the key with `access`. The caller checked the entries (count, lengths).
-  void Configure(uint32_t access, uint32_t repeat_count, const LayoutEntry* entries, uint32_t n);
+  // Executes a UMR: withdraws the key (waiting for accesses in flight), applies what `req.set`
+  // names -- the access flags, the layout (`entries`, req.entries of them) -- keeping the rest of
+  // the previous configuration, and publishes the key again. The caller checked the entries.
+  void Configure(const struct UmrRequest& req, const LayoutEntry* entries);
 
   uint32_t key() const { return key_; }
   uint64_t pd() const { return pd_; }
@@ -217,16 +219,26 @@ class IndirectKey {
   uint32_t slot_;
   uint32_t key_;
   fabric::SharedRef block_;
+  std::mutex mu_;            // UMRs of several QPs may configure one mkey
+  uint32_t access_ = 0;      // the access flags of the last UMR that set them
+  bool has_layout_ = false;  // a UMR set a layout (until then the key covers 0 bytes)
 };
 
 // The UMR work request's payload (SendWr::inline_data of a kDriver1 WR): a header naming the
 // mkey, its access flags and repeat count, then the entries. Built by the mlx5dv builders,
 // executed in order by the send queue.
+// mlx5dv_wr_mkey_configure(3): a configuration WR changes only what its setters name ("If the
+// MKEY is configured, the setter overrides the previous value"); mlx5dv_wr_mr_list /
+// _interleaved set both.
+inline constexpr uint32_t kUmrSetAccess = 1u << 0;
+inline constexpr uint32_t kUmrSetLayout = 1u << 1;
 struct UmrRequest {
   uint32_t mkey = 0;
   uint32_t access = 0;
   uint32_t repeat_count = 0;
   uint32_t entries = 0;
+  uint32_t set = kUmrSetAccess | kUmrSetLayout;
+  uint32_t reserved = 0;
 };
 
 }  // namespace softverbs::transport

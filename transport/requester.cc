@@ -142,7 +142,7 @@ Status Requester::Check(const SendWr& wr, uint32_t qp_state) const {
     case WrOpcode::kDriver1:
       // mlx5dv_wr_post(3) lists mlx5dv_wr_mr_interleaved / mlx5dv_wr_mr_list under "RC QPs".
       if (!wr.umr)
-        return Invalid("opcode IBV_WR_DRIVER1 is posted by mlx5dv_wr_mr_list / mlx5dv_wr_mr_interleaved only");
+        return Invalid("opcode IBV_WR_DRIVER1 is posted by mlx5dv_wr_mr_list / _mr_interleaved / _mkey_configure only");
       if (type != kRc) return Invalid("UMR work requests (indirect mkeys) are for RC QPs (mlx5dv_wr_post(3))");
       if (wr.inline_length < sizeof(UmrRequest)) return Invalid("a UMR work request without its layout");
       return Status::Ok();
@@ -463,7 +463,7 @@ Verdict Requester::ExecuteUmr(const SendWr& wr) {
   std::shared_ptr<IndirectKey> mkey = IndirectKey::Find(req.mkey);
   if (mkey == nullptr || mkey->pd() != config_.pd || req.entries > mkey->max_entries())
     return completer_.Fail(wr, wc_status::kLocProtErr);
-  mkey->Configure(req.access, req.repeat_count, entries.data(), req.entries);
+  mkey->Configure(req, entries.data());
   completer_.Finish(wr, wc_status::kSuccess, 0);
   return {};
 }

@@ -1,8 +1,8 @@
 // The mlx5dv_qp_ex ops (mlx5dv_wr_post(3)): setters and builders that extend the ibv_qp_ex batch
 // of the same QP (abi/verbs/qp_ex.cc). mlx5dv_wr_set_dc_addr gives a DCI's current work request
-// its destination; mlx5dv_wr_mr_list / mlx5dv_wr_mr_interleaved configure an indirect mkey (a UMR
-// work request). The signature/crypto mkey, raw-WQE and memcpy builders refuse the batch: they
-// can only be requested through send_ops_flags that mlx5dv_create_qp refuses. Compiled into
+// its destination; mlx5dv_wr_mr_list / mlx5dv_wr_mr_interleaved and mlx5dv_wr_mkey_configure with
+// its access/layout setters configure an indirect mkey (a UMR work request). The signature
+// setter refuses (no BLOCK_SIGNATURE mkeys), as do crypto, raw-WQE and memcpy. Compiled into
 // libibverbs.so.1 (provider.h).
 #include <cstring>
 
@@ -11,6 +11,7 @@
 #include "abi/mlx5dv/mkey_ops.h"
 #include "abi/mlx5dv/provider.h"
 #include "abi/verbs/objects.h"
+#include "base/strings.h"
 
 namespace softverbs::abi {
 namespace {
@@ -51,27 +52,12 @@ void SetDcAddrStream(mlx5dv_qp_ex* mqp, ibv_ah* ah, uint32_t remote_dctn, uint64
   SetDcAddr(mqp, ah, remote_dctn, remote_dc_key);
 }
 
-void RefuseMkey(mlx5dv_qp_ex* mqp, const char* verb) {
-  Refuse(ToSv(mqp), NotSupported(std::string(verb) + ": signature/crypto mkeys (MKEY_CONFIGURE) are not offered"));
-}
-
-// mlx5dv_wr_mr_list / mlx5dv_wr_mr_interleaved: a UMR work request that configures `mkey`
-// (core/mkey.h checks it; the send queue executes it in order, transport/indirect_key.h).
-void BeginUmr(mlx5dv_qp_ex* mqp, const char* verb, uint64_t flag, mlx5dv_mkey* mkey, uint32_t access,
-              bool interleaved, uint32_t repeat_count, const std::vector<transport::LayoutEntry>& entries) {
-  SvQp* qp = ToSv(mqp);
-  const std::string v = verb;
-  if (!(qp->mlx5_send_ops_flags & flag))
-    return Refuse(qp, Invalid(v + " was not requested in mlx5dv_qp_init_attr.send_ops_flags at creation"));
-  // mlx5dv_wr_post(3): "Current implementation requires the IBV_SEND_INLINE option to be on in
-  // ibv_qp_ex->wr_flags field."
-  if (!(qp->qpx.wr_flags & IBV_SEND_INLINE))
-    return Refuse(qp, Invalid(v + " needs IBV_SEND_INLINE in ibv_qp_ex->wr_flags (mlx5dv_wr_post(3))"));
-  SvMkey* sv = mkey != nullptr ? FindMkey(mkey) : nullptr;
-  if (sv == nullptr)
-    return Refuse(qp, Invalid(v + ": mkey is not an indirect mkey of mlx5dv_create_mkey (or was destroyed)"));
-  auto payload = sv->core->BuildUmr(*ToSv(qp->qpx.qp_base.pd)->core, access, interleaved, repeat_count, entries);
-  if (!payload.ok()) return Refuse(qp, Status(payload.status().code(), v + ": " + payload.status().rule()));
+// Appends the UMR work request of `spec` on `sv` to the batch (core/mkey.h checks it; the send
+// queue executes it in order, transport/indirect_key.h). It completes as MLX5DV_WC_UMR
+// (IBV_WC_DRIVER1), as mlx5dv_wr_mkey_configure(3) says.
+void AppendUmr(SvQp* qp, const std::string& verb, SvMkey* sv, const core::UmrSpec& spec) {
+  auto payload = sv->core->BuildUmr(*ToSv(qp->qpx.qp_base.pd)->core, spec);
+  if (!payload.ok()) return Refuse(qp, Status(payload.status().code(), verb + ": " + payload.status().rule()));
   SvQp::BatchedWr& b = qp->batch.emplace_back();
   b.wr.wr_id = qp->qpx.wr_id;
   b.wr.flags = qp->qpx.wr_flags;
@@ -80,29 +66,142 @@ void BeginUmr(mlx5dv_qp_ex* mqp, const char* verb, uint64_t flag, mlx5dv_mkey* m
   b.inline_data = std::move(payload.value());
 }
 
+// The checks every UMR builder makes; the mkey, or nullptr after refusing the batch.
+SvMkey* BeginUmr(SvQp* qp, const std::string& v, uint64_t flag, mlx5dv_mkey* mkey) {
+  if (!(qp->mlx5_send_ops_flags & flag)) {
+    Refuse(qp, Invalid(v + " was not requested in mlx5dv_qp_init_attr.send_ops_flags at creation"));
+    return nullptr;
+  }
+  // mlx5dv_wr_post(3): "Current implementation requires the IBV_SEND_INLINE option to be on in
+  // ibv_qp_ex->wr_flags field." mlx5 (mlx5_send_wr_mkey_configure, which wr_mr_list and
+  // wr_mr_interleaved call too) refuses without it with EOPNOTSUPP.
+  if (!(qp->qpx.wr_flags & IBV_SEND_INLINE)) {
+    Refuse(qp, NotSupported(v + " needs IBV_SEND_INLINE in ibv_qp_ex->wr_flags (mlx5dv_wr_post(3))"));
+    return nullptr;
+  }
+  if (qp->mkey_config.open) {
+    Refuse(qp, Invalid(v + " started before the previous mlx5dv_wr_mkey_configure's setters were called"));
+    return nullptr;
+  }
+  SvMkey* sv = mkey != nullptr ? FindMkey(mkey) : nullptr;
+  if (sv == nullptr) Refuse(qp, Invalid(v + ": mkey is not an mkey of mlx5dv_create_mkey (or was destroyed)"));
+  return sv;
+}
+
 void MrInterleaved(mlx5dv_qp_ex* q, mlx5dv_mkey* mkey, uint32_t access, uint32_t repeat_count, uint16_t n,
                    mlx5dv_mr_interleaved* data) {
+  SvQp* qp = ToSv(q);
+  const std::string v = "mlx5dv_wr_mr_interleaved";
+  SvMkey* sv = BeginUmr(qp, v, MLX5DV_QP_EX_WITH_MR_INTERLEAVED, mkey);
+  if (sv == nullptr) return;
+  core::UmrSpec spec{true, access, true, true, repeat_count, std::vector<transport::LayoutEntry>(n)};
+  for (uint16_t i = 0; i < n && data != nullptr; ++i)
+    spec.entries[i] = {data[i].addr, data[i].bytes_count, data[i].bytes_skip, data[i].lkey, 0};
+  AppendUmr(qp, v, sv, spec);
+}
+void MrList(mlx5dv_qp_ex* q, mlx5dv_mkey* mkey, uint32_t access, uint16_t n, ibv_sge* sge) {
+  SvQp* qp = ToSv(q);
+  const std::string v = "mlx5dv_wr_mr_list";
+  SvMkey* sv = BeginUmr(qp, v, MLX5DV_QP_EX_WITH_MR_LIST, mkey);
+  if (sv == nullptr) return;
+  core::UmrSpec spec{true, access, true, false, 1, std::vector<transport::LayoutEntry>(n)};
+  for (uint16_t i = 0; i < n && sge != nullptr; ++i) spec.entries[i] = {sge[i].addr, sge[i].length, 0, sge[i].lkey, 0};
+  AppendUmr(qp, v, sv, spec);
+}
+
+// mlx5dv_wr_mkey_configure(3): the builder opens a configuration WR that its num_setters
+// setters complete; "num_setters can be zero to apply attr only".
+void FinishMkeyConfig(SvQp* qp) {
+  SvQp::MkeyConfig& c = qp->mkey_config;
+  c.open = false;
+  SvMkey* sv = FindMkey(c.mkey);
+  if (sv == nullptr) return Refuse(qp, Invalid("mlx5dv_wr_mkey_configure: the mkey was destroyed meanwhile"));
+  AppendUmr(qp, "mlx5dv_wr_mkey_configure", sv, c.spec);
+}
+
+void MkeyConfigure(mlx5dv_qp_ex* q, mlx5dv_mkey* mkey, uint8_t num_setters, mlx5dv_mkey_conf_attr* attr) {
+  SvQp* qp = ToSv(q);
+  const std::string v = "mlx5dv_wr_mkey_configure";
+  SvMkey* sv = BeginUmr(qp, v, MLX5DV_QP_EX_WITH_MKEY_CONFIGURE, mkey);
+  if (sv == nullptr) return;
+  // mlx5 (mlx5_send_wr_mkey_configure) refuses unknown conf_flags and any comp_mask with
+  // EOPNOTSUPP. RESET_SIG_ATTR on an mkey without signature changes nothing.
+  if (attr == nullptr) return Refuse(qp, Invalid(v + ": attr is NULL"));
+  if ((attr->conf_flags & ~static_cast<uint32_t>(MLX5DV_MKEY_CONF_FLAG_RESET_SIG_ATTR)) || attr->comp_mask != 0)
+    return Refuse(qp, NotSupported(v + ": conf_flags " + Hex(attr->conf_flags) + " / comp_mask " +
+                                   Hex(attr->comp_mask) + ": only MLX5DV_MKEY_CONF_FLAG_RESET_SIG_ATTR is defined"));
+  qp->mkey_config = {};
+  qp->mkey_config.mkey = mkey;
+  qp->mkey_config.num_setters = num_setters;
+  qp->mkey_config.open = true;
+  if (num_setters == 0) FinishMkeyConfig(qp);
+}
+
+// The configuration WR a setter adds to, or nullptr after refusing the batch (mlx5: EINVAL
+// without an open one -- including a setter beyond num_setters).
+SvQp::MkeyConfig* OpenConfig(mlx5dv_qp_ex* q, const char* setter) {
+  SvQp* qp = ToSv(q);
+  if (!qp->batch_status.ok()) return nullptr;
+  if (!qp->mkey_config.open) {
+    Refuse(qp, Invalid(std::string(setter) + " without an open mlx5dv_wr_mkey_configure (none, or its "
+                       "num_setters setters were called already)"));
+    return nullptr;
+  }
+  return &qp->mkey_config;
+}
+
+void SetterDone(mlx5dv_qp_ex* q) {
+  SvQp* qp = ToSv(q);
+  if (++qp->mkey_config.called == qp->mkey_config.num_setters) FinishMkeyConfig(qp);
+}
+
+void SetMkeyAccessFlags(mlx5dv_qp_ex* q, uint32_t access) {
+  SvQp::MkeyConfig* c = OpenConfig(q, "mlx5dv_wr_set_mkey_access_flags");
+  if (c == nullptr) return;
+  // "Each setter can be called only once per the WR builder."
+  if (c->spec.set_access)
+    return Refuse(ToSv(q), Invalid("mlx5dv_wr_set_mkey_access_flags called twice for one mlx5dv_wr_mkey_configure"));
+  c->spec.set_access = true;
+  c->spec.access = access;
+  SetterDone(q);
+}
+
+// "Not more than one data layout setter may follow builder function."
+void SetLayout(mlx5dv_qp_ex* q, const char* setter, bool interleaved, uint32_t repeat_count,
+               std::vector<transport::LayoutEntry> entries) {
+  SvQp::MkeyConfig* c = OpenConfig(q, setter);
+  if (c == nullptr) return;
+  if (c->spec.set_layout)
+    return Refuse(ToSv(q), Invalid(std::string(setter) + ": a layout setter was called already for this "
+                                   "mlx5dv_wr_mkey_configure (one per work request)"));
+  c->spec.set_layout = true;
+  c->spec.interleaved = interleaved;
+  c->spec.repeat_count = repeat_count;
+  c->spec.entries = std::move(entries);
+  SetterDone(q);
+}
+void SetMkeyLayoutList(mlx5dv_qp_ex* q, uint16_t n, const ibv_sge* sge) {
+  std::vector<transport::LayoutEntry> entries(n);
+  for (uint16_t i = 0; i < n && sge != nullptr; ++i) entries[i] = {sge[i].addr, sge[i].length, 0, sge[i].lkey, 0};
+  SetLayout(q, "mlx5dv_wr_set_mkey_layout_list", false, 1, std::move(entries));
+}
+void SetMkeyLayoutInterleaved(mlx5dv_qp_ex* q, uint32_t repeat_count, uint16_t n, const mlx5dv_mr_interleaved* data) {
   std::vector<transport::LayoutEntry> entries(n);
   for (uint16_t i = 0; i < n && data != nullptr; ++i)
     entries[i] = {data[i].addr, data[i].bytes_count, data[i].bytes_skip, data[i].lkey, 0};
-  BeginUmr(q, "mlx5dv_wr_mr_interleaved", MLX5DV_QP_EX_WITH_MR_INTERLEAVED, mkey, access, true, repeat_count,
-           entries);
+  SetLayout(q, "mlx5dv_wr_set_mkey_layout_interleaved", true, repeat_count, std::move(entries));
 }
-void MrList(mlx5dv_qp_ex* q, mlx5dv_mkey* mkey, uint32_t access, uint16_t n, ibv_sge* sge) {
-  std::vector<transport::LayoutEntry> entries(n);
-  for (uint16_t i = 0; i < n && sge != nullptr; ++i) entries[i] = {sge[i].addr, sge[i].length, 0, sge[i].lkey, 0};
-  BeginUmr(q, "mlx5dv_wr_mr_list", MLX5DV_QP_EX_WITH_MR_LIST, mkey, access, false, 1, entries);
+
+// mlx5 (mlx5_send_wr_set_mkey_sig_block) refuses the setter with EINVAL on an mkey created
+// without MLX5DV_MKEY_INIT_ATTR_FLAGS_BLOCK_SIGNATURE -- the only kind mlx5dv_create_mkey makes here.
+void SetMkeySigBlock(mlx5dv_qp_ex* q, const mlx5dv_sig_block_attr*) {
+  if (OpenConfig(q, "mlx5dv_wr_set_mkey_sig_block") == nullptr) return;
+  Refuse(ToSv(q), Invalid("mlx5dv_wr_set_mkey_sig_block: the mkey was created without "
+                          "MLX5DV_MKEY_INIT_ATTR_FLAGS_BLOCK_SIGNATURE (mlx5dv_wr_set_mkey_sig_block(3) Notes)"));
 }
-void MkeyConfigure(mlx5dv_qp_ex* q, mlx5dv_mkey*, uint8_t, mlx5dv_mkey_conf_attr*) {
-  RefuseMkey(q, "mlx5dv_wr_mkey_configure");
+void SetMkeyCrypto(mlx5dv_qp_ex* q, const mlx5dv_crypto_attr*) {
+  Refuse(ToSv(q), NotSupported("mlx5dv_wr_set_mkey_crypto: crypto mkeys are not offered (no crypto engine)"));
 }
-void SetMkeyAccessFlags(mlx5dv_qp_ex* q, uint32_t) { RefuseMkey(q, "mlx5dv_wr_set_mkey_access_flags"); }
-void SetMkeyLayoutList(mlx5dv_qp_ex* q, uint16_t, const ibv_sge*) { RefuseMkey(q, "mlx5dv_wr_set_mkey_layout_list"); }
-void SetMkeyLayoutInterleaved(mlx5dv_qp_ex* q, uint32_t, uint16_t, const mlx5dv_mr_interleaved*) {
-  RefuseMkey(q, "mlx5dv_wr_set_mkey_layout_interleaved");
-}
-void SetMkeySigBlock(mlx5dv_qp_ex* q, const mlx5dv_sig_block_attr*) { RefuseMkey(q, "mlx5dv_wr_set_mkey_sig_block"); }
-void SetMkeyCrypto(mlx5dv_qp_ex* q, const mlx5dv_crypto_attr*) { RefuseMkey(q, "mlx5dv_wr_set_mkey_crypto"); }
 void RawWqe(mlx5dv_qp_ex* q, const void*) {
   Refuse(ToSv(q), NotSupported("mlx5dv_wr_raw_wqe: softverbs has no mlx5 WQEs"));
 }

@@ -40,6 +40,7 @@ int QueryDevice(ibv_context*, mlx5dv_context* out) {
   if (asked & MLX5DV_CONTEXT_MASK_DC_ODP_CAPS)
     out->dc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ |
                        IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
+  // No BLOCK_SIGNATURE mkeys (mlx5dv_create_mkey refuses them): no block signature offload.
   if (asked & MLX5DV_CONTEXT_MASK_SIGNATURE_OFFLOAD) out->sig_caps = {};
   // DCI streams are not implemented: one ordered stream per DCI (mlx5dv_create_qp(3)).
   if (asked & MLX5DV_CONTEXT_MASK_DCI_STREAMS) out->dci_streams_caps = {};
@@ -83,18 +84,20 @@ ibv_qp* CreateQp(ibv_context* context, ibv_qp_init_attr_ex* attr, mlx5dv_qp_init
       return ReturnNull<ibv_qp>(kVerb, object,
                                 NotSupported("DCI streams are not implemented (mlx5dv_query_device reports "
                                              "dci_streams_caps 0): omit MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS"));
-    // MR_INTERLEAVED and MR_LIST configure indirect mkeys (mlx5dv_create_mkey); MKEY_CONFIGURE
-    // (signature/crypto mkeys), RAW_WQE and MEMCPY need mlx5 WQEs, offload engines and a DMA engine.
-    constexpr uint64_t kOffered = MLX5DV_QP_EX_WITH_MR_INTERLEAVED | MLX5DV_QP_EX_WITH_MR_LIST;
+    // MR_INTERLEAVED, MR_LIST and MKEY_CONFIGURE configure indirect mkeys (mlx5dv_create_mkey);
+    // RAW_WQE and MEMCPY need mlx5 WQEs and a DMA engine.
+    constexpr uint64_t kOffered =
+        MLX5DV_QP_EX_WITH_MR_INTERLEAVED | MLX5DV_QP_EX_WITH_MR_LIST | MLX5DV_QP_EX_WITH_MKEY_CONFIGURE;
     if (mlx5->comp_mask & MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS) {
       if (mlx5->send_ops_flags & ~kOffered)
         return ReturnNull<ibv_qp>(kVerb, object,
                                   NotSupported("mlx5 send_ops_flags " + std::to_string(mlx5->send_ops_flags & ~kOffered) +
-                                               ": MKEY_CONFIGURE, RAW_WQE and MEMCPY are not offered"));
+                                               ": RAW_WQE and MEMCPY are not offered"));
       // mlx5dv_wr_post(3) lists the mkey builders under "RC QPs".
       if (mlx5->send_ops_flags != 0 && attr->qp_type != IBV_QPT_RC)
         return ReturnNull<ibv_qp>(kVerb, object,
-                                  Invalid("MLX5DV_QP_EX_WITH_MR_INTERLEAVED/MR_LIST are for RC QPs (mlx5dv_wr_post(3))"));
+                                  Invalid("MLX5DV_QP_EX_WITH_MR_INTERLEAVED/MR_LIST/MKEY_CONFIGURE are for RC QPs "
+                                          "(mlx5dv_wr_post(3))"));
       // The mlx5dv ops extend the ibv_qp_ex batch: they need the QP's ibv_qp_ex ops.
       if (mlx5->send_ops_flags != 0 && !(attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS))
         return ReturnNull<ibv_qp>(kVerb, object,
@@ -123,8 +126,8 @@ mlx5dv_qp_ex* QpExFromIbvQpEx(ibv_qp_ex* qpx) {
   return &qp->dv;
 }
 
-constexpr SvMlx5Provider kProvider = {sizeof(SvMlx5Provider), IsSupported,  QueryDevice, CreateQp,
-                                      QpExFromIbvQpEx,        CreateMkey,   DestroyMkey};
+constexpr SvMlx5Provider kProvider = {sizeof(SvMlx5Provider), IsSupported, QueryDevice, CreateQp, QpExFromIbvQpEx,
+                                      CreateMkey,             DestroyMkey, MkeyCheck};
 
 }  // namespace
 }  // namespace softverbs::abi

@@ -21,6 +21,7 @@ struct SvMlx5Provider {
   struct mlx5dv_qp_ex* (*qp_ex_from_ibv_qp_ex)(struct ibv_qp_ex* qp);
   struct mlx5dv_mkey* (*create_mkey)(struct mlx5dv_mkey_init_attr* mkey_init_attr);
   int (*destroy_mkey)(struct mlx5dv_mkey* mkey);
+  int (*mkey_check)(struct mlx5dv_mkey* mkey, struct mlx5dv_mkey_err* err_info, size_t err_info_size);
 };
 
 extern "C" const SvMlx5Provider* sv_private_mlx5_provider(void);
@@ -31,4 +32,5 @@ void InitDvQpEx(struct SvQp* qp);
 // mlx5dv_create_mkey / mlx5dv_destroy_mkey (mkey_ops.cc).
 struct mlx5dv_mkey* CreateMkey(struct mlx5dv_mkey_init_attr* attr);
 int DestroyMkey(struct mlx5dv_mkey* mkey);
+int MkeyCheck(struct mlx5dv_mkey* mkey, struct mlx5dv_mkey_err* err_info, size_t err_info_size);
 }  // namespace softverbs::abi

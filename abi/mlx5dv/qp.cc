@@ -7,7 +7,7 @@
 // --- constructors: "on error NULL will be returned and errno will be set" ----------------------
 
 // mlx5dv_create_qp(3): RC/UC/UD and DC (DCI, DCT); core/dc.h has the rules.
-// support: mlx5dv_create_qp | implemented | RC/UC/UD/DCI/DCT; create_flags per man page; send_ops_flags MR_LIST/MR_INTERLEAVED (RC); no DCI streams, no MKEY_CONFIGURE/RAW_WQE/MEMCPY
+// support: mlx5dv_create_qp | implemented | RC/UC/UD/DCI/DCT; create_flags per man page; send_ops_flags MR_LIST/MR_INTERLEAVED/MKEY_CONFIGURE (RC); no DCI streams, no RAW_WQE/MEMCPY
 SV_EXPORT struct ibv_qp* mlx5dv_create_qp(struct ibv_context* context, struct ibv_qp_init_attr_ex* qp_attr,
                                           struct mlx5dv_qp_init_attr* mlx5_qp_attr) {
   return sv_private_mlx5_provider()->create_qp(context, qp_attr, mlx5_qp_attr);
@@ -23,7 +23,7 @@ SV_MLX5_NULL(mlx5dv_create_wq, struct ibv_wq, struct ibv_context*, struct ibv_wq
 
 // mlx5dv_wr_post(3) documents no failure: rdma-core only casts. A QP without ibv_qp_ex ops gets
 // NULL + EINVAL rather than a table the caller would jump through.
-// support: mlx5dv_qp_ex_from_ibv_qp_ex | implemented | wr_set_dc_addr(_stream: one stream), wr_mr_list, wr_mr_interleaved (UMR: IBV_SEND_INLINE, completes MLX5DV_WC_UMR); mkey_configure/raw/memcpy builders refuse the batch
+// support: mlx5dv_qp_ex_from_ibv_qp_ex | implemented | wr_set_dc_addr(_stream: one stream), wr_mr_list, wr_mr_interleaved, wr_mkey_configure + set_mkey_access_flags/_layout_list/_layout_interleaved (UMR: IBV_SEND_INLINE, completes MLX5DV_WC_UMR); set_mkey_sig_block EINVAL (no signature mkeys), crypto/raw/memcpy builders refuse the batch
 SV_EXPORT struct mlx5dv_qp_ex* mlx5dv_qp_ex_from_ibv_qp_ex(struct ibv_qp_ex* qp) {
   return sv_private_mlx5_provider()->qp_ex_from_ibv_qp_ex(qp);
 }

@@ -14,6 +14,7 @@
 #include "core/context.h"
 #include "core/cq.h"
 #include "core/dm.h"
+#include "core/mkey.h"
 #include "core/mr.h"
 #include "core/mw.h"
 #include "core/pd.h"
@@ -149,7 +150,17 @@ struct SvQp {
   // The mlx5dv_qp_ex ops (mlx5dv_qp_ex_from_ibv_qp_ex(3)) of a QP with ibv_qp_ex ops, filled at
   // creation by abi/mlx5dv/dv_qp_ex.cc; they add to the batch above.
   mlx5dv_qp_ex dv{};
-  uint64_t mlx5_send_ops_flags = 0;  // mlx5dv_qp_init_attr.send_ops_flags (MR_LIST / MR_INTERLEAVED)
+  uint64_t mlx5_send_ops_flags = 0;  // mlx5dv_qp_init_attr.send_ops_flags (MR_LIST / MR_INTERLEAVED / MKEY_CONFIGURE)
+  // An mlx5dv_wr_mkey_configure work request still waiting for its num_setters setters
+  // (mlx5dv_wr_mkey_configure(3)); it joins the batch when the last one is called.
+  struct MkeyConfig {
+    bool open = false;
+    mlx5dv_mkey* mkey = nullptr;
+    uint8_t num_setters = 0;
+    uint8_t called = 0;
+    bool sig_set = false;
+    core::UmrSpec spec;
+  } mkey_config;
   // A handle of ibv_open_qp(3) (XRC target QPs): `core` is null and this acts on the QP.
   std::unique_ptr<core::OpenedQp> opened;
   SvPd* parent_domain = nullptr;  // created on a parent domain (released at destroy)

@@ -24,6 +24,12 @@ void Refuse(ibv_qp_ex* qpx, Status status) {
 // Starts the next work request of the batch, if the op was requested at creation.
 SendWr* Begin(ibv_qp_ex* qpx, uint64_t flag, const char* name, WrOpcode op) {
   SvQp* qp = ToSv(qpx);
+  // mlx5dv_wr_mkey_configure(3): "num_setters is a number of required setters for the WR".
+  if (qp->mkey_config.open) {
+    Refuse(qpx, Invalid(std::string(name) + " started before the " + std::to_string(qp->mkey_config.num_setters) +
+                        " setters mlx5dv_wr_mkey_configure announced were called"));
+    return nullptr;
+  }
   if (!(qp->send_ops_flags & flag)) {
     Refuse(qpx, Invalid(std::string(name) + " was not requested in send_ops_flags at creation"));
     return nullptr;
@@ -48,12 +54,18 @@ SvQp::BatchedWr* Current(ibv_qp_ex* qpx, const char* setter) {
 void WrStart(ibv_qp_ex* qpx) {
   SvQp* qp = ToSv(qpx);
   qp->batch.clear();
+  qp->mkey_config = {};
   qp->batch_status = Status::Ok();
 }
 
 int WrComplete(ibv_qp_ex* qpx) {
   SvQp* qp = ToSv(qpx);
   Status s = std::exchange(qp->batch_status, Status::Ok());
+  if (s.ok() && qp->mkey_config.open)
+    s = Invalid("mlx5dv_wr_mkey_configure announced " + std::to_string(qp->mkey_config.num_setters) +
+                " setters but " + std::to_string(qp->mkey_config.called) +
+                " were called (mlx5dv_wr_mkey_configure(3))");
+  qp->mkey_config = {};
   // ibv_wr_post(3): the batch is posted under ibv_post_send's rules (core::Qp::PostSend): refused
   // before RTS; on a QP in ERR its WRs complete with a flush error, as mlx5 and rxe accept them.
   for (size_t i = 0; s.ok() && i < qp->batch.size(); ++i) {
@@ -74,6 +86,7 @@ int WrComplete(ibv_qp_ex* qpx) {
 void WrAbort(ibv_qp_ex* qpx) {
   SvQp* qp = ToSv(qpx);
   qp->batch.clear();
+  qp->mkey_config = {};
   qp->batch_status = Status::Ok();
 }
 

@@ -380,14 +380,14 @@ class RefusalTest(MkeyTestCase):
     def test_builders(self):
         mkey = self.mkey(max_entries=4)
         five = Layout(self.bufs, [(0, 0, 4, 0), (0, 8, 4, 0), (1, 0, 4, 0), (1, 8, 4, 0), (2, 0, 4, 0)])
-        self.refused_umr(errno.EINVAL, mkey, five)  # more SGEs than max_entries
+        self.refused_umr(errno.ENOMEM, mkey, five)  # more SGEs than max_entries (mlx5: ENOMEM)
         four = Layout(self.bufs, five.entries[:4], repeat=2)
         # "the mkey should be created with one more entry than the required num_interleaved"
-        self.refused_umr(errno.EINVAL, mkey, four, interleaved=True)
+        self.refused_umr(errno.ENOMEM, mkey, four, interleaved=True)
         ok = Layout(self.bufs, five.entries[:3])
         self.refused_umr(errno.EINVAL, mkey, ok, access=e.IBV_ACCESS_REMOTE_WRITE)  # no LOCAL_WRITE
         self.refused_umr(errno.EINVAL, mkey, ok, access=e.IBV_ACCESS_MW_BIND | e.IBV_ACCESS_LOCAL_WRITE)
-        self.refused_umr(errno.EINVAL, mkey, ok, flags=e.IBV_SEND_SIGNALED)  # needs IBV_SEND_INLINE
+        self.refused_umr(errno.EOPNOTSUPP, mkey, ok, flags=e.IBV_SEND_SIGNALED)  # needs IBV_SEND_INLINE (as mlx5)
         outside = Layout(self.bufs, [(0, SIZE - 4, 8, 0)])
         self.refused_umr(errno.EINVAL, mkey, outside)  # beyond its MR
         # A QP created with MR_INTERLEAVED only has no mlx5dv_wr_mr_list.
@@ -400,7 +400,8 @@ class RefusalTest(MkeyTestCase):
         self.assertRDMAError(errno.EINVAL, Mlx5QP, self.ctx,
                              dc.qp_attr(e.IBV_QPT_DRIVER, self.pd, self.cq, send_ops=dc.DCI_OPS),
                              dc.dv_attr(dc_type=dve.MLX5DV_DCTYPE_DCI, send_ops_flags=dve.MLX5DV_QP_EX_WITH_MR_LIST))
-        self.assertRDMAError(errno.EOPNOTSUPP, self.mlx5_qp, mr_ops=dve.MLX5DV_QP_EX_WITH_MKEY_CONFIGURE)
+        self.assertRDMAError(errno.EOPNOTSUPP, self.mlx5_qp, mr_ops=dve.MLX5DV_QP_EX_WITH_RAW_WQE)
+        self.assertRDMAError(errno.EOPNOTSUPP, self.mlx5_qp, mr_ops=dve.MLX5DV_QP_EX_WITH_MEMCPY)
 
     def test_refusal_log_line(self):
         # Not importing base: it clears SOFTVERBS_LOG (test_refusals_log does the same).

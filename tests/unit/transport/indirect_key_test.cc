@@ -134,12 +134,14 @@ class IndirectKeyTest : public core::CoreTest {
   // Runs the UMR the builders would post, as the send queue executes it.
   Status Configure(core::Mkey& mkey, uint32_t access, bool interleaved, uint32_t repeat,
                    const std::vector<LayoutEntry>& entries) {
-    auto payload = mkey.BuildUmr(*pd_, access, interleaved, repeat, entries);
+    return Run(mkey, core::UmrSpec{true, access, true, interleaved, repeat, entries});
+  }
+  Status Run(core::Mkey& mkey, const core::UmrSpec& spec) {
+    auto payload = mkey.BuildUmr(*pd_, spec);
     if (!payload.ok()) return payload.status();
     UmrRequest req;
     memcpy(&req, payload->data(), sizeof req);
-    IndirectKey::Find(mkey.key())->Configure(req.access, req.repeat_count,
-                                             reinterpret_cast<const LayoutEntry*>(payload->data() + sizeof req), req.entries);
+    IndirectKey::Find(mkey.key())->Configure(req, reinterpret_cast<const LayoutEntry*>(payload->data() + sizeof req));
     return Status::Ok();
   }
   bool Resolve(uint32_t key, uint64_t addr, uint64_t length, const KeyRule& rule, std::vector<uint8_t>* bytes) {
@@ -223,9 +225,9 @@ TEST_F(IndirectKeyTest, UmrRefusals) {
   };
   EXPECT_EQ(code(core::access::kRemoteWrite, false, 1, {{A(0), 4, 0, la, 0}}), EINVAL);  // REMOTE_WRITE w/o LOCAL_WRITE
   EXPECT_EQ(code(core::access::kMwBind, false, 1, {{A(0), 4, 0, la, 0}}), EINVAL);
-  EXPECT_EQ(code(0, false, 1, std::vector<LayoutEntry>(5, {A(0), 1, 0, la, 0})), EINVAL);  // > max_entries
+  EXPECT_EQ(code(0, false, 1, std::vector<LayoutEntry>(5, {A(0), 1, 0, la, 0})), ENOMEM);  // > max_entries (mlx5)
   EXPECT_EQ(code(0, false, 1, std::vector<LayoutEntry>(4, {A(0), 1, 0, la, 0})), 0);
-  EXPECT_EQ(code(0, true, 1, std::vector<LayoutEntry>(4, {A(0), 1, 0, la, 0})), EINVAL);  // needs n + 1
+  EXPECT_EQ(code(0, true, 1, std::vector<LayoutEntry>(4, {A(0), 1, 0, la, 0})), ENOMEM);  // needs n + 1
   EXPECT_EQ(code(0, true, 1, std::vector<LayoutEntry>(3, {A(0), 1, 0, la, 0})), 0);
   EXPECT_EQ(code(0, true, 0, {{A(0), 1, 0, la, 0}}), EINVAL);                 // repeat_count 0
   EXPECT_EQ(code(0, false, 1, {}), EINVAL);                                   // no entries
@@ -235,9 +237,32 @@ TEST_F(IndirectKeyTest, UmrRefusals) {
   EXPECT_EQ(code(0, false, 1, {{A(0), 4, 0, 0xdead00, 0}}), EINVAL);          // no such MR
   EXPECT_EQ(code(0, false, 1, {{0, 4, 0, mkey->key(), 0}}), EINVAL);          // an mkey is no MR
   core::Pd other(*context_, context_->NewHandle());
-  EXPECT_EQ(mkey->BuildUmr(other, 0, false, 1, {{A(0), 4, 0, la, 0}}).status().code(), EINVAL);  // QP of another PD
+  EXPECT_EQ(mkey->BuildUmr(other, core::UmrSpec{true, 0, true, false, 1, {{A(0), 4, 0, la, 0}}}).status().code(),
+            EINVAL);  // QP of another PD
   EXPECT_EQ(core::Mkey::Create(*pd_, 0).status().code(), EINVAL);
   EXPECT_EQ(core::Mkey::Create(*pd_, core::Mkey::kMaxEntries + 1).status().code(), EINVAL);
+}
+
+// mlx5dv_wr_mkey_configure(3): a configuration WR changes only what its setters name.
+TEST_F(IndirectKeyTest, AConfigurationKeepsWhatItsSettersDoNotSet) {
+  auto mkey = std::move(core::Mkey::Create(*pd_, 4).value());
+  std::vector<uint8_t> got;
+  // Access flags alone, before any layout: the key covers nothing yet.
+  ASSERT_TRUE(Run(*mkey, core::UmrSpec{true, core::access::kLocalWrite | core::access::kRemoteRead}).ok());
+  EXPECT_FALSE(Resolve(mkey->key(), 0, 1, Rule(), &got));
+  // A layout alone: the access flags stay.
+  ASSERT_TRUE(Run(*mkey, core::UmrSpec{false, 0, true, false, 1, {{A(4), 4, 0, mr_a_->lkey(), 0}}}).ok());
+  ASSERT_TRUE(Resolve(mkey->key(), 0, 4, Rule(core::access::kRemoteRead), &got));
+  EXPECT_EQ(got, (std::vector<uint8_t>{4, 5, 6, 7}));
+  // Access flags alone again: the layout stays, the new flags replace the old ones.
+  ASSERT_TRUE(Run(*mkey, core::UmrSpec{true, core::access::kLocalWrite}).ok());
+  EXPECT_FALSE(Resolve(mkey->key(), 0, 4, Rule(core::access::kRemoteRead), &got));
+  ASSERT_TRUE(Resolve(mkey->key(), 1, 3, Rule(core::access::kLocalWrite, true), &got));
+  EXPECT_EQ(got, (std::vector<uint8_t>{5, 6, 7}));
+  // Nothing set (num_setters 0): the mkey is published again unchanged.
+  ASSERT_TRUE(Run(*mkey, core::UmrSpec{}).ok());
+  ASSERT_TRUE(Resolve(mkey->key(), 0, 4, Rule(core::access::kLocalWrite), &got));
+  EXPECT_EQ(got, (std::vector<uint8_t>{4, 5, 6, 7}));
 }
 
 TEST_F(IndirectKeyTest, ReconfiguringWaitsForAccessesInFlight) {

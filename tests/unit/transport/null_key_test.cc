@@ -99,7 +99,8 @@ TEST_F(NullKeyTest, NotReregisteredNorUsedInMkeyLayouts) {
   EXPECT_EQ(mr_->Reregister(core::rereg::kChangeAccess, nullptr, l).code(), EINVAL);
   auto mkey = core::Mkey::Create(*pd_, 1);
   ASSERT_TRUE(mkey.ok());
-  auto umr = (*mkey)->BuildUmr(*pd_, core::access::kLocalWrite, false, 1, {{0, 8, 0, mr_->lkey(), 0}});
+  auto umr = (*mkey)->BuildUmr(*pd_, core::UmrSpec{true, core::access::kLocalWrite, true, false, 1,
+                                                   {{0, 8, 0, mr_->lkey(), 0}}});
   EXPECT_EQ(umr.status().code(), EINVAL);
 }
 
