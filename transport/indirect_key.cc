@@ -18,36 +18,19 @@ bool ComputeLayoutLengths(LayoutHeader& h, const LayoutEntry* entries) {
   return true;
 }
 
-void PinnedPieces::Add(iovec piece) {
-  if (grown_.empty() && n_ < kMaxSge) {
-    fixed_[n_++] = piece;
-    return;
-  }
-  if (grown_.empty()) grown_.assign(fixed_, fixed_ + n_);
-  grown_.push_back(piece);
-}
+void PinnedPieces::Add(iovec piece) { pieces_.push_back(piece); }
 
-void PinnedPieces::Keep(KeyPin&& pin) {
-  if (pins_ < kMaxSge)
-    fixed_pins_[pins_++] = std::move(pin);
-  else
-    more_pins_.push_back(std::move(pin));
-}
+void PinnedPieces::Keep(KeyPin&& pin) { pins_.push_back(std::move(pin)); }
 
 const KeyPin* PinnedPieces::Find(uint32_t key) const {
-  for (size_t i = 0; i < pins_; ++i)
-    if (fixed_pins_[i].view().key == key) return &fixed_pins_[i];
-  for (const KeyPin& p : more_pins_)
+  for (const KeyPin& p : pins_)
     if (p.view().key == key) return &p;
   return nullptr;
 }
 
 void PinnedPieces::Clear() {
-  n_ = 0;
-  grown_.clear();
-  for (size_t i = 0; i < pins_; ++i) fixed_pins_[i] = KeyPin();
-  pins_ = 0;
-  more_pins_.clear();
+  pieces_.clear();
+  pins_.clear();
 }
 
 bool AddNullPieces(const KeyView& k, uint64_t use, const KeyRule& rule, PinnedPieces* out) {

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <vector>
 
+#include "base/inlined_vector.h"
 #include "base/status.h"
 #include "fabric/host/host_directory.h"
 #include "transport/key_table.h"
@@ -87,20 +88,18 @@ class PinnedPieces {
   void Keep(KeyPin&& pin);
   // A pin this list holds on `key`, or nullptr.
   const KeyPin* Find(uint32_t key) const;
-  const iovec* data() const { return grown_.empty() ? fixed_ : grown_.data(); }
-  size_t size() const { return grown_.empty() ? n_ : grown_.size(); }
+  const iovec* data() const { return pieces_.data(); }
+  size_t size() const { return pieces_.size(); }
   // The pins held, in the order kept (transport/host/mapped_copy.h finds each piece's key by them).
-  size_t pin_count() const { return pins_ + more_pins_.size(); }
-  const KeyPin& pin(size_t i) const { return i < pins_ ? fixed_pins_[i] : more_pins_[i - pins_]; }
+  size_t pin_count() const { return pins_.size(); }
+  const KeyPin& pin(size_t i) const { return pins_.data()[i]; }
   void Clear();
 
  private:
-  iovec fixed_[kMaxSge];
-  size_t n_ = 0;
-  std::vector<iovec> grown_;
-  KeyPin fixed_pins_[kMaxSge];
-  size_t pins_ = 0;
-  std::vector<KeyPin> more_pins_;
+  // Made and dropped per work request: most have one or two SGEs, so the first few live here
+  // (constructing and destroying kMaxSge of each cost more than an 8-byte message's copy).
+  InlinedVector<iovec, 4> pieces_;
+  InlinedVector<KeyPin, 4> pins_;
 };
 
 // What an access through a key must satisfy (IBA 10.6.3): the key belongs to `owner_slot`'s

@@ -7,6 +7,7 @@
 
 #include "base/log.h"
 #include "base/memory_map.h"
+#include "fabric/host/hazard_lines.h"
 #include "fabric/host/pin_line.h"
 #include "fabric/host/process_token.h"
 
@@ -85,21 +86,39 @@ uint32_t SelfPinner(fabric::HostRegistry& registry) {
   return &local->registry() == &registry ? local->pinner_id() : fabric::kAnonymousPinner;
 }
 
-void WaitForAccesses(fabric::HostRegistry& registry, uint32_t slot) {
-  // Accesses that pinned the key before it was withdrawn finish first. Pins of initiators that
-  // died are dropped at once; a live one is waited for however long it takes (a stopped
-  // initiator could write when it resumes), and copies re-check the key between bounded
-  // chunks (transport/host/mapped_copy.h), so a running one lets go within one chunk.
-  fabric::PinLine& line = registry.key_pins(slot);
-  if (fabric::PinsHeld(line) == 0) return;  // the usual case: nothing in flight
-  fabric::PinWait w = fabric::WaitUnpinned(registry, line, "withdrawal of key slot " + std::to_string(slot) +
-                                                               " (ibv_dereg_mr, ibv_rereg_mr or an invalidation)");
+// This thread's hazard line in `registry`, or nullptr (a registry apart from this process's, a
+// process whose threads took every line): cached like SelfPinner.
+fabric::HazardLine* SelfHazards(fabric::HostRegistry& registry) {
+  static std::atomic<fabric::LocalProcess*> cached{nullptr};
+  fabric::LocalProcess* local = cached.load(std::memory_order_acquire);
+  if (local == nullptr || !local->is_current()) {
+    auto got = fabric::LocalProcess::Get();
+    if (!got.ok()) return nullptr;
+    local = got.value();
+    cached.store(local, std::memory_order_release);
+  }
+  return &local->registry() == &registry ? fabric::ThisThreadHazards(*local) : nullptr;
+}
+
+void Account(const fabric::PinWait& w, uint32_t slot) {
   if (w.dead_cleared != 0) {
     KeyWaits().dead_pins_cleared.fetch_add(w.dead_cleared, std::memory_order_relaxed);
     SV_LOG(kInfo, "key invalidation: dropped %u pin(s) of dead initiator(s) on key slot %u", w.dead_cleared, slot);
   }
   if (w.waited) KeyWaits().live_waits.fetch_add(1, std::memory_order_relaxed);
   if (w.gave_up) KeyWaits().gave_up.fetch_add(1, std::memory_order_relaxed);
+}
+
+void WaitForAccesses(fabric::HostRegistry& registry, uint32_t slot) {
+  // Accesses that held the key before it was withdrawn finish first. Those of initiators that
+  // died are dropped at once; a live one is waited for however long it takes (a stopped
+  // initiator could write when it resumes), and copies re-check the key between bounded
+  // chunks (transport/host/mapped_copy.h), so a running one lets go within one chunk.
+  const std::string what = "withdrawal of key slot " + std::to_string(slot) +
+                           " (ibv_dereg_mr, ibv_rereg_mr or an invalidation)";
+  fabric::PinLine& line = registry.key_pins(slot);
+  if (fabric::PinsHeld(line) != 0) Account(fabric::WaitUnpinned(registry, line, what), slot);
+  Account(fabric::WaitUnannounced(registry, slot + 1, what), slot);
 }
 
 }  // namespace
@@ -123,11 +142,15 @@ bool OwnKeysTouch(fabric::HostRegistry& registry, uint64_t lo, uint64_t hi) {
     fabric::KeyEntry& e = Entry(registry, slot);
     if (e.seq.load(kAcq) & 1) return true;  // being published or withdrawn right now
     if (e.access.load(kAcq) & kIndirectKey) continue;
-    if (e.key.load(kAcq) == 0 && fabric::PinsHeld(registry.key_pins(slot)) == 0) continue;
+    if (e.key.load(kAcq) == 0 && !KeyAccessed(registry, slot)) continue;
     const uint64_t addr = e.addr.load(kAcq), length = e.length.load(kAcq);
     if (addr < hi && lo < addr + length) return true;
   }
   return false;
+}
+
+bool KeyAccessed(fabric::HostRegistry& registry, uint32_t slot) {
+  return fabric::PinsHeld(registry.key_pins(slot)) != 0 || fabric::Announced(registry, slot + 1);
 }
 
 KeyWaitCounters& KeyWaits() {
@@ -151,6 +174,7 @@ KeyPin& KeyPin::operator=(KeyPin&& o) noexcept {
   if (this != &o) {
     Release();
     pin_ = std::exchange(o.pin_, nullptr);
+    hazard_ = std::exchange(o.hazard_, nullptr);
     pinner_ = o.pinner_;
     view_ = o.view_;
   }
@@ -185,9 +209,19 @@ KeyPin KeyPin::Acquire(fabric::HostRegistry& registry, uint32_t key) {
   // A key from a peer: beyond the table's extent no key was ever published, and reading that
   // slot would allocate a page of the sparse registry (docs/data-path.md, "Sized by use").
   if (key == 0 || slot >= registry.keys().extent()) return pin;
+  // Announce or pin first, then read a consistent copy: a withdrawal after that waits for us,
+  // and one before it is seen as key == 0 (both sides store, then load: sequentially consistent).
+  if (fabric::HazardLine* line = SelfHazards(registry)) {
+    if (std::atomic<uint32_t>* entry = fabric::Announce(*line, slot + 1)) {
+      if (ReadView(Entry(registry, slot), key, &pin.view_)) {
+        pin.hazard_ = entry;
+        return pin;
+      }
+      fabric::Retract(entry);
+      return pin;
+    }
+  }
   const uint32_t pinner = SelfPinner(registry);
-  // Pin first, then read a consistent copy: a withdrawal after the pin waits for us, and one
-  // before it is seen as key == 0 (both sides store, then load: sequentially consistent).
   std::atomic<uint64_t>* word = fabric::Pin(registry, registry.key_pins(slot), pinner);
   if (ReadView(Entry(registry, slot), key, &pin.view_)) {
     pin.pin_ = word;
@@ -206,12 +240,14 @@ bool KeyPin::Peek(fabric::HostRegistry& registry, uint32_t key, KeyView* view) {
 
 bool KeyPin::Withdrawn(fabric::HostRegistry& registry) const {
   // One load of a read-mostly line: the owner changes `key` only when it withdraws it.
-  return pin_ == nullptr || Entry(registry, KeySlot(view_.key)).key.load(kAcq) != view_.key;
+  return !*this || Entry(registry, KeySlot(view_.key)).key.load(kAcq) != view_.key;
 }
 
 void KeyPin::Release() {
   if (pin_ != nullptr) fabric::Unpin(pin_, pinner_);
+  if (hazard_ != nullptr) fabric::Retract(hazard_);
   pin_ = nullptr;
+  hazard_ = nullptr;
 }
 
 }  // namespace softverbs::transport

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 
 #include "base/status.h"
 #include "fabric/host/host_directory.h"
@@ -115,6 +116,10 @@ bool InvalidateKey(fabric::HostRegistry& registry, uint32_t key);
 // fabric/host/private_share.h calls it while the other threads of the process are parked.
 bool OwnKeysTouch(fabric::HostRegistry& registry, uint64_t lo, uint64_t hi);
 
+// Whether an access holds key slot `slot` now, in any process (pinned or announced; a dead
+// process's not yet dropped counts too). For tests and OwnKeysTouch.
+bool KeyAccessed(fabric::HostRegistry& registry, uint32_t slot);
+
 // What this process's waits for key pins have done so far (for tests and `softverbs status`).
 struct KeyWaitCounters {
   std::atomic<uint64_t> dead_pins_cleared{0};  // pins of dead initiators dropped without waiting
@@ -127,7 +132,9 @@ KeyWaitCounters& KeyWaits();
 class KeyPin {
  public:
   KeyPin() = default;
-  KeyPin(KeyPin&& o) noexcept : pin_(std::exchange(o.pin_, nullptr)), pinner_(o.pinner_), view_(o.view_) {}
+  KeyPin(KeyPin&& o) noexcept
+      : pin_(std::exchange(o.pin_, nullptr)), hazard_(std::exchange(o.hazard_, nullptr)), pinner_(o.pinner_),
+        view_(o.view_) {}
   KeyPin& operator=(KeyPin&& o) noexcept;
   KeyPin(const KeyPin&) = delete;
   KeyPin& operator=(const KeyPin&) = delete;
@@ -138,7 +145,7 @@ class KeyPin {
   // The registration `key` names now, without pinning it: for checks whose access happens
   // later under a pin of its own (a landed message is written by the owner's poll).
   static bool Peek(fabric::HostRegistry& registry, uint32_t key, KeyView* view);
-  explicit operator bool() const { return pin_ != nullptr; }
+  explicit operator bool() const { return pin_ != nullptr || hazard_ != nullptr; }
   const KeyView& view() const { return view_; }
   // True once the owner withdrew the key (it waits for this pin): an access in progress stops
   // at its next check (transport/host/mapped_copy.h, bounded copies).
@@ -146,7 +153,11 @@ class KeyPin {
 
  private:
   void Release();
+  // A pin is held one of two ways: announced in this thread's hazard line (the usual way: a
+  // line only this thread writes, fabric/host/hazard_lines.h), or counted on the key slot's
+  // PinLine (a thread without a line of its own, a registry that is not this process's).
   std::atomic<uint64_t>* pin_ = nullptr;  // the word of the key slot's PinLine counting this pin
+  std::atomic<uint32_t>* hazard_ = nullptr;  // the entry of this thread's line announcing it
   uint32_t pinner_ = 0;
   KeyView view_;
 };

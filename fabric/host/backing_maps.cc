@@ -35,13 +35,28 @@ size_t BackingMaps::IdHash::operator()(const BackingId& id) const {
 Result<std::shared_ptr<const BackingWindow>> BackingMaps::Get(PeerProcess& owner, const BackingId& id,
                                                               uint64_t offset, uint64_t length) {
   if (offset + length < offset) return Invalid("the range wraps around");
+  // Most accesses of a thread reach the window it reached last: found without the lock while
+  // the cache has not changed since (any insertion, eviction or forgetting moves generation_).
+  struct ThreadHit {
+    uint64_t maps = 0;  // instance_
+    uint64_t generation = 0;
+    BackingId id;
+    std::shared_ptr<const BackingWindow> window;
+  };
+  static thread_local ThreadHit hit;
+  const uint64_t generation = generation_.load(std::memory_order_acquire);
+  if (hit.maps == instance_ && hit.generation == generation && hit.id == id && hit.window->Holds(offset, length))
+    return hit.window;
   {
     std::lock_guard lock(mu_);
     if (auto it = index_.find(id); it != index_.end()) {
       lru_.splice(lru_.begin(), lru_, it->second);
       const auto& window = it->second->second;
       if (window == nullptr) return Status(ENXIO, "this backing could not be mapped before");
-      if (window->Holds(offset, length)) return window;
+      if (window->Holds(offset, length)) {
+        hit = {instance_, generation, id, window};
+        return window;
+      }
       // The file grew since it was mapped, or the range is beyond its end: try again below.
     }
   }
@@ -90,11 +105,17 @@ Result<std::shared_ptr<const BackingWindow>> BackingMaps::Map(PeerProcess& owner
   return std::shared_ptr<const BackingWindow>(std::make_shared<BackingWindow>(static_cast<uint8_t*>(p), size, false));
 }
 
+uint64_t BackingMaps::NextInstance() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
 void BackingMaps::Insert(const BackingId& id, std::shared_ptr<const BackingWindow> window) {
   if (auto it = index_.find(id); it != index_.end()) {
     lru_.erase(it->second);
     index_.erase(it);
   }
+  generation_.fetch_add(1, std::memory_order_acq_rel);
   lru_.emplace_front(id, std::move(window));
   index_[id] = lru_.begin();
   while (lru_.size() > capacity_) {  // least recently used out; unmapped when its last user is done
@@ -113,6 +134,7 @@ size_t BackingMaps::ForgetDead() {
     }
     index_.erase(it->first);
     it = lru_.erase(it);
+    generation_.fetch_add(1, std::memory_order_acq_rel);
     ++dropped;
   }
   return dropped;
@@ -124,6 +146,7 @@ void BackingMaps::Forget(const BackingWindow* window) {
     if (it->second.get() != window) continue;
     index_.erase(it->first);
     lru_.erase(it);
+    generation_.fetch_add(1, std::memory_order_acq_rel);
     return;
   }
 }

@@ -5,6 +5,7 @@
 // is attached by its id), checked to be the file the owner published, and closed once mapped.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <list>
 #include <memory>
@@ -81,6 +82,13 @@ class BackingMaps {
   mutable std::mutex mu_;
   std::list<Entry> lru_;  // most recently used first
   std::unordered_map<BackingId, std::list<Entry>::iterator, IdHash> index_;
+  // Moves at every change of the cache: a thread's last hit is good while it has not moved (a
+  // thread keeps that one window mapped until its next access after a change).
+  std::atomic<uint64_t> generation_{0};
+  // Names this cache to the threads' last hits (a cache made later at the same address is
+  // another one: tests make several).
+  const uint64_t instance_ = NextInstance();
+  static uint64_t NextInstance();
 };
 
 }  // namespace softverbs::fabric

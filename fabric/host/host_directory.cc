@@ -4,6 +4,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fabric/host/hazard_lines.h"
 #include "fabric/host/pin_line.h"
 
 namespace softverbs::fabric {
@@ -77,6 +78,12 @@ Result<LocalProcess*> LocalProcess::Get() {
   if (!slot.ok()) return Status(ENOMEM, "no process slot left on this host: " + slot.status().rule());
   auto& entry = EntryOf<ProcessEntry>(registry.value()->processes().slot(*slot));
   for (auto& fd : entry.segment_fds) fd.store(-1, std::memory_order_relaxed);
+  // The hazard lines a dead predecessor in this slot left: nobody holds them now.
+  HazardLine* lines = registry.value()->hazards(*slot);
+  for (uint32_t i = 0; i < HostRegistry::kHazardLinesPerProcess; ++i) {
+    lines[i].tid.store(0, std::memory_order_relaxed);
+    for (auto& e : lines[i].held) e.store(0, std::memory_order_release);
+  }
   AllowPeerAccess();
   const uint32_t generation = registry.value()->processes().slot(*slot).generation.load(std::memory_order_acquire);
   current = new LocalProcess(registry.value(), *slot, self, PinnerId(*slot, generation));  // lives until exit, like the process

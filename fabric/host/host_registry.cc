@@ -18,7 +18,7 @@ namespace softverbs::fabric {
 namespace {
 
 constexpr uint64_t kMagic = 0x47455256'534f5353ull;  // "SSOSVREG"
-constexpr int kLayoutVersion = 8;  // 8: XRC domains, XRC SRQ entries
+constexpr int kLayoutVersion = 9;  // 8: XRC domains, XRC SRQ entries; 9: hazard lines
 constexpr unsigned long long kInitialPidNamespace = 0xEFFFFFFCull;  // PROC_PID_INIT_INO
 
 struct RegionHeader {
@@ -46,7 +46,10 @@ constexpr size_t kBackingOffset = kMcastOffset + HostRegistry::kMcastSlots * siz
 constexpr size_t kPinOffset = kBackingOffset + HostRegistry::kKeySlots * HostRegistry::kKeyBackingBytes;
 static_assert(kPinOffset % 64 == 0);
 constexpr size_t kXrcdOffset = kPinOffset + HostRegistry::kKeySlots * HostRegistry::kKeyPinBytes;
-constexpr size_t kRegionSize = kXrcdOffset + HostRegistry::kXrcdSlots * sizeof(HostSlot);
+constexpr size_t kHazardOffset = kXrcdOffset + HostRegistry::kXrcdSlots * sizeof(HostSlot);
+constexpr size_t kHazardBytes = HostRegistry::kHazardLinesPerProcess * 64;  // per process slot
+static_assert(kHazardOffset % 64 == 0);
+constexpr size_t kRegionSize = kHazardOffset + HostRegistry::kProcessSlots * kHazardBytes;
 
 Status Errno(const char* what, const std::string& name) {
   int e = errno;
@@ -220,7 +223,14 @@ Status HostRegistry::MakeTables(void* header_ptr) {
   };
   qps_ = table(&header->qp_cursor, &header->qp_extent, kQpOffset, kQpSlots);
   srqs_ = table(&header->srq_cursor, &header->srq_extent, kSrqOffset, kSrqSlots);
-  processes_ = table(&header->process_cursor, &header->process_extent, kProcessOffset, kProcessSlots);
+  // A process slot's hazard lines are reserved with it: a withdrawer reads every live one.
+  processes_ = SlotTable(&header->process_cursor, &header->process_extent,
+                         reinterpret_cast<HostSlot*>(base + kProcessOffset), kProcessSlots,
+                         [this](uint32_t from, uint32_t to) {
+                           const size_t n = to - from;
+                           return Reserve(kProcessOffset + from * sizeof(HostSlot), n * sizeof(HostSlot)) &&
+                                  Reserve(kHazardOffset + from * kHazardBytes, n * kHazardBytes);
+                         });
   mcasts_ = table(&header->mcast_cursor, &header->mcast_extent, kMcastOffset, kMcastSlots);
   xrcds_ = table(&header->xrcd_cursor, &header->xrcd_extent, kXrcdOffset, kXrcdSlots);
   xrcd_lock_ = &header->xrcd_lock;
@@ -246,6 +256,7 @@ Status HostRegistry::MakeTables(void* header_ptr) {
   stripes_ = reinterpret_cast<std::atomic<uint64_t>*>(base + kStripeOffset);
   backings_ = base + kBackingOffset;
   pins_ = base + kPinOffset;
+  hazards_ = base + kHazardOffset;
   for (SlotTable* t : {&qps_, &keys_, &srqs_, &processes_, &mcasts_, &xrcds_})
     if (!t->ReserveInitial())
       return Errno("cannot reserve space for host registry (is /dev/shm full?)", name_);

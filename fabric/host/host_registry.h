@@ -20,7 +20,8 @@
 
 namespace softverbs::fabric {
 
-struct PinLine;  // fabric/host/pin_line.h
+struct PinLine;     // fabric/host/pin_line.h
+struct HazardLine;  // fabric/host/hazard_lines.h
 
 // One entry of a host table. `payload` belongs to the table's user (e.g. the endpoint directory
 // of a QP); the registry only manages ownership.
@@ -94,6 +95,7 @@ class HostRegistry {
   static constexpr uint32_t kXrcdSlots = 4096;     // XRC domain handles open host-wide (XrcdEntry)
   static constexpr size_t kKeyBackingBytes = 40;   // per key slot: fabric/host/shared_backing.h
   static constexpr size_t kKeyPinBytes = 64;       // per key slot: its pin count, on a line of its own
+  static constexpr uint32_t kHazardLinesPerProcess = 16;  // threads of a process announcing keys at once
 
   // The registry of this process's host, opened on first use. Fails (with the reason) if the
   // region cannot be created or belongs to another user. The process stays a user of the region
@@ -124,6 +126,11 @@ class HostRegistry {
   // entry is read by everyone who checks the key.
   PinLine& key_pins(uint32_t slot) {
     return *reinterpret_cast<PinLine*>(pins_ + static_cast<size_t>(slot % kKeySlots) * kKeyPinBytes);
+  }
+  // Process slot `slot`'s kHazardLinesPerProcess lines, one per thread that accesses memory
+  // keys (fabric/host/hazard_lines.h); reserved with the slot.
+  HazardLine* hazards(uint32_t slot) {
+    return reinterpret_cast<HazardLine*>(hazards_ + static_cast<size_t>(slot % kProcessSlots) * kHazardBlockBytes);
   }
   const std::string& name() const { return name_; }
 
@@ -160,6 +167,8 @@ class HostRegistry {
   std::atomic<uint64_t>* stripes_ = nullptr;
   uint8_t* backings_ = nullptr;
   uint8_t* pins_ = nullptr;
+  uint8_t* hazards_ = nullptr;
+  static constexpr size_t kHazardBlockBytes = kHazardLinesPerProcess * 64;
 };
 
 }  // namespace softverbs::fabric

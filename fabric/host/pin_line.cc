@@ -125,31 +125,31 @@ void Pause(uint32_t spins) {
 
 }  // namespace
 
-PinWait WaitUnpinned(HostRegistry& registry, PinLine& line, const std::string& what, int limit_ms) {
+PinWait WaitWhileHeld(const Holders& h, const std::string& what, int limit_ms) {
   PinWait result;
-  if (PinsHeld(line) == 0) return result;
-  // Pins of dead processes first: they would never be released.
-  result.dead_cleared = ClearDeadPins(registry, line);
+  if (!h.held()) return result;
+  // Holders that died first: they would never let go.
+  result.dead_cleared = h.clear_dead();
   const auto start = std::chrono::steady_clock::now();
   auto next_log = start + std::chrono::milliseconds(kStallLogMs);
-  for (uint32_t spins = 1; PinsHeld(line) != 0; ++spins) {
+  for (uint32_t spins = 1; h.held(); ++spins) {
     result.waited = true;
-    if (spins % 256 == 0) result.dead_cleared += ClearDeadPins(registry, line);
+    if (spins % 256 == 0) result.dead_cleared += h.clear_dead();
     const auto now = std::chrono::steady_clock::now();
     if (limit_ms >= 0 && now - start > std::chrono::milliseconds(limit_ms)) {
-      SV_LOG(kWarn, "%s: accesses in flight never finished (%s still pinning); counted as gone", what.c_str(),
-             LivePinners(registry, line).c_str());
-      for (auto& w : line.words) w.store(0, std::memory_order_release);
+      SV_LOG(kWarn, "%s: accesses in flight never finished (%s still holding); counted as gone", what.c_str(),
+             h.who().c_str());
+      h.drop();
       result.gave_up = true;
       break;
     }
     if (now >= next_log) {
-      // A live process holds the pin: stopped, traced or frozen, or very slow. It may still
-      // write, so this wait goes on (a NIC's invalidation waits for its DMA); say whom for.
-      ClearDeadPins(registry, line);
-      const std::string who = LivePinners(registry, line);
+      // A live process holds it: stopped, traced or frozen, or very slow. It may still write,
+      // so this wait goes on (a NIC's invalidation waits for its DMA); say whom for.
+      h.clear_dead();
+      const std::string who = h.who();
       if (!who.empty())
-        SV_LOG(kWarn, "%s: waiting %lld s for accesses in flight of live process(es) (%s pinning; stopped?)",
+        SV_LOG(kWarn, "%s: waiting %lld s for accesses in flight of live process(es) (%s holding; stopped?)",
                what.c_str(),
                static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(now - start).count()),
                who.c_str());
@@ -162,6 +162,18 @@ PinWait WaitUnpinned(HostRegistry& registry, PinLine& line, const std::string& w
   if (result.waited) PinWaits().live_waits.fetch_add(1, std::memory_order_relaxed);
   if (result.gave_up) PinWaits().gave_up.fetch_add(1, std::memory_order_relaxed);
   return result;
+}
+
+PinWait WaitUnpinned(HostRegistry& registry, PinLine& line, const std::string& what, int limit_ms) {
+  const Holders h{
+      [&] { return PinsHeld(line) != 0; },
+      [&] { return ClearDeadPins(registry, line); },
+      [&] { return LivePinners(registry, line); },
+      [&] {
+        for (auto& w : line.words) w.store(0, std::memory_order_release);
+      },
+  };
+  return WaitWhileHeld(h, what, limit_ms);
 }
 
 }  // namespace softverbs::fabric

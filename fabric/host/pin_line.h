@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "fabric/host/host_registry.h"
@@ -74,6 +75,16 @@ uint32_t ClearDeadPins(HostRegistry& registry, PinLine& line);
 // the live pins are cleared and `gave_up`. `what` names the verb and object for the log
 // ("ibv_dereg_mr(key slot 12)").
 PinWait WaitUnpinned(HostRegistry& registry, PinLine& line, const std::string& what, int limit_ms = kWaitForever);
+// The wait of WaitUnpinned for any kind of holder (fabric/host/hazard_lines.h announces too):
+// whether one holds on now, dropping dead ones (how many they held), the live ones for the log,
+// and dropping every hold when a test's limit runs out.
+struct Holders {
+  std::function<bool()> held;
+  std::function<uint32_t()> clear_dead;
+  std::function<std::string()> who;
+  std::function<void()> drop;
+};
+PinWait WaitWhileHeld(const Holders& holders, const std::string& what, int limit_ms = kWaitForever);
 // Pids of the live processes holding pins on `line`, with their counts ("2 of pid 123").
 std::string LivePinners(HostRegistry& registry, const PinLine& line);
 

@@ -47,7 +47,6 @@ bool MappedPieces::Map(fabric::HostRegistry& registry, fabric::BackingMaps& maps
   size_t hint = 0;
   size_t window_pin = SIZE_MAX;  // the pin whose window is windows_.back()
   uint64_t window_start = 0;     // the file offset of that pin's first byte
-  pieces_.reserve(remote.size());
   for (size_t p = 0; p < remote.size(); ++p) {
     const iovec& piece = remote.data()[p];
     const auto addr = reinterpret_cast<uint64_t>(piece.iov_base);

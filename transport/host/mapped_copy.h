@@ -19,6 +19,7 @@
 #include <memory>
 #include <vector>
 
+#include "base/inlined_vector.h"
 #include "fabric/host/backing_maps.h"
 #include "fabric/host/host_registry.h"
 #include "transport/indirect_key.h"
@@ -39,8 +40,8 @@ class MappedPieces {
   void Forget(fabric::BackingMaps& maps) const;
 
  private:
-  std::vector<iovec> pieces_;
-  std::vector<std::shared_ptr<const fabric::BackingWindow>> windows_;  // kept while the pieces are used
+  InlinedVector<iovec, 4> pieces_;
+  InlinedVector<std::shared_ptr<const fabric::BackingWindow>, 2> windows_;  // kept while the pieces are used
 };
 
 // Copies `local` to (write) or from the mapped pieces `mapped`, in order; both describe the

@@ -5,12 +5,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
 #include "core/context.h"
 #include "core/mr.h"
+#include "fabric/host/pin_line.h"
 #include "tests/unit/core/test_context.h"
 
 namespace softverbs::core {
@@ -96,6 +99,33 @@ TEST_F(KeyTableTest, ReregistrationIsSeenAtomically) {
   EXPECT_EQ(pin.view().addr, reinterpret_cast<uint64_t>(other));
   EXPECT_EQ(pin.view().length, sizeof(other));
   EXPECT_EQ(pin.view().access, moved.access);
+}
+
+// A thread holds a key by announcing it in a hazard line of its own (fabric/host/hazard_lines.h);
+// the threads of a process beyond its lines pin on the key's own line instead, and hold the key
+// just as well.
+TEST_F(KeyTableTest, ThreadsBeyondTheHazardLinesPinOnTheKeysLine) {
+  auto mr = Register(access::kRemoteRead);
+  const uint32_t rkey = mr->rkey();
+  fabric::HostRegistry& reg = context_->registry();
+  constexpr int kThreads = fabric::HostRegistry::kHazardLinesPerProcess + 1;
+  std::atomic<int> holding{0}, valid{0};
+  std::atomic<bool> release{false};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i)
+    threads.emplace_back([&] {
+      auto pin = transport::KeyPin::Acquire(reg, rkey);
+      if (pin) ++valid;
+      ++holding;
+      while (!release) std::this_thread::yield();
+    });
+  while (holding < kThreads) std::this_thread::yield();
+  EXPECT_EQ(valid.load(), kThreads);
+  EXPECT_GE(fabric::PinsHeld(reg.key_pins(transport::KeySlot(rkey))), 1u);
+  EXPECT_TRUE(transport::KeyAccessed(reg, transport::KeySlot(rkey)));
+  release = true;
+  for (auto& t : threads) t.join();
+  EXPECT_FALSE(transport::KeyAccessed(reg, transport::KeySlot(rkey)));
 }
 
 // Issue 17 item 5: an initiator SIGKILLed while it holds a pin on a key does not stall the

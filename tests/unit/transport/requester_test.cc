@@ -550,7 +550,9 @@ TEST_F(SlidingRequesterTest, ATimeoutResumesAtTheFirstPacketNotAcknowledged) {
 // A part after the first reads the local side again: if its MR is gone by then, nothing more
 // is carried, and the WRITE completes in error (once) when its ACK timeout expires.
 TEST_F(SlidingRequesterTest, AnMrWithdrawnMidMessageFailsItOnceAtItsTimeout) {
-  ConfigureMtu(/*timeout=*/8);
+  // 17 ms (4.096 us << 12): at 1 ms, a test thread descheduled between the post and the
+  // deregistration (a loaded CI machine) saw the first part carried again before the MR went.
+  ConfigureMtu(/*timeout=*/12);
   ASSERT_TRUE(requester_.Post(Big(1), kRts).ok());
   big_mr_.reset();  // ibv_dereg_mr while the WRITE is in flight
   wire_.sink->OnReply(wire_.at(0).ticket, Partial(64));

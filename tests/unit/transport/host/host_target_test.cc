@@ -175,16 +175,16 @@ TEST_F(HostTargetTest, DeregistrationWaitsForAStoppedInitiatorAndNothingLandsAft
   ASSERT_EQ(mem[kSize - 1], 0xab);
 
   // Stop it while it holds its pin on the key (in the middle of a copy, as a rule).
-  fabric::PinLine& pins = context_->registry().key_pins(transport::KeySlot(rkey));
+  const uint32_t key_slot = transport::KeySlot(rkey);
   bool stopped_pinning = false;
   for (int attempt = 0; attempt < 200 && !stopped_pinning; ++attempt) {
     Drain(reports);
-    ASSERT_TRUE(Eventually([&] { return fabric::PinsHeld(pins) != 0; }));
+    ASSERT_TRUE(Eventually([&] { return transport::KeyAccessed(context_->registry(), key_slot); }));
     kill(child, SIGSTOP);
     int status = 0;
     ASSERT_EQ(waitpid(child, &status, WUNTRACED), child);
     ASSERT_TRUE(WIFSTOPPED(status));
-    stopped_pinning = fabric::PinsHeld(pins) != 0;
+    stopped_pinning = transport::KeyAccessed(context_->registry(), key_slot);
     if (!stopped_pinning) kill(child, SIGCONT);
   }
   ASSERT_TRUE(stopped_pinning) << "never caught the initiator holding its pin";

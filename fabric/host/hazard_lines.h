@@ -1,0 +1,51 @@
+// Per-thread announcements of the memory keys a thread is accessing: the initiator's way to hold
+// a key without writing a cache line that anyone else writes. A key's PinLine (pin_line.h) is
+// one line for every pinner of the key, and the owner pins its own keys as lkeys while its peer
+// pins them as rkeys: in a ping-pong each access pulled that line across cores twice. Here a
+// thread writes only its own line (hazard pointers, Michael 2004), and the rare withdrawer reads
+// every live thread's line instead.
+//
+// The order that makes it safe: the accessor stores its announcement, then (sequentially
+// consistent fence) reads the key; the withdrawer stores the key's withdrawal, then (fence) reads
+// the announcements. Either the accessor sees the key gone, or the withdrawer sees the
+// announcement and waits for its retraction (as for a pin: forever while its process lives,
+// at once if it died).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "fabric/host/host_registry.h"
+#include "fabric/host/pin_line.h"
+
+namespace softverbs::fabric {
+
+class LocalProcess;
+
+struct alignas(64) HazardLine {
+  static constexpr int kEntries = 15;
+  std::atomic<uint32_t> tid;              // the thread owning the line (0: free)
+  std::atomic<uint32_t> held[kEntries];   // announced values (a key slot + 1); 0: empty
+};
+static_assert(sizeof(HazardLine) == 64);
+
+// This thread's line among `local`'s, claimed at first use and given back when the thread
+// exits; nullptr when every line of the process is taken (the caller pins as before).
+HazardLine* ThisThreadHazards(LocalProcess& local);
+
+// Announces `value` in `line` (this thread's); the entry to retract, or nullptr when the line is
+// full. Every load after it is ordered after the announcement.
+std::atomic<uint32_t>* Announce(HazardLine& line, uint32_t value);
+inline void Retract(std::atomic<uint32_t>* entry) { entry->store(0, std::memory_order_release); }
+
+// Whether a thread of a process holding a slot (this one included) announces `value` now. A
+// dead process's entry counts until a wait drops it or its slot is reclaimed (the safe side);
+// reads the lines only (no system call, no allocation).
+bool Announced(HostRegistry& registry, uint32_t value);
+// Waits until no thread of a live process other than the calling thread announces `value`
+// (the caller's own accesses are sequenced with it, not in flight). Announcements of dead
+// processes are cleared without waiting. Same contract and counters as WaitUnpinned.
+PinWait WaitUnannounced(HostRegistry& registry, uint32_t value, const std::string& what, int limit_ms = kWaitForever);
+
+}  // namespace softverbs::fabric
