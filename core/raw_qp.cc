@@ -2,6 +2,7 @@
 
 #include "base/log.h"
 #include "core/context.h"
+#include "core/dc.h"
 #include "core/device_limits.h"
 #include "core/qp.h"
 #include "core/wq.h"
@@ -45,6 +46,10 @@ RawQp::RawQp(Context& context, std::shared_ptr<transport::raw::RawPort> port, co
     hash_fields_ = init.rx_hash_fields_mask;
   }
   max_tso_header_ = init.has_max_tso_header ? init.max_tso_header : 0;
+  const uint32_t dv = init.has_mlx5_create_flags ? init.mlx5_create_flags : 0;
+  receive_.tunnel_offloads = (dv & mlx5_create_flag::kTunnelOffloads) != 0;
+  allow_self_loopback_uc_ = (dv & mlx5_create_flag::kTirAllowSelfLoopbackUc) != 0;
+  allow_self_loopback_mc_ = (dv & mlx5_create_flag::kTirAllowSelfLoopbackMc) != 0;
 }
 
 RawQp::~RawQp() {
@@ -148,7 +153,7 @@ void RawQp::OnFrame(std::span<const uint8_t> frame, const fabric::raw::FrameView
     // RSS: the Toeplitz hash of the selected fields picks the table entry, as a NIC's TIR does
     // (its low bits index the 2^n entries). The WQ's state decides, not the QP's.
     uint8_t input[36];
-    const size_t n = transport::raw::RssInput(view, hash_fields_, input);
+    const size_t n = transport::raw::RssFrameInput(frame, view, hash_fields_, input);
     const uint32_t hash = transport::raw::ToeplitzHash(hash_key_, {input, n});
     ind_table_->at(hash)->OnFrame(frame, view, mark);
     return;

@@ -47,6 +47,11 @@ class RawQp final : public transport::raw::RawSink {
   // transport::raw::RawSink: a steered frame (the port's thread, or a sender's loopback).
   void OnFrame(std::span<const uint8_t> frame, const fabric::raw::FrameView& view,
                const transport::raw::FlowMark& mark) override;
+  // The transport domain is the device context, as mlx5 allocates one per context.
+  const void* domain() const override { return &context_; }
+  bool AllowsSelfLoopback(bool multicast) const override {
+    return multicast ? allow_self_loopback_mc_ : allow_self_loopback_uc_;
+  }
 
  private:
   RawQp(Context& context, std::shared_ptr<transport::raw::RawPort> port, const QpInitAttributes& init);
@@ -82,6 +87,8 @@ class RawQp final : public transport::raw::RawSink {
   std::vector<uint8_t> hash_key_;
   uint64_t hash_fields_ = 0;
   uint16_t max_tso_header_ = 0;  // ibv_qp_init_attr_ex.max_tso_header
+  // MLX5DV_QP_CREATE_TIR_ALLOW_SELF_LOOPBACK_UC / _MC
+  bool allow_self_loopback_uc_ = false, allow_self_loopback_mc_ = false;
 };
 
 }  // namespace softverbs::core

@@ -70,14 +70,15 @@ ibv_device_attr_ex DeviceAttrEx() {
   // Raw packet QPs: checksums both ways, VLAN stripping, FCS scattering (core/raw_qp.h).
   ex.raw_packet_caps = IBV_RAW_PACKET_CAP_CVLAN_STRIPPING | IBV_RAW_PACKET_CAP_SCATTER_FCS |
                        IBV_RAW_PACKET_CAP_IP_CSUM;
-  // RSS on raw packet QPs (core/wq.h): Toeplitz over IPv4/IPv6 addresses and TCP/UDP ports.
+  // RSS on raw packet QPs (core/wq.h): Toeplitz over IPv4/IPv6 addresses and TCP/UDP ports, of
+  // the outer headers or (IBV_RX_HASH_INNER, with mlx5dv tunnel offloads) of VXLAN's inner ones.
   ex.rss_caps.supported_qpts = 1u << IBV_QPT_RAW_PACKET;
   ex.rss_caps.max_rwq_indirection_tables = 1024;
   ex.rss_caps.max_rwq_indirection_table_size = 1u << core::kMaxLogIndTableSize;
   ex.rss_caps.rx_hash_function = IBV_RX_HASH_FUNC_TOEPLITZ;
   ex.rss_caps.rx_hash_fields_mask = IBV_RX_HASH_SRC_IPV4 | IBV_RX_HASH_DST_IPV4 | IBV_RX_HASH_SRC_IPV6 |
                                     IBV_RX_HASH_DST_IPV6 | IBV_RX_HASH_SRC_PORT_TCP | IBV_RX_HASH_DST_PORT_TCP |
-                                    IBV_RX_HASH_SRC_PORT_UDP | IBV_RX_HASH_DST_PORT_UDP;
+                                    IBV_RX_HASH_SRC_PORT_UDP | IBV_RX_HASH_DST_PORT_UDP | IBV_RX_HASH_INNER;
   ex.max_wq_type_rq = DeviceLimits::kMaxQp;
   // TSO on raw packet QPs (transport/raw/tso.h).
   ex.tso_caps.max_tso = DeviceLimits::kMaxTso;
