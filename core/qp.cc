@@ -452,6 +452,7 @@ Status Qp::Modify(const QpAttributes& requested, uint32_t mask_in) {
   s.qp_state = *next;
   PublishEndpoint();
   sq_->Configure(RequesterConfigOf());
+  if (raw_ && (mask & attr::kRateLimit)) raw_->SetRate(s.rate_limit, s.max_burst_sz);
   if (previous == QpState::kSqe && *next == QpState::kRts) sq_->Resume();
   if (*next == QpState::kRts && previous != QpState::kRts) sq_->Progress();  // resume after SQD/SQE
   // A new rate applies at once: what waited for the old one's bucket is looked at again now.
@@ -473,6 +474,10 @@ void Qp::EnterReset() {
   if (init_.recv_cq != nullptr && init_.recv_cq != init_.send_cq) init_.recv_cq->RemoveEntriesOf(qpn_);
   if (rq_) rq_->Clear();  // an SRQ is shared: its WQEs stay
   sq_->Reset();
+  if (raw_) {  // what waited for the rate limiter is gone with the rate
+    raw_->DropPaced();
+    raw_->SetRate(0, 0);
+  }
   requester_error_.store(false);
   send_queue_error_.store(false);
   endpoint().remote_error.store(0);

@@ -53,6 +53,7 @@ RawQp::RawQp(Context& context, std::shared_ptr<transport::raw::RawPort> port, co
 }
 
 RawQp::~RawQp() {
+  paced_.reset();  // its thread sends through the port: stopped first
   Flush();
   if (ind_table_ != nullptr) ind_table_->users().Release();
 }
@@ -94,6 +95,7 @@ Status RawQp::PostSend(const transport::SendWr& wr, QpState state) {
     return Invalid("inline data of " + std::to_string(wr.inline_length) + " bytes exceeds max_inline_data " +
                    std::to_string(cap.max_inline_data));
   std::lock_guard lock(send_mu_);
+  if (paced_ && (paced_->limited() || !paced_->empty())) return PostPaced(wr, tso);
   const uint32_t status = tso ? BuildSegments(wr) : transport::raw::BuildFrames(context_.local(), send_, wr, &pending_);
   if (status != wc_status::kSuccess) {
     SV_LOG(kError, "ibv_post_send(qp 0x%x): the frame completes with status %u (%s)", receive_.qp_num, status,
@@ -112,6 +114,63 @@ Status RawQp::PostSend(const transport::SendWr& wr, QpState state) {
     pending_.clear();
   }
   return Status::Ok();
+}
+
+Status RawQp::PostPaced(const transport::SendWr& wr, bool tso) {
+  // The frames are built now (the bytes are copied at post time, as without a rate) into a
+  // batch of their own, which waits for the bucket.
+  if (!pending_.empty()) {  // unpaced frames posted before the rate (already complete) go first
+    Status s = port_->Send(pending_, this);
+    if (!s.ok()) SV_LOG(kError, "ibv_post_send(qp 0x%x): %s", receive_.qp_num, s.rule().c_str());
+    pending_.clear();
+  }
+  std::vector<std::vector<uint8_t>> mine;
+  const uint32_t status = tso ? BuildSegments(wr) : transport::raw::BuildFrames(context_.local(), send_, wr, &pending_);
+  mine.swap(pending_);
+  if (status != wc_status::kSuccess) {
+    SV_LOG(kError, "ibv_post_send(qp 0x%x): the frame completes with status %u", receive_.qp_num, status);
+    Complete(wr, status);
+    qp_->EnterError();
+    return Status::Ok();
+  }
+  transport::raw::PacedSendQueue::Wr held;
+  held.frames = std::move(mine);
+  held.wr_id = wr.wr_id;
+  held.signaled = sq_sig_all_ || (wr.flags & transport::send_flag::kSignaled);
+  paced_->Push(std::move(held));
+  return Status::Ok();
+}
+
+void RawQp::SetRate(uint32_t rate_kbps, uint32_t burst_bytes) {
+  std::lock_guard lock(send_mu_);
+  if (!paced_ && rate_kbps == 0) return;
+  if (!paced_) {
+    paced_ = std::make_unique<transport::raw::PacedSendQueue>(
+        [this](std::span<const std::vector<uint8_t>> frames) {
+          Status s = port_->Send(frames, this);
+          if (!s.ok()) SV_LOG(kError, "ibv_post_send(qp 0x%x): %s", receive_.qp_num, s.rule().c_str());
+        },
+        [this](const transport::raw::PacedSendQueue::Wr& wr, uint32_t status) { CompletePaced(wr, status); });
+  }
+  paced_->Configure(rate_kbps, burst_bytes ? burst_bytes : send_.max_frame);
+}
+
+void RawQp::CompletePaced(const transport::raw::PacedSendQueue::Wr& wr, uint32_t status) {
+  if (status == wc_status::kSuccess && !wr.signaled) return;
+  Completion c;
+  c.wr_id = wr.wr_id;
+  c.status = status;
+  c.opcode = transport::wc_opcode::kSend;
+  c.qp_num = receive_.qp_num;
+  qp_->Complete(c);
+}
+
+void RawQp::FlushPaced() {
+  if (paced_) paced_->Flush(wc_status::kWrFlushErr);  // IBA 10.8.3.1
+}
+
+void RawQp::DropPaced() {
+  if (paced_) paced_->Drop();
 }
 
 uint32_t RawQp::BuildSegments(const transport::SendWr& wr) {

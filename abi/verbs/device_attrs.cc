@@ -96,10 +96,12 @@ ibv_device_attr_ex DeviceAttrEx() {
   // Device memory (core/dm.h): the largest one allocation.
   ex.max_dm_size = DeviceLimits::kMaxDmSize;
   // Packet pacing (IBV_QP_RATE_LIMIT, ibv_modify_qp_rate_limit): the requester's token bucket
-  // (transport/pacer.h) paces the send queues of RC, UC and UD QPs.
+  // (transport/pacer.h) paces the send queues of RC, UC and UD QPs, and a raw packet QP's frames
+  // (transport/raw/paced_send_queue.h).
   ex.packet_pacing_caps.qp_rate_limit_min = DeviceLimits::kPacingMinKbps;
   ex.packet_pacing_caps.qp_rate_limit_max = DeviceLimits::kPacingMaxKbps;
-  ex.packet_pacing_caps.supported_qpts = (1u << IBV_QPT_RC) | (1u << IBV_QPT_UC) | (1u << IBV_QPT_UD);
+  ex.packet_pacing_caps.supported_qpts =
+      (1u << IBV_QPT_RC) | (1u << IBV_QPT_UC) | (1u << IBV_QPT_UD) | (1u << IBV_QPT_RAW_PACKET);
   // Tag matching on RC (transport/tag_matcher.h), with mlx5's shapes: one SGE per tag, list
   // operations bounded as a send queue, a 64-byte rendezvous header.
   ex.tm_caps.max_rndv_hdr_size = DeviceLimits::kMaxRndvHdrSize;
