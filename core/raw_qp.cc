@@ -214,7 +214,7 @@ void RawQp::OnFrame(std::span<const uint8_t> frame, const fabric::raw::FrameView
     uint8_t input[36];
     const size_t n = transport::raw::RssFrameInput(frame, view, hash_fields_, input);
     const uint32_t hash = transport::raw::ToeplitzHash(hash_key_, {input, n});
-    ind_table_->at(hash)->OnFrame(frame, view, mark);
+    ind_table_->at(hash)->OnFrame(frame, view, mark, receive_.tunnel_offloads);
     return;
   }
   // Receives land from RTR on (IBA 10.3.1); before, and in ERR, the frame is dropped.
