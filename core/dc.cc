@@ -25,13 +25,14 @@ namespace {
 // mlx5dv_qp_init_attr.create_flags, each as mlx5dv_create_qp(3) describes it.
 Status CheckMlx5CreateFlags(const QpInitAttributes& a) {
   using namespace mlx5_create_flag;
-  const uint32_t f = a.mlx5_create_flags;
+  uint32_t f = a.mlx5_create_flags;
   constexpr uint32_t kKnown = kTunnelOffloads | kTirAllowSelfLoopbackUc | kTirAllowSelfLoopbackMc |
                               kDisableScatterToCqe | kAllowScatterToCqe | kPacketBasedCreditMode | kSigPipelining;
   if (f & ~kKnown) return Invalid("mlx5dv create_flags has unknown bits " + Hex(f & ~kKnown));
   // Tunnel offloads (checksum/LRO of incoming tunnelled traffic) and the self-loopback
-  // permissions act on a TIR: the receive side of an RSS / raw packet QP. softverbs0 has no raw
-  // packet QPs, so no QP it can create has a TIR.
+  // permissions act on a TIR: the receive side of a raw packet QP, RSS or not (the kernel's mlx5
+  // takes them on IB_QPT_RAW_PACKET only; other types: EINVAL). Their effect: core/raw_qp.h.
+  if (a.type == QpType::kRawPacket) f &= ~(kTunnelOffloads | kTirAllowSelfLoopbackUc | kTirAllowSelfLoopbackMc);
   if (f & kTunnelOffloads)
     return Invalid("MLX5DV_QP_CREATE_TUNNEL_OFFLOADS applies to raw packet (TIR) QPs only, not " +
                    std::string(QpTypeName(a.type)) + " QPs");

@@ -1,5 +1,6 @@
 #include "core/flow.h"
 
+#include "core/counters.h"
 #include "core/qp.h"
 #include "core/raw_qp.h"
 
@@ -35,7 +36,8 @@ Status CheckRule(const FlowRule& rule, uint8_t port_num, uint32_t flags) {
 
 }  // namespace
 
-Result<std::unique_ptr<Flow>> Flow::Create(Qp& qp, const FlowRule& rule, uint8_t port_num, uint32_t flags) {
+Result<std::unique_ptr<Flow>> Flow::Create(Qp& qp, const FlowRule& rule, uint8_t port_num, uint32_t flags,
+                                           FlowCounters* counters) {
   // ibv_create_flow(3) note 1: UD or RAW_PACKET QPs. On an Ethernet port, mlx5 steers UD QPs
   // only for IPoIB (an InfiniBand port), so UD is refused as not offered.
   if (qp.type() == QpType::kUd)
@@ -46,14 +48,20 @@ Result<std::unique_ptr<Flow>> Flow::Create(Qp& qp, const FlowRule& rule, uint8_t
   SV_RETURN_IF_ERROR(CheckRule(rule, port_num, flags));
   FlowRule r = rule;
   r.dont_trap = (flags & flow_flag::kDontTrap) != 0;
+  if (counters != nullptr) {
+    auto counter = counters->Bind();
+    if (!counter.ok()) return counter.status();
+    r.counter = std::move(counter.value());
+  }
   RawQp& raw = *qp.raw();
   raw.flows().Acquire();
-  return std::unique_ptr<Flow>(new Flow(qp, raw.port().AddRule(r, &raw)));
+  return std::unique_ptr<Flow>(new Flow(qp, raw.port().AddRule(r, &raw), counters));
 }
 
 Flow::~Flow() {
   qp_.raw()->port().RemoveRule(id_);
   qp_.raw()->flows().Release();
+  if (counters_ != nullptr) counters_->Unbind();
 }
 
 }  // namespace softverbs::core

@@ -9,6 +9,7 @@
 
 namespace softverbs::core {
 
+class FlowCounters;
 class Qp;
 
 // ibv_flow_attr.flags
@@ -22,16 +23,18 @@ inline constexpr uint16_t kMaxFlowPriority = 15;
 
 class Flow {
  public:
-  // `port_num` and `flags` as ibv_flow_attr has them; `rule` converted by abi/.
+  // `port_num` and `flags` as ibv_flow_attr has them; `rule` converted by abi/; `counters` the
+  // object of its IBV_FLOW_SPEC_ACTION_COUNT (or null), bound to this flow while it lives.
   static Result<std::unique_ptr<Flow>> Create(Qp& qp, const transport::raw::FlowRule& rule, uint8_t port_num,
-                                              uint32_t flags);
+                                              uint32_t flags, FlowCounters* counters = nullptr);
   ~Flow();
   Qp& qp() const { return qp_; }
 
  private:
-  Flow(Qp& qp, uint64_t id) : qp_(qp), id_(id) {}
+  Flow(Qp& qp, uint64_t id, FlowCounters* counters) : qp_(qp), id_(id), counters_(counters) {}
   Qp& qp_;
   uint64_t id_;
+  FlowCounters* counters_;
 };
 
 }  // namespace softverbs::core

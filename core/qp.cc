@@ -118,9 +118,13 @@ Status CheckRss(QpInitAttributes& a) {
   if (a.rx_hash_key.size() != 40)
     return Invalid("rx_hash_key_len " + to_string(a.rx_hash_key.size()) + " is not 40 (the Toeplitz key)");
   constexpr uint64_t kFields = kSrcIpv4 | kDstIpv4 | kSrcIpv6 | kDstIpv6 | kSrcPortTcp | kDstPortTcp | kSrcPortUdp | kDstPortUdp;
-  if (a.rx_hash_fields_mask & (kInner | kIpsecSpi))
-    return NotSupported("IBV_RX_HASH_INNER and IBV_RX_HASH_IPSEC_SPI are not offered (no tunnel offloads)");
-  if (a.rx_hash_fields_mask & ~kFields) return Invalid("rx_hash_fields_mask has unknown bits");
+  if (a.rx_hash_fields_mask & kIpsecSpi) return NotSupported("IBV_RX_HASH_IPSEC_SPI is not offered (no IPsec offload)");
+  // The kernel's mlx5 create_rss_raw_qp_tir: "Tunnel offloads must be set for inner RSS".
+  const bool tunnel = a.has_mlx5_create_flags && (a.mlx5_create_flags & mlx5_create_flag::kTunnelOffloads);
+  if ((a.rx_hash_fields_mask & kInner) && !tunnel)
+    return NotSupported("IBV_RX_HASH_INNER hashes tunnelled frames: it needs MLX5DV_QP_CREATE_TUNNEL_OFFLOADS "
+                        "(mlx5dv_create_qp), as mlx5 requires");
+  if (a.rx_hash_fields_mask & ~(kFields | kInner)) return Invalid("rx_hash_fields_mask has unknown bits");
   if ((a.rx_hash_fields_mask & (kSrcPortTcp | kDstPortTcp)) && (a.rx_hash_fields_mask & (kSrcPortUdp | kDstPortUdp)))
     return Invalid("rx_hash_fields_mask selects TCP and UDP ports together (mlx5 hashes one L4 type per TIR)");
   if (a.has_send_ops_flags && a.send_ops_flags != 0) return Invalid("an RSS QP has no send queue");
@@ -462,6 +466,7 @@ Status Qp::Modify(const QpAttributes& requested, uint32_t mask_in) {
   s.qp_state = *next;
   PublishEndpoint();
   sq_->Configure(RequesterConfigOf());
+  if (raw_ && (mask & attr::kRateLimit)) raw_->SetRate(s.rate_limit, s.max_burst_sz);
   if (previous == QpState::kSqe && *next == QpState::kRts) sq_->Resume();
   if (*next == QpState::kRts && previous != QpState::kRts) sq_->Progress();  // resume after SQD/SQE
   // A new rate applies at once: what waited for the old one's bucket is looked at again now.
@@ -489,6 +494,10 @@ void Qp::EnterReset() {
   if (init_.recv_cq != nullptr && init_.recv_cq != init_.send_cq) init_.recv_cq->RemoveEntriesOf(qpn_);
   if (rq_) rq_->Clear();  // an SRQ is shared: its WQEs stay
   sq_->Reset();
+  if (raw_) {  // what waited for the rate limiter is gone with the rate
+    raw_->DropPaced();
+    raw_->SetRate(0, 0);
+  }
   requester_error_.store(false);
   send_queue_error_.store(false);
   endpoint().remote_error.store(0);

@@ -128,6 +128,7 @@ void Qp::EnterErrorLocked() {
   requester_error_.store(false, std::memory_order_release);
   send_queue_error_.store(false, std::memory_order_release);
   sq_->Flush();
+  if (raw_) raw_->FlushPaced();  // the WRs waiting for the rate limiter
   // IBA 10.3.1: in ERR every outstanding receive completes with a flush error. An SRQ's WQEs
   // belong to the SRQ; its QP instead reports that its last WQE was reached.
   if (rq_) {

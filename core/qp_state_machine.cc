@@ -394,12 +394,13 @@ Status CheckRateLimit(const ModifyContext& ctx, const QpAttributes& a) {
                      " without a rate_limit: they shape a rate (ibv_modify_qp_rate_limit(3))");
     return Status::Ok();
   }
-  // The requester paces (transport/pacer.h); raw frames leave through transport/raw, unpaced.
-  const bool paced = ctx.dc == DcRole::kNone &&
-                     (ctx.type == QpType::kRc || ctx.type == QpType::kUc || ctx.type == QpType::kUd);
+  // The requester paces (transport/pacer.h); a raw QP's frames wait in its paced send queue
+  // (transport/raw/paced_send_queue.h).
+  const bool paced = ctx.dc == DcRole::kNone && (ctx.type == QpType::kRc || ctx.type == QpType::kUc ||
+                                                 ctx.type == QpType::kUd || ctx.type == QpType::kRawPacket);
   if (!paced)
     return NotSupported("rate_limit " + Num(a.rate_limit) + " kbps: packet_pacing_caps.supported_qpts has " +
-                        "RC, UC and UD only, not " + TypeStr(ctx.type, ctx.dc));
+                        "RC, UC, UD and RAW_PACKET only, not " + TypeStr(ctx.type, ctx.dc));
   if (a.rate_limit < DeviceLimits::kPacingMinKbps || a.rate_limit > DeviceLimits::kPacingMaxKbps)
     return Invalid("rate_limit " + Num(a.rate_limit) + " kbps is outside packet_pacing_caps [" +
                    Num(DeviceLimits::kPacingMinKbps) + ", " + Num(DeviceLimits::kPacingMaxKbps) + "]");

@@ -2,6 +2,7 @@
 
 #include "base/log.h"
 #include "core/context.h"
+#include "core/dc.h"
 #include "core/device_limits.h"
 #include "core/qp.h"
 #include "core/wq.h"
@@ -45,9 +46,14 @@ RawQp::RawQp(Context& context, std::shared_ptr<transport::raw::RawPort> port, co
     hash_fields_ = init.rx_hash_fields_mask;
   }
   max_tso_header_ = init.has_max_tso_header ? init.max_tso_header : 0;
+  const uint32_t dv = init.has_mlx5_create_flags ? init.mlx5_create_flags : 0;
+  receive_.tunnel_offloads = (dv & mlx5_create_flag::kTunnelOffloads) != 0;
+  allow_self_loopback_uc_ = (dv & mlx5_create_flag::kTirAllowSelfLoopbackUc) != 0;
+  allow_self_loopback_mc_ = (dv & mlx5_create_flag::kTirAllowSelfLoopbackMc) != 0;
 }
 
 RawQp::~RawQp() {
+  paced_.reset();  // its thread sends through the port: stopped first
   Flush();
   if (ind_table_ != nullptr) ind_table_->users().Release();
 }
@@ -89,6 +95,7 @@ Status RawQp::PostSend(const transport::SendWr& wr, QpState state) {
     return Invalid("inline data of " + std::to_string(wr.inline_length) + " bytes exceeds max_inline_data " +
                    std::to_string(cap.max_inline_data));
   std::lock_guard lock(send_mu_);
+  if (paced_ && (paced_->limited() || !paced_->empty())) return PostPaced(wr, tso);
   const uint32_t status = tso ? BuildSegments(wr) : transport::raw::BuildFrames(context_.local(), send_, wr, &pending_);
   if (status != wc_status::kSuccess) {
     SV_LOG(kError, "ibv_post_send(qp 0x%x): the frame completes with status %u (%s)", receive_.qp_num, status,
@@ -107,6 +114,63 @@ Status RawQp::PostSend(const transport::SendWr& wr, QpState state) {
     pending_.clear();
   }
   return Status::Ok();
+}
+
+Status RawQp::PostPaced(const transport::SendWr& wr, bool tso) {
+  // The frames are built now (the bytes are copied at post time, as without a rate) into a
+  // batch of their own, which waits for the bucket.
+  if (!pending_.empty()) {  // unpaced frames posted before the rate (already complete) go first
+    Status s = port_->Send(pending_, this);
+    if (!s.ok()) SV_LOG(kError, "ibv_post_send(qp 0x%x): %s", receive_.qp_num, s.rule().c_str());
+    pending_.clear();
+  }
+  std::vector<std::vector<uint8_t>> mine;
+  const uint32_t status = tso ? BuildSegments(wr) : transport::raw::BuildFrames(context_.local(), send_, wr, &pending_);
+  mine.swap(pending_);
+  if (status != wc_status::kSuccess) {
+    SV_LOG(kError, "ibv_post_send(qp 0x%x): the frame completes with status %u", receive_.qp_num, status);
+    Complete(wr, status);
+    qp_->EnterError();
+    return Status::Ok();
+  }
+  transport::raw::PacedSendQueue::Wr held;
+  held.frames = std::move(mine);
+  held.wr_id = wr.wr_id;
+  held.signaled = sq_sig_all_ || (wr.flags & transport::send_flag::kSignaled);
+  paced_->Push(std::move(held));
+  return Status::Ok();
+}
+
+void RawQp::SetRate(uint32_t rate_kbps, uint32_t burst_bytes) {
+  std::lock_guard lock(send_mu_);
+  if (!paced_ && rate_kbps == 0) return;
+  if (!paced_) {
+    paced_ = std::make_unique<transport::raw::PacedSendQueue>(
+        [this](std::span<const std::vector<uint8_t>> frames) {
+          Status s = port_->Send(frames, this);
+          if (!s.ok()) SV_LOG(kError, "ibv_post_send(qp 0x%x): %s", receive_.qp_num, s.rule().c_str());
+        },
+        [this](const transport::raw::PacedSendQueue::Wr& wr, uint32_t status) { CompletePaced(wr, status); });
+  }
+  paced_->Configure(rate_kbps, burst_bytes ? burst_bytes : send_.max_frame);
+}
+
+void RawQp::CompletePaced(const transport::raw::PacedSendQueue::Wr& wr, uint32_t status) {
+  if (status == wc_status::kSuccess && !wr.signaled) return;
+  Completion c;
+  c.wr_id = wr.wr_id;
+  c.status = status;
+  c.opcode = transport::wc_opcode::kSend;
+  c.qp_num = receive_.qp_num;
+  qp_->Complete(c);
+}
+
+void RawQp::FlushPaced() {
+  if (paced_) paced_->Flush(wc_status::kWrFlushErr);  // IBA 10.8.3.1
+}
+
+void RawQp::DropPaced() {
+  if (paced_) paced_->Drop();
 }
 
 uint32_t RawQp::BuildSegments(const transport::SendWr& wr) {
@@ -148,9 +212,9 @@ void RawQp::OnFrame(std::span<const uint8_t> frame, const fabric::raw::FrameView
     // RSS: the Toeplitz hash of the selected fields picks the table entry, as a NIC's TIR does
     // (its low bits index the 2^n entries). The WQ's state decides, not the QP's.
     uint8_t input[36];
-    const size_t n = transport::raw::RssInput(view, hash_fields_, input);
+    const size_t n = transport::raw::RssFrameInput(frame, view, hash_fields_, input);
     const uint32_t hash = transport::raw::ToeplitzHash(hash_key_, {input, n});
-    ind_table_->at(hash)->OnFrame(frame, view, mark);
+    ind_table_->at(hash)->OnFrame(frame, view, mark, receive_.tunnel_offloads);
     return;
   }
   // Receives land from RTR on (IBA 10.3.1); before, and in ERR, the frame is dropped.

@@ -12,6 +12,7 @@
 #include "base/status.h"
 #include "core/pd.h"
 #include "core/types.h"
+#include "transport/raw/paced_send_queue.h"
 #include "transport/raw/raw_port.h"
 #include "transport/raw/raw_receive.h"
 #include "transport/raw/raw_send.h"
@@ -36,6 +37,14 @@ class RawQp final : public transport::raw::RawSink {
   Status PostSend(const transport::SendWr& wr, QpState state);
   // Sends what PostSend queued (one sendmmsg for a whole ibv_post_send list).
   void Flush();
+  // IBV_QP_RATE_LIMIT (ibv_modify_qp_rate_limit(3)): with a rate, frames wait for the token
+  // bucket and each WR completes when its frames have left (transport/raw/paced_send_queue.h).
+  // `burst_bytes` 0: one frame of the port's largest.
+  void SetRate(uint32_t rate_kbps, uint32_t burst_bytes);
+  // The QP entered ERR: the WRs still waiting for the bucket complete with a flush error.
+  void FlushPaced();
+  // The QP entered RESET: they are dropped.
+  void DropPaced();
 
   // ibv_post_recv posted WQEs: frames waiting in the receive buffer take them now.
   void DrainBacklog();
@@ -47,10 +56,18 @@ class RawQp final : public transport::raw::RawSink {
   // transport::raw::RawSink: a steered frame (the port's thread, or a sender's loopback).
   void OnFrame(std::span<const uint8_t> frame, const fabric::raw::FrameView& view,
                const transport::raw::FlowMark& mark) override;
+  // The transport domain is the device context, as mlx5 allocates one per context.
+  const void* domain() const override { return &context_; }
+  bool AllowsSelfLoopback(bool multicast) const override {
+    return multicast ? allow_self_loopback_mc_ : allow_self_loopback_uc_;
+  }
 
  private:
   RawQp(Context& context, std::shared_ptr<transport::raw::RawPort> port, const QpInitAttributes& init);
   void Complete(const transport::SendWr& wr, uint32_t status);
+  // With a rate: builds `wr`'s frames and hands them to paced_ (under send_mu_).
+  Status PostPaced(const transport::SendWr& wr, bool tso);
+  void CompletePaced(const transport::raw::PacedSendQueue::Wr& wr, uint32_t status);
   // IBV_WR_TSO: the segments of `wr` into pending_ (under send_mu_); a wc status.
   uint32_t BuildSegments(const transport::SendWr& wr);
   // Places one frame in the next WQE (under rx_mu_); false if none is posted.
@@ -74,6 +91,9 @@ class RawQp final : public transport::raw::RawSink {
   bool sq_sig_all_ = false;
   std::mutex send_mu_;
   std::vector<std::vector<uint8_t>> pending_;  // built frames not yet handed to the socket
+  // Made by the first rate (a thread of its own); a WR goes through it while it is limited or
+  // still holds WRs, so sends never overtake each other.
+  std::unique_ptr<transport::raw::PacedSendQueue> paced_;
   UseCount flows_;
   std::mutex rx_mu_;
   std::deque<Held> backlog_;
@@ -82,6 +102,8 @@ class RawQp final : public transport::raw::RawSink {
   std::vector<uint8_t> hash_key_;
   uint64_t hash_fields_ = 0;
   uint16_t max_tso_header_ = 0;  // ibv_qp_init_attr_ex.max_tso_header
+  // MLX5DV_QP_CREATE_TIR_ALLOW_SELF_LOOPBACK_UC / _MC
+  bool allow_self_loopback_uc_ = false, allow_self_loopback_mc_ = false;
 };
 
 }  // namespace softverbs::core

@@ -91,7 +91,7 @@ Status Wq::PostRecv(uint64_t wr_id, const transport::RecvSge* sge, uint32_t num_
 }
 
 void Wq::OnFrame(std::span<const uint8_t> frame, const fabric::raw::FrameView& view,
-                 const transport::raw::FlowMark& mark) {
+                 const transport::raw::FlowMark& mark, bool tunnel_offloads) {
   if (state() != WqState::kReady) return;  // a WQ receives in RDY only
   transport::TakenWqe wqe = rq_->Take();
   if (!wqe.found) {
@@ -102,6 +102,7 @@ void Wq::OnFrame(std::span<const uint8_t> frame, const fabric::raw::FrameView& v
   config.qp_num = wq_num_;
   config.process_slot = context_.local().slot();
   config.pd = pd_->host_id();
+  config.tunnel_offloads = tunnel_offloads;
   transport::Completion c = transport::raw::ReceiveFrame(context_.local(), config, wqe, frame, view, mark);
   if (!cq_->Push(c)) cq_->ReportOverrun();
   if (c.status != transport::wc_status::kSuccess) {

@@ -48,9 +48,9 @@ class Wq {
   // ibv_post_wq_recv: from RESET and RDY (ERR: flushed at once).
   Status PostRecv(uint64_t wr_id, const transport::RecvSge* sge, uint32_t num_sge);
   // A frame the RSS hash gave this WQ (the port's thread): into its oldest WQE; dropped when it is
-  // not RDY or has none.
+  // not RDY or has none. `tunnel_offloads`: the RSS QP's (its TIR's) MLX5DV_QP_CREATE_TUNNEL_OFFLOADS.
   void OnFrame(std::span<const uint8_t> frame, const fabric::raw::FrameView& view,
-               const transport::raw::FlowMark& mark);
+               const transport::raw::FlowMark& mark, bool tunnel_offloads);
 
  private:
   Wq(Context& context, Pd* pd, Cq* cq, std::unique_ptr<transport::RecvQueue> rq, uint32_t max_wr, uint32_t max_sge);

@@ -33,9 +33,11 @@ int QueryDevice(ibv_context*, mlx5dv_context* out) {
   out->flags = MLX5DV_CONTEXT_FLAGS_PACKET_BASED_CREDIT_MODE;
   out->comp_mask = asked & kAnswered;
   if (asked & MLX5DV_CONTEXT_MASK_CQE_COMPRESION) out->cqe_comp_caps = {};     // no compressed CQEs
-  if (asked & MLX5DV_CONTEXT_MASK_SWP) out->sw_parsing_caps = {};              // no raw packet QPs
+  if (asked & MLX5DV_CONTEXT_MASK_SWP) out->sw_parsing_caps = {};              // no software parsing offload
   if (asked & MLX5DV_CONTEXT_MASK_STRIDING_RQ) out->striding_rq_caps = {};     // no WQs
-  if (asked & MLX5DV_CONTEXT_MASK_TUNNEL_OFFLOADS) out->tunnel_offloads_caps = 0;
+  // MLX5DV_QP_CREATE_TUNNEL_OFFLOADS on raw packet QPs: VXLAN's inner checksums and inner RSS.
+  if (asked & MLX5DV_CONTEXT_MASK_TUNNEL_OFFLOADS)
+    out->tunnel_offloads_caps = MLX5DV_RAW_PACKET_CAP_TUNNELED_OFFLOAD_VXLAN;
   // ODP through a DCT: the same key rule as RC (core/mr.h, transport/key_table.h).
   if (asked & MLX5DV_CONTEXT_MASK_DC_ODP_CAPS)
     out->dc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ |

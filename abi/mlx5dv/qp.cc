@@ -7,7 +7,7 @@
 // --- constructors: "on error NULL will be returned and errno will be set" ----------------------
 
 // mlx5dv_create_qp(3): RC/UC/UD and DC (DCI, DCT); core/dc.h has the rules.
-// support: mlx5dv_create_qp | implemented | RC/UC/UD/DCI/DCT; create_flags per man page; send_ops_flags MR_LIST/MR_INTERLEAVED/MKEY_CONFIGURE (RC); no DCI streams, no RAW_WQE/MEMCPY
+// support: mlx5dv_create_qp | implemented | RC/UC/UD/DCI/DCT/RAW_PACKET; create_flags per man page (TUNNEL_OFFLOADS, TIR_ALLOW_SELF_LOOPBACK_UC/MC on raw packet QPs); send_ops_flags MR_LIST/MR_INTERLEAVED/MKEY_CONFIGURE (RC); no DCI streams, no RAW_WQE/MEMCPY
 SV_EXPORT struct ibv_qp* mlx5dv_create_qp(struct ibv_context* context, struct ibv_qp_init_attr_ex* qp_attr,
                                           struct mlx5dv_qp_init_attr* mlx5_qp_attr) {
   return sv_private_mlx5_provider()->create_qp(context, qp_attr, mlx5_qp_attr);

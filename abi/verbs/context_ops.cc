@@ -104,17 +104,6 @@ int ModifyFlowActionEsp(ibv_flow_action*, ibv_flow_action_esp_attr*) {
   return ReturnErrno("ibv_modify_flow_action_esp", "", Unsupported("flow actions (ESP)"));
 }
 int DestroyFlowAction(ibv_flow_action*) { return ReturnErrno("ibv_destroy_flow_action", "", Unsupported("flow actions")); }
-ibv_counters* CreateCounters(ibv_context*, ibv_counters_init_attr*) {
-  return ReturnNull<ibv_counters>("ibv_create_counters", "", Unsupported("flow counters"));
-}
-int DestroyCounters(ibv_counters*) { return ReturnErrno("ibv_destroy_counters", "", Unsupported("flow counters")); }
-int AttachCountersPointFlow(ibv_counters*, ibv_counter_attach_attr*, ibv_flow*) {
-  return ReturnErrno("ibv_attach_counters_point_flow", "", Unsupported("flow counters"));
-}
-int ReadCounters(ibv_counters*, uint64_t*, uint32_t, uint32_t) {
-  return ReturnErrno("ibv_read_counters", "", Unsupported("flow counters"));
-}
-
 }  // namespace
 
 void InitContextOps(SvContext* ctx) {

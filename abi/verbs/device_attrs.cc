@@ -71,14 +71,15 @@ ibv_device_attr_ex DeviceAttrEx() {
   // Raw packet QPs: checksums both ways, VLAN stripping, FCS scattering (core/raw_qp.h).
   ex.raw_packet_caps = IBV_RAW_PACKET_CAP_CVLAN_STRIPPING | IBV_RAW_PACKET_CAP_SCATTER_FCS |
                        IBV_RAW_PACKET_CAP_IP_CSUM;
-  // RSS on raw packet QPs (core/wq.h): Toeplitz over IPv4/IPv6 addresses and TCP/UDP ports.
+  // RSS on raw packet QPs (core/wq.h): Toeplitz over IPv4/IPv6 addresses and TCP/UDP ports, of
+  // the outer headers or (IBV_RX_HASH_INNER, with mlx5dv tunnel offloads) of VXLAN's inner ones.
   ex.rss_caps.supported_qpts = 1u << IBV_QPT_RAW_PACKET;
   ex.rss_caps.max_rwq_indirection_tables = 1024;
   ex.rss_caps.max_rwq_indirection_table_size = 1u << core::kMaxLogIndTableSize;
   ex.rss_caps.rx_hash_function = IBV_RX_HASH_FUNC_TOEPLITZ;
   ex.rss_caps.rx_hash_fields_mask = IBV_RX_HASH_SRC_IPV4 | IBV_RX_HASH_DST_IPV4 | IBV_RX_HASH_SRC_IPV6 |
                                     IBV_RX_HASH_DST_IPV6 | IBV_RX_HASH_SRC_PORT_TCP | IBV_RX_HASH_DST_PORT_TCP |
-                                    IBV_RX_HASH_SRC_PORT_UDP | IBV_RX_HASH_DST_PORT_UDP;
+                                    IBV_RX_HASH_SRC_PORT_UDP | IBV_RX_HASH_DST_PORT_UDP | IBV_RX_HASH_INNER;
   ex.max_wq_type_rq = DeviceLimits::kMaxQp;
   // TSO on raw packet QPs (transport/raw/tso.h).
   ex.tso_caps.max_tso = DeviceLimits::kMaxTso;
@@ -96,10 +97,12 @@ ibv_device_attr_ex DeviceAttrEx() {
   // Device memory (core/dm.h): the largest one allocation.
   ex.max_dm_size = DeviceLimits::kMaxDmSize;
   // Packet pacing (IBV_QP_RATE_LIMIT, ibv_modify_qp_rate_limit): the requester's token bucket
-  // (transport/pacer.h) paces the send queues of RC, UC and UD QPs.
+  // (transport/pacer.h) paces the send queues of RC, UC and UD QPs, and a raw packet QP's frames
+  // (transport/raw/paced_send_queue.h).
   ex.packet_pacing_caps.qp_rate_limit_min = DeviceLimits::kPacingMinKbps;
   ex.packet_pacing_caps.qp_rate_limit_max = DeviceLimits::kPacingMaxKbps;
-  ex.packet_pacing_caps.supported_qpts = (1u << IBV_QPT_RC) | (1u << IBV_QPT_UC) | (1u << IBV_QPT_UD);
+  ex.packet_pacing_caps.supported_qpts =
+      (1u << IBV_QPT_RC) | (1u << IBV_QPT_UC) | (1u << IBV_QPT_UD) | (1u << IBV_QPT_RAW_PACKET);
   // Tag matching on RC (transport/tag_matcher.h), with mlx5's shapes: one SGE per tag, list
   // operations bounded as a send queue, a 64-byte rendezvous header.
   ex.tm_caps.max_rndv_hdr_size = DeviceLimits::kMaxRndvHdrSize;

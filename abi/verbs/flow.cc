@@ -65,19 +65,21 @@ size_t SpecSize(uint32_t type) {
     case IBV_FLOW_SPEC_VXLAN_TUNNEL: return sizeof(ibv_flow_spec_tunnel);
     case IBV_FLOW_SPEC_ACTION_TAG: return sizeof(ibv_flow_spec_action_tag);
     case IBV_FLOW_SPEC_ACTION_DROP: return sizeof(ibv_flow_spec_action_drop);
+    case IBV_FLOW_SPEC_ACTION_COUNT: return sizeof(ibv_flow_spec_counter_action);
     default: return 0;
   }
 }
 
-Status Convert(const ibv_flow_spec* spec, FlowRule* rule) {
+// `*counters`: the object of the rule's IBV_FLOW_SPEC_ACTION_COUNT, if it has one.
+Status Convert(const ibv_flow_spec* spec, FlowRule* rule, ibv_counters** counters) {
   const uint32_t type = spec->hdr.type;
   HeaderMatch& m = (type & IBV_FLOW_SPEC_INNER) ? rule->inner : rule->outer;
   const size_t want = SpecSize(type);
   switch (type & ~IBV_FLOW_SPEC_INNER) {
     case IBV_FLOW_SPEC_ESP: case IBV_FLOW_SPEC_GRE: case IBV_FLOW_SPEC_MPLS:
       return NotSupported("flow spec type " + std::to_string(type) + " (ESP, GRE, MPLS) is not offered");
-    case IBV_FLOW_SPEC_ACTION_HANDLE: case IBV_FLOW_SPEC_ACTION_COUNT:
-      return NotSupported("flow actions by handle and flow counters are not offered");
+    case IBV_FLOW_SPEC_ACTION_HANDLE:
+      return NotSupported("flow actions by handle (ESP, modify header, packet reformat) are not offered");
     default: break;
   }
   if (want == 0) return Invalid("flow spec type " + std::to_string(type) + " is not a spec type (ibv_create_flow(3))");
@@ -128,11 +130,17 @@ Status Convert(const ibv_flow_spec* spec, FlowRule* rule) {
     case IBV_FLOW_SPEC_ACTION_DROP:
       rule->drop = true;
       break;
+    case IBV_FLOW_SPEC_ACTION_COUNT:
+      // mlx5's get_flow_mcounters: one counters object per flow.
+      if (*counters != nullptr) return Invalid("a rule has at most one IBV_FLOW_SPEC_ACTION_COUNT (as mlx5)");
+      if (spec->flow_count.counters == nullptr) return Invalid("IBV_FLOW_SPEC_ACTION_COUNT with counters NULL");
+      *counters = spec->flow_count.counters;
+      break;
   }
   return Status::Ok();
 }
 
-Status ToRule(const ibv_flow_attr& attr, FlowRule* rule) {
+Status ToRule(const ibv_flow_attr& attr, FlowRule* rule, ibv_counters** counters) {
   if (attr.comp_mask != 0) return Invalid("comp_mask must be 0");
   if (attr.type > IBV_FLOW_ATTR_SNIFFER) return Invalid("type " + std::to_string(attr.type) + " is not a rule type");
   rule->type = static_cast<transport::raw::FlowType>(attr.type);
@@ -147,7 +155,7 @@ Status ToRule(const ibv_flow_attr& attr, FlowRule* rule) {
     ibv_flow_spec spec;
     memset(&spec, 0, sizeof spec);
     memcpy(&spec, at, std::min<size_t>(hdr.size, sizeof spec));
-    SV_RETURN_IF_ERROR(Convert(&spec, rule));
+    SV_RETURN_IF_ERROR(Convert(&spec, rule, counters));
     at += hdr.size;
   }
   return Status::Ok();
@@ -157,8 +165,11 @@ Status ToRule(const ibv_flow_attr& attr, FlowRule* rule) {
 
 ibv_flow* CreateFlow(ibv_qp* qp, ibv_flow_attr* attr) {
   FlowRule rule;
-  if (Status s = ToRule(*attr, &rule); !s.ok()) return ReturnNull<ibv_flow>("ibv_create_flow", Name(qp), s);
-  auto core = core::Flow::Create(*ToSv(qp)->core, rule, attr->port, attr->flags);
+  ibv_counters* counters = nullptr;
+  if (Status s = ToRule(*attr, &rule, &counters); !s.ok()) return ReturnNull<ibv_flow>("ibv_create_flow", Name(qp), s);
+  if (counters != nullptr && counters->context != qp->context)
+    return ReturnNull<ibv_flow>("ibv_create_flow", Name(qp), Invalid("the counters belong to another context"));
+  auto core = core::Flow::Create(*ToSv(qp)->core, rule, attr->port, attr->flags, CoreOf(counters));
   if (!core.ok()) return ReturnNull<ibv_flow>("ibv_create_flow", Name(qp), core.status());
   auto* f = new (std::nothrow) SvFlow{};
   if (f == nullptr) return ReturnNull<ibv_flow>("ibv_create_flow", Name(qp), NoMemory("out of memory"));

@@ -8,6 +8,7 @@
 #include "transport/work_request.h"
 
 namespace softverbs::core {
+class FlowCounters;
 class RwqIndTable;
 }
 
@@ -44,6 +45,12 @@ ibv_mr* RegDmMr(ibv_pd*, ibv_dm*, uint64_t, size_t, unsigned int);
 // Flow steering (flow.cc).
 ibv_flow* CreateFlow(ibv_qp*, ibv_flow_attr*);
 int DestroyFlow(ibv_flow*);
+// Flow counters (counters.cc).
+ibv_counters* CreateCounters(ibv_context*, ibv_counters_init_attr*);
+int DestroyCounters(ibv_counters*);
+int AttachCountersPointFlow(ibv_counters*, ibv_counter_attach_attr*, ibv_flow*);
+int ReadCounters(ibv_counters*, uint64_t*, uint32_t, uint32_t);
+core::FlowCounters* CoreOf(ibv_counters* counters);
 // Receive work queues and RSS indirection tables (wq.cc).
 ibv_wq* CreateWq(ibv_context*, ibv_wq_init_attr*);
 int ModifyWq(ibv_wq*, ibv_wq_attr*);

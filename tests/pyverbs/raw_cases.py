@@ -14,6 +14,12 @@ import time
 import unittest
 
 import base  # environment first
+
+if os.environ.get('RAW_CASES_LOG_FILE'):
+    # The refusal cases read the library's error lines back (base.py cleared any user setting;
+    # the library reads these at its first log line, after this).
+    os.environ['SOFTVERBS_LOG'] = 'error'
+    os.environ['SOFTVERBS_LOG_FILE'] = os.environ['RAW_CASES_LOG_FILE']
 import pyverbs.enums as e
 from pyverbs.cq import CQ, CqInitAttrEx, CQEX, PollCqAttr
 from pyverbs.flow import Flow, FlowAttr
@@ -94,7 +100,7 @@ def checksums_ok(frame):
 class RawQp:
     """A RAW_PACKET QP on interface `ifname`, in RTS, with a 64 KiB buffer."""
 
-    def __init__(self, ctx, pd, ifname, create_flags=0, cq_ex=False):
+    def __init__(self, ctx, pd, ifname, create_flags=0, cq_ex=False, dv_flags=0):
         os.environ['SOFTVERBS_RAW_IF'] = ifname
         self.ctx, self.pd = ctx, pd
         if cq_ex:
@@ -104,7 +110,14 @@ class RawQp:
         else:
             self.cq = CQ(ctx, 256)
         cap = QPCap(max_send_wr=64, max_recv_wr=64, max_send_sge=4, max_recv_sge=4, max_inline_data=512)
-        if create_flags:
+        if dv_flags:  # through mlx5dv_create_qp (mlx5dv_qp_init_attr.create_flags)
+            from pyverbs.providers.mlx5.mlx5dv import Mlx5DVQPInitAttr, Mlx5QP
+            import pyverbs.providers.mlx5.mlx5_enums as dve
+            init = QPInitAttrEx(qp_type=e.IBV_QPT_RAW_PACKET, scq=self.cq, rcq=self.cq, cap=cap, pd=pd,
+                                comp_mask=e.IBV_QP_INIT_ATTR_PD)
+            self.qp = Mlx5QP(ctx, init, Mlx5DVQPInitAttr(comp_mask=dve.MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS,
+                                                         create_flags=dv_flags))
+        elif create_flags:
             init = QPInitAttrEx(qp_type=e.IBV_QPT_RAW_PACKET, scq=self.cq, rcq=self.cq, cap=cap, pd=pd,
                                 comp_mask=e.IBV_QP_INIT_ATTR_PD | e.IBV_QP_INIT_ATTR_CREATE_FLAGS,
                                 create_flags=create_flags)
@@ -479,8 +492,8 @@ def _vctx_op(ctx, back, restype, argtypes):
     return ctypes.CFUNCTYPE(restype, *argtypes, use_errno=True)(ctypes.c_void_p.from_address(addr).value)
 
 
-class CFlowTest(RawBase):
-    """TAG and DROP actions, spec sizes and types, on a QP made through the C API."""
+class CFlowBase(RawBase):
+    """A RAW_PACKET QP on svb made through the C API, four receives posted, and a sender on sva."""
 
     def setUp(self):
         super().setUp()
@@ -488,7 +501,8 @@ class CFlowTest(RawBase):
         self.c = raw.RawContext()
         ctx = self.c.ctx
         self.create_flow = _vctx_op(ctx, 80, vp, [vp, vp])
-        self.destroy_flow = _vctx_op(ctx, 96, ctypes.c_int, [vp])
+        self._destroy_flow = _vctx_op(ctx, 96, ctypes.c_int, [vp])
+        self.cflows = []  # destroyed before the QP: a rule left behind would outlive it
         create_cq_ex = _vctx_op(ctx, 120, vp, [vp, vp])
         self.cpd = self.c.alloc_pd()
         attr = CqInitAttrExC(cqe=64, wc_flags=e.IBV_WC_STANDARD_FLAGS | e.IBV_WC_EX_WITH_FLOW_TAG)
@@ -516,8 +530,14 @@ class CFlowTest(RawBase):
         self.mac_b = mac_bytes(mac_of(B))
 
     def tearDown(self):
+        for f in reversed(self.cflows):
+            self._destroy_flow(f)
         self.c.close()
         super().tearDown()
+
+    def destroy_flow(self, f):
+        self.cflows.remove(f)
+        return self._destroy_flow(f)
 
     def flow(self, *specs, expect=0):
         body = b''.join(bytes(s) for s in specs)
@@ -530,6 +550,7 @@ class CFlowTest(RawBase):
             self.assertEqual(ctypes.get_errno(), expect)
         else:
             self.assertTrue(f, os.strerror(ctypes.get_errno()))
+            self.cflows.append(f)
         return f
 
     def eth(self):
@@ -558,6 +579,11 @@ class CFlowTest(RawBase):
             end(self.cqx)
         return got
 
+
+
+class CFlowTest(CFlowBase):
+    """TAG and DROP actions, spec sizes and types."""
+
     def test_tag_reaches_the_completion(self):
         self.flow(self.eth(), TagSpecC(type=e.IBV_FLOW_SPEC_ACTION_TAG, size=ctypes.sizeof(TagSpecC), tag_id=0xabcde))
         self.sender.send(udp4_frame(self.mac_b, self.sender.mac, b'tagged'))
@@ -578,7 +604,107 @@ class CFlowTest(RawBase):
         big_tag = TagSpecC(type=e.IBV_FLOW_SPEC_ACTION_TAG, size=ctypes.sizeof(TagSpecC), tag_id=1 << 24)
         self.flow(self.eth(), big_tag, expect=22)
         counter = DropSpecC(type=e.IBV_FLOW_SPEC_ACTION_COUNT, size=ctypes.sizeof(DropSpecC))
-        self.flow(counter, expect=95)  # EOPNOTSUPP: no flow counters
+        self.flow(counter, expect=22)  # its struct (ibv_flow_spec_counter_action) is 16 bytes
+
+
+# ----- Flow counters (ibv_create_counters(3) and friends), through the C ops.
+class CountSpecC(ctypes.Structure):
+    _fields_ = [('type', ctypes.c_int), ('size', ctypes.c_uint16), ('counters', vp)]
+
+
+class CounterAttachC(ctypes.Structure):
+    _fields_ = [('counter_desc', ctypes.c_int), ('index', ctypes.c_uint32), ('comp_mask', ctypes.c_uint32)]
+
+
+IBV_COUNTER_PACKETS, IBV_COUNTER_BYTES = 0, 1
+EINVAL, EBUSY, EOPNOTSUPP = 22, 16, 95
+
+
+def log_lines():
+    """The library's error lines so far (test_raw_packet.py runs these cases with a log file)."""
+    with open(os.environ['RAW_CASES_LOG_FILE']) as f:
+        return f.read()
+
+
+class CountersTest(CFlowBase):
+    def setUp(self):
+        super().setUp()
+        ctx = self.c.ctx
+        self.create_counters = _vctx_op(ctx, 280, vp, [vp, vp])
+        self.destroy_counters = _vctx_op(ctx, 272, ctypes.c_int, [vp])
+        self.attach = _vctx_op(ctx, 288, ctypes.c_int, [vp, vp, vp])
+        read = _vctx_op(ctx, 296, ctypes.c_int, [vp, vp, ctypes.c_uint32, ctypes.c_uint32])
+        self.read = lambda c, n, flags=0, room=None: self._read(read, c, n, flags, room)
+
+    def _read(self, fn, counters, n, flags, room):
+        buf = (ctypes.c_uint64 * (room or max(n, 1)))(*([7] * (room or max(n, 1))))
+        rc = fn(counters, buf, n, flags)
+        return rc, list(buf)
+
+    def counters(self, *descs):
+        init = ctypes.c_uint32(0)
+        c = self.create_counters(self.c.ctx, ctypes.byref(init))
+        self.assertTrue(c, os.strerror(ctypes.get_errno()))
+        for desc, index in descs:
+            self.assertEqual(self.attach(c, ctypes.byref(CounterAttachC(desc, index, 0)), None), 0)
+        return c
+
+    def count_spec(self, c):
+        return CountSpecC(type=e.IBV_FLOW_SPEC_ACTION_COUNT, size=ctypes.sizeof(CountSpecC), counters=c)
+
+    def test_counts_exactly_what_the_rule_matched(self):
+        c = self.counters((IBV_COUNTER_PACKETS, 0), (IBV_COUNTER_BYTES, 1))
+        f = self.flow(self.eth(), self.count_spec(c))
+        frames = [udp4_frame(self.mac_b, self.sender.mac, b'n' * n) for n in (40, 300, 900)]  # WQEs: 1 KiB
+        for fr in frames:
+            self.sender.send(fr, inline=False)
+        # A frame to another MAC crosses the veth too, but the rule does not match it.
+        self.sender.send(udp4_frame(b'\x02\x00\x00\x00\x00\x99', self.sender.mac, b'not counted'))
+        self.assertEqual(self.poll_tags(3), [(i, e.IBV_WC_SUCCESS, 0) for i in range(3)])
+        self.assertEqual(self.read(c, 2), (0, [3, sum(map(len, frames))]))
+        self.assertEqual(self.read(c, 2, flags=1), (0, [3, sum(map(len, frames))]))  # PREFER_CACHED: exact too
+        self.assertEqual(self.read(c, 3)[1][2], 0)  # an index no description names reads 0
+        # Bound: no more descriptions, no second flow, no destroy.
+        self.assertEqual(self.attach(c, ctypes.byref(CounterAttachC(IBV_COUNTER_PACKETS, 2, 0)), None), EBUSY)
+        self.flow(self.eth(), self.count_spec(c), expect=EINVAL)
+        self.assertEqual(self.destroy_counters(c), EBUSY)
+        self.assertEqual(self.destroy_flow(f), 0)
+        self.assertEqual(self.read(c, 2), (0, [3, sum(map(len, frames))]))  # the values stay
+        self.assertEqual(self.destroy_counters(c), 0)
+        log = log_lines()
+        self.assertRegex(log, r'ibv_attach_counters_point_flow\(counters 0x[0-9a-f]+\): the counters are bound')
+        self.assertRegex(log, r'ibv_destroy_counters\(counters 0x[0-9a-f]+\): a flow counts with them')
+
+    def test_bad_input(self):
+        c = self.counters((IBV_COUNTER_PACKETS, 0), (IBV_COUNTER_BYTES, 3))
+        # A short buffer: the highest index (3) needs 4 entries; nothing is written.
+        self.assertEqual(self.read(c, 3, room=4), (EINVAL, [7, 7, 7, 7]))
+        self.assertEqual(self.read(c, 4, flags=2)[0], EINVAL)  # an unknown flag
+        self.assertEqual(self.attach(c, ctypes.byref(CounterAttachC(2, 0, 0)), None), EOPNOTSUPP)
+        self.assertEqual(self.attach(c, ctypes.byref(CounterAttachC(0, 0, 1)), None), EOPNOTSUPP)  # comp_mask
+        f = self.flow(self.eth())
+        self.assertEqual(self.attach(c, ctypes.byref(CounterAttachC(0, 0, 0)), f), EOPNOTSUPP)  # static binding only
+        two = self.counters()
+        self.flow(self.count_spec(c), self.count_spec(two), expect=EINVAL)  # one counters object per rule
+        # Counters on a flow of a non-raw QP: refused with the flow, and the counters stay unbound.
+        rc_qp = self.c.create_qp(self.cpd, self.cqx, e.IBV_QPT_RC)
+        self.assertFalse(self.create_flow(rc_qp, self._attr(self.eth(), self.count_spec(c))))
+        self.assertEqual(ctypes.get_errno(), EINVAL)
+        self.assertEqual(self.destroy_counters(two), 0)
+        self.assertEqual(self.destroy_counters(c), 0)
+        log = log_lines()
+        self.assertRegex(log, r'ibv_read_counters\(counters 0x[0-9a-f]+\): ncounters 3 is below the 4 entries')
+        self.assertRegex(log, r'ibv_read_counters\(counters 0x[0-9a-f]+\): flags has bits other than')
+        self.assertRegex(log, r'ibv_attach_counters_point_flow\(counters 0x[0-9a-f]+\): counter_desc 2 is not')
+        self.assertRegex(log, r'ibv_create_flow\(qp 0x[0-9a-f]+\): a rule has at most one IBV_FLOW_SPEC_ACTION_COUNT')
+        self.assertRegex(log, r'ibv_create_flow\(qp 0x[0-9a-f]+\): flow rules attach to RAW_PACKET')
+
+    def _attr(self, *specs):
+        body = b''.join(bytes(s) for s in specs)
+        head = FlowAttrC(type=e.IBV_FLOW_ATTR_NORMAL, size=ctypes.sizeof(FlowAttrC) + len(body),
+                         num_of_specs=len(specs), port=1)
+        self._blob = ctypes.create_string_buffer(bytes(head) + body)
+        return self._blob
 
 
 # ----- RSS: receive WQs, an indirection table, a QP hashing into it.
@@ -598,7 +724,7 @@ def toeplitz(key, data):
     return h
 
 
-class RssTest(RawBase):
+class RssBase(RawBase):
     def setUp(self):
         super().setUp()
         self.sender = RawQp(self.ctx, self.pd, A)
@@ -618,7 +744,7 @@ class RssTest(RawBase):
         self.made.append(t)
         return t
 
-    def rss_qp(self, table, key=MS_KEY, fields=None):
+    def rss_qp(self, table, key=MS_KEY, fields=None, dv_flags=0):
         fields = fields if fields is not None else (e.IBV_RX_HASH_SRC_IPV4 | e.IBV_RX_HASH_DST_IPV4 |
                                                     e.IBV_RX_HASH_SRC_PORT_UDP | e.IBV_RX_HASH_DST_PORT_UDP)
         conf = RxHashConf(rx_hash_function=e.IBV_RX_HASH_FUNC_TOEPLITZ, rx_hash_key_len=len(key),
@@ -626,7 +752,13 @@ class RssTest(RawBase):
         os.environ['SOFTVERBS_RAW_IF'] = B
         init = QPInitAttrEx(qp_type=e.IBV_QPT_RAW_PACKET, pd=self.pd, hash_conf=conf, ind_table=table,
                             comp_mask=e.IBV_QP_INIT_ATTR_PD | e.IBV_QP_INIT_ATTR_IND_TABLE | e.IBV_QP_INIT_ATTR_RX_HASH)
-        qp = QP(self.ctx, init)
+        if dv_flags:
+            from pyverbs.providers.mlx5.mlx5dv import Mlx5DVQPInitAttr, Mlx5QP
+            import pyverbs.providers.mlx5.mlx5_enums as dve
+            qp = Mlx5QP(self.ctx, init, Mlx5DVQPInitAttr(comp_mask=dve.MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS,
+                                                         create_flags=dv_flags))
+        else:
+            qp = QP(self.ctx, init)
         self.made.append(qp)
         return qp
 
@@ -649,6 +781,9 @@ class RssTest(RawBase):
                 time.sleep(0.01)
         return out
 
+
+
+class RssTest(RssBase):
     def test_toeplitz_picks_the_wq_for_each_flow(self):
         table = self.table()
         qp = self.rss_qp(table)
@@ -704,6 +839,139 @@ class RssTest(RawBase):
             wq.modify(WQAttr(attr_mask=e.IBV_WQ_ATTR_STATE | e.IBV_WQ_ATTR_CURR_STATE, wq_state=e.IBV_WQS_RESET,
                              curr_wq_state=e.IBV_WQS_RDY))
         self.assertEqual(cm.exception.error_code, 22)
+
+
+# ----- mlx5dv on raw QPs: tunnel offloads (inner RSS, inner checksums) and self-loopback.
+MLX5DV_QP_CREATE_TUNNEL_OFFLOADS = 1
+MLX5DV_QP_CREATE_TIR_ALLOW_SELF_LOOPBACK_UC = 2
+MLX5DV_QP_CREATE_TIR_ALLOW_SELF_LOOPBACK_MC = 4
+IBV_RX_HASH_INNER = 1 << 31
+INNER_A, INNER_B = '192.168.7.1', '192.168.7.2'
+
+
+def vxlan4_frame(dst_mac, src_mac, inner, vni=0x1234):
+    """Outer Ethernet/IPv4/UDP to 4789 (VXLAN, RFC 7348) carrying the `inner` frame."""
+    return udp4_frame(dst_mac, src_mac, b'\x08\0\0\0' + vni.to_bytes(3, 'big') + b'\0' + inner, sport=49152, dport=4789)
+
+
+class InnerRssTest(RssBase):
+    UDP4 = e.IBV_RX_HASH_SRC_IPV4 | e.IBV_RX_HASH_DST_IPV4 | e.IBV_RX_HASH_SRC_PORT_UDP | e.IBV_RX_HASH_DST_PORT_UDP
+
+    def steer_all(self, qp):
+        attr = FlowAttr(num_of_specs=1, port=1)
+        attr.specs.append(Ipv4ExtSpec(dst_ip=IP_B, dst_ip_mask='255.255.255.255'))
+        self.made.append(Flow(qp, attr))
+
+    def test_inner_hash_picks_the_wq_of_the_carried_packet(self):
+        qp = self.rss_qp(self.table(), fields=IBV_RX_HASH_INNER | self.UDP4, dv_flags=MLX5DV_QP_CREATE_TUNNEL_OFFLOADS)
+        self.steer_all(qp)
+        self.ready(n=32)
+        want = [[] for _ in range(4)]
+        mac_b = mac_bytes(mac_of(B))
+        for sport in range(6000, 6016):
+            inner = udp4_frame(b'\x02' * 6, b'\x04' * 6, b'inner %d' % sport, sport=sport, dport=7000,
+                               src=INNER_A, dst=INNER_B)
+            f = vxlan4_frame(mac_b, self.sender.mac, inner)  # the outer headers never change
+            key_in = bytes(map(int, INNER_A.split('.'))) + bytes(map(int, INNER_B.split('.'))) + \
+                struct.pack('!HH', sport, 7000)
+            want[toeplitz(MS_KEY, key_in) & 3].append(f)
+            self.sender.send(f)
+        self.assertEqual(len(self.sender.poll(16)), 16)
+        self.assertEqual([self.frames_of(k) for k in range(4)], want)
+        self.assertGreater(sum(1 for w in want if w), 1)  # spread by the inner ports alone
+
+    def test_tunnel_offloads_check_the_inner_checksums(self):
+        qp = self.rss_qp(self.table(log_size=1, wqs=self.wqs[:1] * 2), fields=self.UDP4,
+                         dv_flags=MLX5DV_QP_CREATE_TUNNEL_OFFLOADS)
+        self.steer_all(qp)
+        self.ready(n=4)
+        mac_b = mac_bytes(mac_of(B))
+        good = udp4_frame(b'\x02' * 6, b'\x04' * 6, b'inner ok', src=INNER_A, dst=INNER_B)
+        bad = good[:-1] + bytes([good[-1] ^ 1])  # its UDP checksum no longer holds
+        for inner in (good, bad):
+            self.sender.send(vxlan4_frame(mac_b, self.sender.mac, inner))
+        self.assertEqual(len(self.sender.poll(2)), 2)
+        flags, end = [], time.monotonic() + 3
+        while len(flags) < 2 and time.monotonic() < end:
+            n, wcs = self.cqs[0].poll(2)
+            flags += [bool(w.wc_flags & e.IBV_WC_IP_CSUM_OK) for w in wcs[:n]]
+        self.assertEqual(flags, [True, False])  # the outer checksums are right in both
+
+    def test_inner_hash_needs_tunnel_offloads(self):
+        with self.assertRaises(PyverbsRDMAError) as cm:
+            self.rss_qp(self.table(), fields=IBV_RX_HASH_INNER | self.UDP4)
+        self.assertEqual(cm.exception.error_code, 95)  # EOPNOTSUPP, as mlx5
+        self.assertRegex(log_lines(), r'IBV_RX_HASH_INNER hashes tunnelled frames: it needs '
+                                      r'MLX5DV_QP_CREATE_TUNNEL_OFFLOADS')
+
+
+class SelfLoopbackTest(RawBase):
+    """A frame a QP sends to its own port comes back to the QPs of other contexts, and to those
+    of its own context only with MLX5DV_QP_CREATE_TIR_ALLOW_SELF_LOOPBACK_UC / _MC."""
+
+    def test_self_loopback_needs_the_allow_flags(self):
+        sender = RawQp(self.ctx, self.pd, A)
+        plain = RawQp(self.ctx, self.pd, A)
+        uc = RawQp(self.ctx, self.pd, A, dv_flags=MLX5DV_QP_CREATE_TIR_ALLOW_SELF_LOOPBACK_UC)
+        mc = RawQp(self.ctx, self.pd, A, dv_flags=MLX5DV_QP_CREATE_TIR_ALLOW_SELF_LOOPBACK_MC)
+        ctx2 = base.open_context()
+        self.addCleanup(ctx2.close)
+        other = RawQp(ctx2, PD(ctx2), A)
+        qps = (plain, uc, mc, other)
+        to_me = udp4_frame(sender.mac, sender.mac, b'to my own port', dport=5999)
+        to_all = udp4_frame(b'\xff' * 6, sender.mac, b'to everyone', dport=5999)
+        for q in qps:
+            q.post_recv(4)
+            for dst in (sender.mac, b'\xff' * 6):
+                q.flow(EthSpec(dst_mac=':'.join('%02x' % b for b in dst), dst_mac_mask='ff:ff:ff:ff:ff:ff'),
+                       Ipv4ExtSpec(dst_ip=IP_B, dst_ip_mask='255.255.255.255'),
+                       TcpUdpSpec(spec_type=e.IBV_FLOW_SPEC_UDP, dst_port=5999, dst_port_mask=0xffff))
+        sender.send(to_me, wr_id=1)
+        sender.send(to_all, wr_id=2)
+        self.assertEqual(len(sender.poll(2)), 2)
+        got = [[q.received(w) for w in q.poll(n)] for q, n in ((uc, 1), (mc, 1), (other, 2))]
+        self.assertEqual(got, [[to_me], [to_all], [to_me, to_all]])
+        self.assertEqual(drain(plain, 0.2), [])  # its own context's frames, not allowed
+        self.assertEqual(drain(uc, 0.05) + drain(mc, 0.05), [])  # each only its kind
+
+
+# ----- Packet pacing of raw QPs (ibv_modify_qp_rate_limit(3) / IBV_QP_RATE_LIMIT).
+class PacingTest(RawBase):
+    def rate(self, q, kbps):
+        a = QPAttr()
+        a.rate_limit = kbps
+        q.qp.modify(a, e.IBV_QP_RATE_LIMIT)
+
+    def test_paced_frames_arrive_in_order_and_complete(self):
+        a, b = self.pair()
+        b.flow(EthSpec(dst_mac=mac_of(B), dst_mac_mask='ff:ff:ff:ff:ff:ff'))
+        b.post_recv(8)
+        self.rate(a, 100000)  # 100 Mb/s: these 8 frames take well under a second
+        frames = [udp4_frame(b.mac, a.mac, bytes([i]) * 400) for i in range(8)]
+        for i, f in enumerate(frames):
+            a.send(f, wr_id=i)
+        sends = a.poll(8)
+        self.assertEqual([(w['wr_id'], w['status']) for w in sends], [(i, e.IBV_WC_SUCCESS) for i in range(8)])
+        self.assertEqual([b.received(w) for w in b.poll(8)], frames)
+
+    def test_waiting_wrs_are_flushed_by_err(self):
+        a, b = self.pair()
+        b.flow(EthSpec(dst_mac=mac_of(B), dst_mac_mask='ff:ff:ff:ff:ff:ff'))
+        b.post_recv(4)
+        # 1 kb/s with a one-frame bucket: the first frame leaves, the next waits seconds for its
+        # bytes -- long past the ERR below. Each WR completes when its frame leaves, or flushed.
+        self.rate(a, 1)
+        frames = [udp4_frame(b.mac, a.mac, bytes([i]) * 1000) for i in range(3)]
+        for i, f in enumerate(frames):
+            a.send(f, wr_id=i, inline=False)
+        self.assertEqual([(w['wr_id'], w['status']) for w in a.poll(1)], [(0, e.IBV_WC_SUCCESS)])
+        self.assertEqual([b.received(w) for w in b.poll(1)], frames[:1])
+        err = QPAttr()
+        err.qp_state = e.IBV_QPS_ERR
+        a.qp.modify(err, e.IBV_QP_STATE)
+        self.assertEqual([(w['wr_id'], w['status']) for w in a.poll(2)],
+                         [(1, e.IBV_WC_WR_FLUSH_ERR), (2, e.IBV_WC_WR_FLUSH_ERR)])
+        self.assertEqual(drain(b, 0.2), [])  # they never left
 
 
 # ----- TSO: one work request, MSS-sized TCP segments on the wire.

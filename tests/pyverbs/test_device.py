@@ -77,11 +77,13 @@ class DeviceTest(unittest.TestCase):
         self.assertEqual(x.max_dm_size, 256 * 1024)
         self.assertEqual(x.completion_timestamp_mask, 2**64 - 1)  # 64-bit device clock
         self.assertEqual(x.hca_core_clock, 1000000)  # kHz: one tick per nanosecond
-        # Packet pacing of RC, UC and UD send queues up to the port's 100 Gb/s (test_rate_limit.py).
+        # Packet pacing of RC, UC, UD and raw packet send queues up to the port's 100 Gb/s
+        # (test_rate_limit.py, raw_cases.PacingTest).
         self.assertEqual((x.packet_pacing_caps.qp_rate_limit_min, x.packet_pacing_caps.qp_rate_limit_max),
                          (1, 100000000))
         self.assertEqual(x.packet_pacing_caps.supported_qpts,
-                         (1 << e.IBV_QPT_RC) | (1 << e.IBV_QPT_UC) | (1 << e.IBV_QPT_UD))
+                         (1 << e.IBV_QPT_RC) | (1 << e.IBV_QPT_UC) | (1 << e.IBV_QPT_UD) |
+                         (1 << e.IBV_QPT_RAW_PACKET))
         self.assertEqual(x.tso_caps.max_tso, 256 * 1024)  # raw packet QPs (test_raw_packet.TsoTest)
 
     def test_query_port_1(self):

@@ -54,7 +54,7 @@ class CapsTest(base.SoftverbsTestCase):
     def test_packet_pacing_caps(self):
         caps = self.ctx.query_device_ex().packet_pacing_caps
         self.assertEqual((caps.qp_rate_limit_min, caps.qp_rate_limit_max), (RATE_MIN, RATE_MAX))
-        self.assertEqual(caps.supported_qpts, (1 << RC) | (1 << UC) | (1 << UD))
+        self.assertEqual(caps.supported_qpts, (1 << RC) | (1 << UC) | (1 << UD) | (1 << e.IBV_QPT_RAW_PACKET))
 
 
 class VerbTest(base.DataTestCase):

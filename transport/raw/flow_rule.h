@@ -4,8 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "fabric/raw/frame.h"
+#include "transport/raw/flow_counter.h"
 
 namespace softverbs::transport::raw {
 
@@ -54,6 +56,9 @@ struct FlowRule {
   bool drop = false;           // IBV_FLOW_SPEC_ACTION_DROP
   bool has_tag = false;        // IBV_FLOW_SPEC_ACTION_TAG
   uint32_t tag = 0;
+  // IBV_FLOW_SPEC_ACTION_COUNT: every frame this rule matches is counted, whether it is
+  // delivered, dropped (a DROP rule) or passed on (DONT_TRAP).
+  std::shared_ptr<FlowCounter> counter;
 };
 
 // The rule's header specs match `frame` (already parsed into `view`). Type and actions are not

@@ -5,6 +5,10 @@
 namespace softverbs::transport::raw {
 namespace {
 
+void CountMatch(const FlowRule& rule, size_t frame_bytes) {
+  if (rule.counter) rule.counter->Count(frame_bytes);
+}
+
 void AddOnce(std::vector<Delivery>* out, RawSink* sink, const FlowRule& rule) {
   for (const Delivery& d : *out)
     if (d.sink == sink) return;
@@ -29,10 +33,19 @@ bool FlowTable::Remove(uint64_t id) {
 }
 
 void FlowTable::Steer(std::span<const uint8_t> frame, const fabric::raw::FrameView& view, FrameSource source,
-                      const RawSink* except, std::vector<Delivery>* out) const {
+                      const RawSink* sender, std::vector<Delivery>* out) const {
   out->clear();
+  const bool multicast = (view.dst_mac[0] & 1) != 0;
+  // A blocked QP never sees the frame, so its rules do not count it either.
+  auto blocked = [&](const RawSink* sink) {
+    return source == FrameSource::kLoopback && sender != nullptr && sink->domain() == sender->domain() &&
+           !sink->AllowsSelfLoopback(multicast);
+  };
   for (const Entry& e : rules_)
-    if (e.rule.type == FlowType::kSniffer && e.sink != except) AddOnce(out, e.sink, e.rule);
+    if (e.rule.type == FlowType::kSniffer && e.sink != sender) {
+      CountMatch(e.rule, frame.size());
+      AddOnce(out, e.sink, e.rule);
+    }
   if (source == FrameSource::kSentAway) return;
   bool matched = false;
   for (size_t i = 0; i < rules_.size();) {
@@ -44,6 +57,7 @@ void FlowTable::Steer(std::span<const uint8_t> frame, const fabric::raw::FrameVi
     for (size_t k = i; k < end; ++k) {
       const Entry& e = rules_[k];
       if (e.rule.type != FlowType::kNormal || !Matches(e.rule, frame, view)) continue;
+      if (!blocked(e.sink)) CountMatch(e.rule, frame.size());
       hits.push_back(&e);
       drop = drop || e.rule.drop;
       trapped = trapped || !e.rule.dont_trap;
@@ -52,23 +66,27 @@ void FlowTable::Steer(std::span<const uint8_t> frame, const fabric::raw::FrameVi
       matched = true;
       if (!drop)
         for (const Entry* e : hits)
-          if (e->sink != except) AddOnce(out, e->sink, e->rule);
+          if (!blocked(e->sink)) AddOnce(out, e->sink, e->rule);
       if (trapped) return;
     }
     i = end;
   }
   if (matched) return;
-  const bool multicast = (view.dst_mac[0] & 1) != 0;
   bool mc_default = false;
   if (multicast)
     for (const Entry& e : rules_)
       if (e.rule.type == FlowType::kMcDefault) {
         mc_default = true;
-        if (e.sink != except) AddOnce(out, e.sink, e.rule);
+        if (blocked(e.sink)) continue;
+        CountMatch(e.rule, frame.size());
+        AddOnce(out, e.sink, e.rule);
       }
   if (mc_default) return;
   for (const Entry& e : rules_)
-    if (e.rule.type == FlowType::kAllDefault && e.sink != except) AddOnce(out, e.sink, e.rule);
+    if (e.rule.type == FlowType::kAllDefault && !blocked(e.sink)) {
+      CountMatch(e.rule, frame.size());
+      AddOnce(out, e.sink, e.rule);
+    }
 }
 
 }  // namespace softverbs::transport::raw

@@ -30,6 +30,11 @@ class RawSink {
  public:
   virtual ~RawSink() = default;
   virtual void OnFrame(std::span<const uint8_t> frame, const fabric::raw::FrameView& view, const FlowMark& mark) = 0;
+  // Its transport domain (mlx5: one per device context). A frame that a QP of the same domain
+  // sent and the port looped back reaches this QP only if it allows self-loopback of that kind
+  // (MLX5DV_QP_CREATE_TIR_ALLOW_SELF_LOOPBACK_UC / _MC, mlx5dv_create_qp(3)).
+  virtual const void* domain() const { return this; }
+  virtual bool AllowsSelfLoopback(bool /*multicast*/) const { return false; }
 };
 
 struct Delivery {
@@ -49,9 +54,11 @@ class FlowTable {
   uint64_t Add(const FlowRule& rule, RawSink* sink);
   // False if `id` names no rule.
   bool Remove(uint64_t id);
-  // The QPs the frame goes to (each once), never `except` (the QP that sent it).
+  // The QPs the frame goes to (each once). `sender`: the QP of this process that sent it (or
+  // null); sniffers never get their own QP's frames, and a looped-back frame skips the QPs of
+  // the sender's domain that do not allow self-loopback (RawSink above).
   void Steer(std::span<const uint8_t> frame, const fabric::raw::FrameView& view, FrameSource source,
-             const RawSink* except, std::vector<Delivery>* out) const;
+             const RawSink* sender, std::vector<Delivery>* out) const;
   bool empty() const { return rules_.empty(); }
 
  private:

@@ -61,12 +61,12 @@ bool RawPort::AddressedHere(const fabric::raw::FrameView& v, bool group_too) con
   return memcmp(v.dst_mac, interface_.mac, 6) == 0;
 }
 
-void RawPort::Steer(std::span<const uint8_t> frame, FrameSource source, const RawSink* except) {
+void RawPort::Steer(std::span<const uint8_t> frame, FrameSource source, const RawSink* sender) {
   fabric::raw::FrameView view;
   if (!fabric::raw::ParseFrame(frame, &view)) return;
   thread_local std::vector<Delivery> to;
   std::shared_lock lock(mu_);
-  table_.Steer(frame, view, source, except, &to);
+  table_.Steer(frame, view, source, sender, &to);
   if (to.empty() && source != FrameSource::kSentAway) counters_.unsteered.fetch_add(1, std::memory_order_relaxed);
   SV_LOG(kTrace, "raw port %s: %s frame of %zu bytes (type 0x%04x) to %zu QP(s)", interface_.name.c_str(),
          source == FrameSource::kReceived ? "received" : source == FrameSource::kLoopback ? "looped-back" : "sent",

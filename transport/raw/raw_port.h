@@ -4,10 +4,11 @@
 //
 // Frames between QPs of this host (a NIC's loopback): a frame sent to the interface's own MAC
 // address, or to a group (multicast/broadcast) address, is also steered to this process's rules
-// directly, never to the QP that sent it (mlx5 blocks self-loopback unless asked); other
+// directly, but not to the QPs of the sender's own context unless they allow self-loopback
+// (mlx5 blocks loopback within a transport domain unless a TIR asks for it: RawSink); other
 // processes of the namespace get a unicast frame to the interface's MAC through the kernel's
 // copy of outgoing frames. On a loopback interface the kernel brings every sent frame back, and
-// that copy is the only one.
+// that copy is the only one (its sender unknown, so nothing is blocked there).
 //
 // No thread spins: the receive thread sleeps in poll() until frames arrive.
 #pragma once
@@ -48,7 +49,7 @@ class RawPort {
  private:
   RawPort(fabric::raw::Interface itf, fabric::raw::PacketSocket socket, UniqueFd stop);
   void Run();
-  void Steer(std::span<const uint8_t> frame, FrameSource source, const RawSink* except);
+  void Steer(std::span<const uint8_t> frame, FrameSource source, const RawSink* sender);
   bool AddressedHere(const fabric::raw::FrameView& v, bool group_too) const;
 
   const fabric::raw::Interface interface_;

@@ -42,6 +42,17 @@ uint32_t Scatter(fabric::LocalProcess& local, const RawReceiveConfig& config, co
   return wc_status::kSuccess;
 }
 
+// IBV_WC_IP_CSUM_OK: the frame's IPv4 and TCP/UDP checksums are right. With tunnel offloads the
+// NIC also checks the packet a VXLAN frame carries (mlx5dv_create_qp(3): "checksum ... for
+// incoming tunneling traffic"), and reports both together.
+bool RawReceiveChecksumsOk(std::span<const uint8_t> frame, const fabric::raw::FrameView& view, bool tunnel) {
+  if (!fabric::raw::ChecksumsOk(frame, view)) return false;
+  if (!tunnel || !view.has_vxlan) return true;
+  fabric::raw::FrameView inner;
+  const auto carried = frame.subspan(view.inner_offset);
+  return fabric::raw::ParseFrame(carried, &inner) && fabric::raw::ChecksumsOk(carried, inner);
+}
+
 }  // namespace
 
 Completion ReceiveFrame(fabric::LocalProcess& local, const RawReceiveConfig& config, const TakenWqe& wqe,
@@ -72,7 +83,7 @@ Completion ReceiveFrame(fabric::LocalProcess& local, const RawReceiveConfig& con
   c.status = Scatter(local, config, wqe, pieces, total);
   if (c.status != wc_status::kSuccess) return c;
   c.byte_len = static_cast<uint32_t>(total);
-  if (fabric::raw::ChecksumsOk(frame, view)) c.wc_flags |= kWcIpCsumOk;
+  if (RawReceiveChecksumsOk(frame, view, config.tunnel_offloads)) c.wc_flags |= kWcIpCsumOk;
   c.has_flow_tag = mark.has_tag;
   c.flow_tag = mark.tag;
   return c;

@@ -21,6 +21,8 @@ struct RawReceiveConfig {
   uint64_t pd = 0;
   bool scatter_fcs = false;    // IBV_QP_CREATE_SCATTER_FCS: the 4-byte FCS follows the frame
   bool strip_cvlan = false;    // IBV_QP_CREATE_CVLAN_STRIPPING: the outer 802.1Q tag goes to the completion
+  // MLX5DV_QP_CREATE_TUNNEL_OFFLOADS: a VXLAN frame's IP_CSUM_OK also covers its inner packet.
+  bool tunnel_offloads = false;
 };
 
 // Places `frame` in `wqe` and returns the completion: success with byte_len, IP_CSUM_OK, the

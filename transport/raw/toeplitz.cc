@@ -44,4 +44,14 @@ size_t RssInput(const fabric::raw::FrameView& v, uint64_t fields, uint8_t out[36
   return n;
 }
 
+size_t RssFrameInput(std::span<const uint8_t> frame, const fabric::raw::FrameView& view, uint64_t fields,
+                     uint8_t out[36]) {
+  if ((fields & rx_hash::kInner) && view.has_vxlan) {
+    fabric::raw::FrameView inner;
+    if (!fabric::raw::ParseFrame(frame.subspan(view.inner_offset), &inner)) return 0;
+    return RssInput(inner, fields, out);
+  }
+  return RssInput(view, fields, out);
+}
+
 }  // namespace softverbs::transport::raw

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <initializer_list>
+#include <memory>
 #include <vector>
 
 namespace softverbs::transport::raw {
@@ -140,6 +142,72 @@ TEST(FlowTableTest, VxlanVniAndInnerSpecs) {
   t2.Add(wrong_vni, &a);
   EXPECT_TRUE(Steer(t2, outer).empty());
   EXPECT_TRUE(Steer(t2, inner).empty());  // no tunnel at all
+}
+
+TEST(FlowTableTest, CountersCountExactlyWhatTheirRuleMatched) {
+  FlowTable t;
+  Sink a, b, c;
+  FlowRule watch = UdpRule(80, 0);  // DONT_TRAP: counts, and lets the frame go on
+  watch.dont_trap = true;
+  watch.counter = std::make_shared<FlowCounter>();
+  t.Add(watch, &a);
+  FlowRule drop = UdpRule(81, 1);  // a DROP rule counts what it drops
+  drop.drop = true;
+  drop.counter = std::make_shared<FlowCounter>();
+  t.Add(drop, &b);
+  FlowRule all;
+  all.type = FlowType::kAllDefault;
+  all.counter = std::make_shared<FlowCounter>();
+  t.Add(all, &c);
+  const auto f80 = Frame(2, 80), f81 = Frame(2, 81), f82 = Frame(2, 82);
+  for (int i = 0; i < 3; ++i) Steer(t, f80);
+  for (int i = 0; i < 2; ++i) EXPECT_TRUE(Steer(t, f81).empty());
+  Steer(t, f82);
+  Steer(t, f80, FrameSource::kSentAway);  // leaving the port: no NORMAL rule sees it
+  EXPECT_EQ(watch.counter->packets.load(), 3u);
+  EXPECT_EQ(watch.counter->bytes.load(), 3 * f80.size());
+  EXPECT_EQ(drop.counter->packets.load(), 2u);
+  EXPECT_EQ(drop.counter->bytes.load(), 2 * f81.size());
+  // The all-default rule sees only what no NORMAL rule matched: f82 (f80 matched DONT_TRAP
+  // `watch`, which counts as matched).
+  EXPECT_EQ(all.counter->packets.load(), 1u);
+  EXPECT_EQ(all.counter->bytes.load(), f82.size());
+}
+
+// A QP of a given domain that may or may not take its domain's looped-back frames.
+struct DomainSink : RawSink {
+  DomainSink(int* d, bool uc, bool mc) : dom(d), allow_uc(uc), allow_mc(mc) {}
+  void OnFrame(std::span<const uint8_t>, const fabric::raw::FrameView&, const FlowMark&) override {}
+  const void* domain() const override { return dom; }
+  bool AllowsSelfLoopback(bool multicast) const override { return multicast ? allow_mc : allow_uc; }
+  int* dom;
+  bool allow_uc, allow_mc;
+};
+
+TEST(FlowTableTest, SelfLoopbackReachesTheSendersDomainOnlyWhereAllowed) {
+  int ctx1 = 0, ctx2 = 0;
+  DomainSink sender(&ctx1, false, false), same(&ctx1, false, false), same_uc(&ctx1, true, false),
+      same_mc(&ctx1, false, true), other(&ctx2, false, false);
+  FlowTable t;
+  FlowRule any;
+  any.outer.udp.present = true;
+  any.counter = std::make_shared<FlowCounter>();
+  for (RawSink* s : std::initializer_list<RawSink*>{&same, &same_uc, &same_mc, &other}) t.Add(any, s);
+  auto steer = [&](const std::vector<uint8_t>& f, FrameSource src) {
+    fabric::raw::FrameView v;
+    EXPECT_TRUE(fabric::raw::ParseFrame(f, &v));
+    std::vector<Delivery> d;
+    t.Steer(f, v, src, &sender, &d);
+    std::vector<RawSink*> sinks;
+    for (auto& x : d) sinks.push_back(x.sink);
+    return sinks;
+  };
+  EXPECT_EQ(steer(Frame(2, 80), FrameSource::kLoopback), (std::vector<RawSink*>{&same_uc, &other}));
+  EXPECT_EQ(steer(Frame(2, 80, true), FrameSource::kLoopback), (std::vector<RawSink*>{&same_mc, &other}));
+  // From the wire, nothing is blocked.
+  EXPECT_EQ(steer(Frame(2, 80), FrameSource::kReceived).size(), 4u);
+  // The shared counter counted each delivery, never a blocked QP's.
+  EXPECT_EQ(any.counter->packets.load(), 2u + 2u + 4u);
 }
 
 }  // namespace

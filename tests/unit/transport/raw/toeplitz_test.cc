@@ -80,5 +80,88 @@ TEST(ToeplitzTest, MicrosoftIpv6Vectors) {
   }
 }
 
+// Frames for IBV_RX_HASH_INNER: an IPv4 or IPv6 packet with a TCP header (ports only matter).
+void ToeplitzTestPut16(std::vector<uint8_t>* f, uint16_t v) {
+  f->push_back(static_cast<uint8_t>(v >> 8));
+  f->push_back(static_cast<uint8_t>(v));
+}
+
+std::vector<uint8_t> ToeplitzTestIpFrame(int version, const char* src, const char* dst, uint8_t proto,
+                                         uint16_t sport, uint16_t dport, const std::vector<uint8_t>& payload) {
+  std::vector<uint8_t> f = {0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1};
+  const size_t l4_len = 8 + payload.size() + (proto == fabric::raw::kIpProtoTcp ? 12 : 0);
+  if (version == 4) {
+    ToeplitzTestPut16(&f, 0x0800);
+    uint8_t ip[20] = {0x45, 0, 0, 0, 0, 0, 0, 0, 64, proto};
+    ip[2] = static_cast<uint8_t>((20 + l4_len) >> 8), ip[3] = static_cast<uint8_t>(20 + l4_len);
+    inet_pton(AF_INET, src, ip + 12);
+    inet_pton(AF_INET, dst, ip + 16);
+    f.insert(f.end(), ip, ip + 20);
+  } else {
+    ToeplitzTestPut16(&f, 0x86dd);
+    uint8_t ip[40] = {0x60, 0, 0, 0, 0, 0, proto, 64};
+    ip[4] = static_cast<uint8_t>(l4_len >> 8), ip[5] = static_cast<uint8_t>(l4_len);
+    inet_pton(AF_INET6, src, ip + 8);
+    inet_pton(AF_INET6, dst, ip + 24);
+    f.insert(f.end(), ip, ip + 40);
+  }
+  ToeplitzTestPut16(&f, sport);
+  ToeplitzTestPut16(&f, dport);
+  if (proto == fabric::raw::kIpProtoTcp) {
+    const uint8_t tcp_rest[16] = {0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x10, 0xff, 0xff, 0, 0, 0, 0};
+    f.insert(f.end(), tcp_rest, tcp_rest + 16);
+  } else {
+    ToeplitzTestPut16(&f, static_cast<uint16_t>(l4_len));
+    ToeplitzTestPut16(&f, 0);
+  }
+  f.insert(f.end(), payload.begin(), payload.end());
+  return f;
+}
+
+// The outer packet: UDP to VXLAN's port 4789 carrying `inner` after the 8-byte VXLAN header.
+std::vector<uint8_t> ToeplitzTestVxlan(const char* src, const char* dst, const std::vector<uint8_t>& inner) {
+  std::vector<uint8_t> vxlan = {0x08, 0, 0, 0, 0, 0x12, 0x34, 0};
+  vxlan.insert(vxlan.end(), inner.begin(), inner.end());
+  return ToeplitzTestIpFrame(4, src, dst, fabric::raw::kIpProtoUdp, 50000, 4789, vxlan);
+}
+
+uint32_t ToeplitzTestFrameHash(const std::vector<uint8_t>& frame, uint64_t fields) {
+  fabric::raw::FrameView v;
+  EXPECT_TRUE(fabric::raw::ParseFrame(frame, &v));
+  uint8_t in[36];
+  const size_t n = RssFrameInput(frame, v, fields, in);
+  return ToeplitzHash(kKey, {in, n});
+}
+
+TEST(ToeplitzTest, InnerHashTakesTheVxlanPacketsHeaders) {
+  using namespace rx_hash;
+  const uint64_t ip4 = kSrcIpv4 | kDstIpv4, tcp = kSrcPortTcp | kDstPortTcp;
+  for (size_t i = 0; i < std::size(kV4); ++i) {
+    const V4& in = kV4[i];
+    const V4& out = kV4[(i + 1) % std::size(kV4)];  // the outer addresses: another known vector
+    const auto frame = ToeplitzTestVxlan(
+        out.src, out.dst, ToeplitzTestIpFrame(4, in.src, in.dst, fabric::raw::kIpProtoTcp, in.sport, in.dport, {1, 2}));
+    EXPECT_EQ(ToeplitzTestFrameHash(frame, kInner | ip4 | tcp), in.tcp) << in.dst;
+    EXPECT_EQ(ToeplitzTestFrameHash(frame, kInner | ip4), in.ip) << in.dst;
+    // Without INNER the outer addresses are hashed (and the outer UDP ports are not TCP ports).
+    EXPECT_EQ(ToeplitzTestFrameHash(frame, ip4 | tcp), out.ip) << out.dst;
+  }
+  for (const V6& in : kV6) {
+    const auto frame = ToeplitzTestVxlan(
+        "10.0.0.1", "10.0.0.2",
+        ToeplitzTestIpFrame(6, in.src, in.dst, fabric::raw::kIpProtoTcp, in.sport, in.dport, {}));
+    EXPECT_EQ(ToeplitzTestFrameHash(frame, kInner | kSrcIpv6 | kDstIpv6 | tcp), in.tcp) << in.dst;
+    // The outer packet is IPv4: IPv6 fields select nothing there.
+    EXPECT_EQ(ToeplitzTestFrameHash(frame, kSrcIpv6 | kDstIpv6 | tcp), 0u);
+  }
+}
+
+TEST(ToeplitzTest, InnerHashOfAFrameWithoutVxlanTakesItsOwnHeaders) {
+  using namespace rx_hash;
+  const V4& v = kV4[0];
+  const auto plain = ToeplitzTestIpFrame(4, v.src, v.dst, fabric::raw::kIpProtoTcp, v.sport, v.dport, {});
+  EXPECT_EQ(ToeplitzTestFrameHash(plain, kInner | kSrcIpv4 | kDstIpv4 | kSrcPortTcp | kDstPortTcp), v.tcp);
+}
+
 }  // namespace
 }  // namespace softverbs::transport::raw
