@@ -1,7 +1,7 @@
 // The mlx5dv_qp_ex ops (mlx5dv_wr_post(3)): setters and builders that extend the ibv_qp_ex batch
 // of the same QP (abi/verbs/qp_ex.cc). mlx5dv_wr_set_dc_addr(_stream) gives a DCI's current work
-// request its destination (and stream); mlx5dv_wr_mr_list / mlx5dv_wr_mr_interleaved configure an indirect mkey (a UMR
-// work request). The signature/crypto mkey, raw-WQE and memcpy builders refuse the batch: they
+// request its destination (and stream); mlx5dv_wr_mr_list / mlx5dv_wr_mr_interleaved configure
+// an indirect mkey (a UMR work request). The signature/crypto mkey, raw-WQE and memcpy builders refuse the batch: they
 // can only be requested through send_ops_flags that mlx5dv_create_qp refuses. Compiled into
 // libibverbs.so.1 (provider.h).
 #include <cstring>
