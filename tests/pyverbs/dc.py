@@ -1,11 +1,13 @@
 """DC (mlx5dv_create_qp) set-up shared by the mlx5dv tests and their child processes: DCTs, DCIs
-(with or without streams) and posting through mlx5dv_qp_ex (mlx5dv_wr_set_dc_addr(_stream)). Import base first (environment)."""
+(with or without streams) and posting through mlx5dv_qp_ex (mlx5dv_wr_set_dc_addr(_stream)).
+Import base first (environment)."""
 import base
 import pyverbs.enums as e
 import pyverbs.providers.mlx5.mlx5_enums as dve
 from pyverbs.addr import AH
 from pyverbs.cq import CQ
-from pyverbs.providers.mlx5.mlx5dv import Mlx5DCIStreamInitAttr, Mlx5DVDCInitAttr, Mlx5DVQPInitAttr, Mlx5QP
+from pyverbs.providers.mlx5.mlx5dv import (Mlx5DCIStreamInitAttr, Mlx5DVDCInitAttr, Mlx5DVQPInitAttr,
+                                           Mlx5QP)
 from pyverbs.qp import QPAttr, QPCap, QPInitAttrEx
 from pyverbs.srq import SRQ, SrqAttr, SrqInitAttr
 
