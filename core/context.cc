@@ -1,5 +1,7 @@
 #include "core/context.h"
 
+#include <algorithm>
+
 #include "core/qp.h"
 #include "core/srq.h"
 #include "core/xrc_qp.h"
@@ -53,6 +55,11 @@ void Context::Unregister(Qp* qp) {
   std::lock_guard lock(objects_mu_);
   std::erase(qps_, qp);
 }
+bool Context::HasQp(uint32_t qp_num) {
+  std::lock_guard lock(objects_mu_);
+  return std::any_of(qps_.begin(), qps_.end(), [qp_num](const Qp* qp) { return qp->qp_num() == qp_num; });
+}
+
 void Context::Register(Srq* srq) {
   std::lock_guard lock(objects_mu_);
   srqs_.push_back(srq);

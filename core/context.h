@@ -71,6 +71,8 @@ class Context {
   void Unregister(Srq* srq);
   void Register(OpenedQp* qp);  // ibv_open_qp handles (core/xrc_qp.h)
   void Unregister(OpenedQp* qp);
+  // A QP of this context has QP number `qp_num` (mlx5dv_map_ah_to_qp names its QP by number).
+  bool HasQp(uint32_t qp_num);
 
   // Numbers for objects that have no host-wide number (PD, CQ, AH handles), unique in the
   // context's object space as the kernel's per-file handles are.

@@ -1,6 +1,7 @@
 #include "core/dc.h"
 
 #include "base/strings.h"
+#include "core/device_limits.h"
 #include "core/qp.h"
 
 namespace softverbs::core {
@@ -60,6 +61,19 @@ Status CheckMlx5CreateFlags(const QpInitAttributes& a) {
   return Status::Ok();
 }
 
+// mlx5dv_create_qp(3) dci_streams within mlx5dv_query_device's dci_streams_caps; mlx5
+// (providers/mlx5/verbs.c) refuses either log above its cap with EINVAL.
+Status CheckDciStreams(const DcInit& dc) {
+  if (!dc.has_streams) return Status::Ok();
+  if (dc.log_num_concurrent > DeviceLimits::kMaxLogDciStreams)
+    return Invalid("dci_streams.log_num_concurent " + std::to_string(dc.log_num_concurrent) +
+                   " exceeds dci_streams_caps.max_log_num_concurent " + std::to_string(DeviceLimits::kMaxLogDciStreams));
+  if (dc.log_num_errored > DeviceLimits::kMaxLogDciErrored)
+    return Invalid("dci_streams.log_num_errored " + std::to_string(dc.log_num_errored) +
+                   " exceeds dci_streams_caps.max_log_num_errored " + std::to_string(DeviceLimits::kMaxLogDciErrored));
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status CheckProviderInit(QpInitAttributes& a) {
@@ -84,7 +98,7 @@ Status CheckProviderInit(QpInitAttributes& a) {
       // A DCI receives nothing: receive capabilities are ignored (and reported as 0).
       a.cap.max_recv_wr = 0;
       a.cap.max_recv_sge = 0;
-      return Status::Ok();
+      return CheckDciStreams(a.dc);
   }
   return Invalid("dc_type is not MLX5DV_DCTYPE_DCT or MLX5DV_DCTYPE_DCI");
 }

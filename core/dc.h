@@ -5,7 +5,9 @@
 //  - DCI (initiator): has a send queue only; every work request names its destination
 //    (AH + DCT number + access key, mlx5dv_wr_set_dc_addr(3)). Reliability, ordering and
 //    completion semantics are RC's (IBA 9.7): one DCI is one ordered stream, a completion error
-//    moves it to ERR and flushes what follows.
+//    moves it to ERR and flushes what follows -- unless it was created with DCI streams
+//    (mlx5dv_dci_streams): then an error stops only its stream until 2^log_num_errored streams
+//    are in error (transport/dci_streams.h).
 #pragma once
 
 #include <cstdint>
@@ -23,6 +25,10 @@ enum class DcRole : uint8_t { kNone, kDci, kDct };
 struct DcInit {
   DcRole role = DcRole::kNone;
   uint64_t dct_access_key = 0;
+  // DCI with MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS: mlx5dv_dci_streams.
+  bool has_streams = false;
+  uint8_t log_num_concurrent = 0;
+  uint8_t log_num_errored = 0;
 };
 
 // enum mlx5dv_qp_create_flags (mlx5dv_qp_init_attr.create_flags).

@@ -57,6 +57,11 @@ struct DeviceLimits {
   static constexpr uint32_t kPacingMaxKbps = 100000000;
   static constexpr uint64_t kPageSizeCap = 0xfffff000;  // 4 KiB and larger pages
   static constexpr uint32_t kMaxMsgSize = 1u << 31;      // IBA: 2^31 bytes per message
+  // DCI streams (mlx5dv_query_device dci_streams_caps; transport/dci_streams.h): a stream is its
+  // 16-bit stream_id, and a software send queue has no per-stream hardware context to run out
+  // of, so every stream id may be its own stream and every one may be in error.
+  static constexpr uint8_t kMaxLogDciStreams = 16;
+  static constexpr uint8_t kMaxLogDciErrored = 16;
   // Port 1.
   static constexpr uint8_t kPortCount = 1;
   static constexpr uint32_t kGidTableLen = 64;

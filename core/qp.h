@@ -118,6 +118,8 @@ class Qp : private transport::RequesterHost {
 
   // The data path (qp_data.cc). ibv_post_send of one WR: a refusal leaves it unposted.
   Status PostSend(const transport::SendWr& wr);
+  // mlx5dv_dci_stream_id_reset(3): a DCI stream in error serves again.
+  Status ResetDciStream(uint16_t stream);
   // The end of one ibv_post_send list: a raw QP sends the frames it built in one batch.
   void FlushPosted();
   // ibv_post_recv of one WR (QPs without an SRQ).

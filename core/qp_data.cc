@@ -29,6 +29,8 @@ transport::RequesterConfig Qp::RequesterConfigOf() const {
   c.completer.rnr_retry = attr_.rnr_retry;
   c.completer.sq_sig_all = init_.sq_sig_all;
   c.dc_initiator = init_.dc.role == DcRole::kDci;
+  c.completer.dci_streams = {c.dc_initiator && init_.dc.has_streams, init_.dc.log_num_concurrent,
+                             init_.dc.log_num_errored};
   c.source_qpn = init_.has_create_flags && (init_.create_flags & create_flag::kSourceQpn) ? init_.source_qpn : 0;
   c.pd = init_.pd != nullptr ? init_.pd->host_id() : 0;  // (XRC_RECV: no PD, and no sends)
   c.xrc_initiator = init_.type == QpType::kXrcSend;
@@ -175,6 +177,17 @@ Status Qp::PostSend(const transport::SendWr& wr) {
     return Invalid("an XRC_RECV QP has no send queue (IBA A14: it is the target half of XRC)");
   if (raw_) return raw_->PostSend(wr, state_now());
   return sq_->Post(wr, state_.load(std::memory_order_acquire));
+}
+
+Status Qp::ResetDciStream(uint16_t stream) {
+  ApplyPendingError();
+  // The order of mlx5's checks (providers/mlx5/mlx5.c): the QP must be in RTS (EOPNOTSUPP),
+  // then be a DCI (EINVAL); the firmware refuses a stream that is not in error.
+  if (state_.load(std::memory_order_acquire) != static_cast<uint32_t>(QpState::kRts))
+    return NotSupported("the DCI must be in RTS to reset a stream (mlx5dv_dci_stream_id_reset(3): an errored "
+                        "stream of a QP still in RTS)");
+  if (init_.dc.role != DcRole::kDci) return Invalid("the QP is not a DCI: only DCIs have streams");
+  return sq_->ResetStream(stream);
 }
 
 void Qp::FlushPosted() {

@@ -117,6 +117,12 @@ void Completer::Finish(const SendWr& wr, uint32_t status, uint64_t byte_len) {
 }
 
 Completer::Verdict Completer::Fail(const SendWr& wr, uint32_t status) {
+  // mlx5dv_dci_stream_id_reset(3): a stream-related error flushes only that stream's work
+  // requests; the DCI stays in RTS until 2^log_num_errored streams are in error.
+  if (wr.dc.set && streams_.enabled() && streams_.OnError(wr.dc.stream_id) == DciStreams::Outcome::kStreamError) {
+    Finish(wr, status, 0);
+    return {Verdict::kStreamFailed};
+  }
   // IBA 10.8.3: a completion in error stops the send queue and what follows is flushed; the QP
   // enters ERR (RC) or SQE (UC, UD: IBA 10.3.1, their receive queue goes on). The state change
   // is announced before the completion is written, so whoever polls it sees the QP's new state.

@@ -8,7 +8,9 @@
 #include <chrono>
 #include <cstdint>
 
+#include "base/status.h"
 #include "transport/completion.h"
+#include "transport/dci_streams.h"
 #include "transport/request.h"
 #include "transport/work_request.h"
 
@@ -47,6 +49,7 @@ struct CompleterConfig {
   bool sq_sig_all = false;
   AlternatePath alt;
   uint32_t migrations = 0;  // automatic migrations the QP has taken in (Completer::migrations)
+  DciStreamsConfig dci_streams;  // a DCI created with streams (transport/dci_streams.h)
 };
 
 // A work request's retry budget, kept with it while it waits.
@@ -62,14 +65,18 @@ class Completer {
 
   // What the requester does with the work request next.
   struct Verdict {
-    // kInFlight: carried, the reply comes later (ReplyCode::kPending).
-    enum Kind { kCompleted, kRetry, kFailed, kInFlight } kind = kCompleted;
+    // kInFlight: carried, the reply comes later (ReplyCode::kPending). kStreamFailed: completed
+    // in error, which stopped only its DCI stream: the send queue goes on (dci_streams.h).
+    enum Kind { kCompleted, kRetry, kFailed, kInFlight, kStreamFailed } kind = kCompleted;
     Clock::time_point retry_at{};  // kRetry
     bool migrated = false;  // kRetry on the alternate path: the old config().alt is the path now
   };
 
   explicit Completer(RequesterHost& host) : host_(host) {}
-  void Configure(const CompleterConfig& config) { config_ = config; }
+  void Configure(const CompleterConfig& config) {
+    config_ = config;
+    streams_.Configure(config.dci_streams);
+  }
   const CompleterConfig& config() const { return config_; }
 
   // A fresh budget for a work request about to be attempted the first time.
@@ -86,8 +93,15 @@ class Completer {
 
   // Completes `wr` (unsignaled successes produce nothing: ibv_post_send(3), sq_sig_all).
   void Finish(const SendWr& wr, uint32_t status, uint64_t byte_len);
-  // Completes `wr` in error and takes the QP out of RTS (IBA 10.8.3): kFailed.
+  // Completes `wr` in error and takes the QP out of RTS (IBA 10.8.3): kFailed. On a DCI with
+  // streams, only the WR's stream enters error (kStreamFailed) until 2^log_num_errored have.
   Verdict Fail(const SendWr& wr, uint32_t status);
+  // `wr` belongs to a DCI stream in error: it is flushed, not executed.
+  bool StreamStopped(const SendWr& wr) const { return wr.dc.set && streams_.InError(wr.dc.stream_id); }
+  // mlx5dv_dci_stream_id_reset(3) (EINVAL: no streams, or the stream is not in error).
+  Status ResetStream(uint16_t stream) { return streams_.Reset(stream); }
+  // The QP went back to RESET: its streams serve again.
+  void ClearStreams() { streams_.Clear(); }
   // Completes `wr` with IBV_WC_WR_FLUSH_ERR (IBA 10.8.3.1).
   void Flush(const SendWr& wr) { Finish(wr, wc_status::kWrFlushErr, 0); }
 
@@ -98,6 +112,7 @@ class Completer {
   RequesterHost& host_;
   CompleterConfig config_;
   uint32_t migrations_ = 0;
+  DciStreams streams_;
 };
 
 // IBA 9.7.6.1.3: the local ACK timeout is 4.096 us * 2^timeout; 0 means "wait forever", which

@@ -154,8 +154,9 @@ Status Requester::Check(const SendWr& wr, uint32_t qp_state) const {
 Status Requester::Post(const SendWr& wr, uint32_t qp_state) {
   std::lock_guard lock(mu_);
   SV_RETURN_IF_ERROR(Check(wr, qp_state));
-  if (stopped_ || qp_state == kErr) {
-    // IBA 10.8.3.1: a WR posted to a QP in ERR completes with a flush error.
+  if (stopped_ || qp_state == kErr || completer_.StreamStopped(wr)) {
+    // IBA 10.8.3.1: a WR posted to a QP in ERR completes with a flush error; so does one of a
+    // DCI stream in error until it is reset (mlx5dv_dci_stream_id_reset(3)).
     completer_.Flush(wr);
     return Status::Ok();
   }
@@ -168,7 +169,8 @@ Status Requester::Post(const SendWr& wr, uint32_t qp_state) {
   if (qp_state == kRts && queue_.empty() && Paced(p)) {
     const Verdict v = Execute(p, kMaxInFlightPsns);  // (an empty queue: the whole window)
     if (v.kind == Verdict::kFailed) stopped_ = true;
-    if (v.kind == Verdict::kCompleted || v.kind == Verdict::kFailed) return Status::Ok();
+    if (v.kind == Verdict::kCompleted || v.kind == Verdict::kFailed || v.kind == Verdict::kStreamFailed)
+      return Status::Ok();
     // In flight, or RNR / no answer: it waits in the queue like the rest.
     p.in_flight = v.kind == Verdict::kInFlight;
     p.due = p.in_flight ? Clock::now() + AckTimeout(config_.completer.timeout) : v.retry_at;
@@ -228,9 +230,10 @@ void Requester::RunQueue() {
   if (!queue_.empty() && !stopped_ && queue_.front().in_flight && queue_.front().due <= Clock::now()) {
     Pending& head = queue_.front();
     const Verdict v = TimedOut(head);
-    if (v.kind == Verdict::kFailed) {
-      stopped_ = true;
+    if (v.kind == Verdict::kFailed || v.kind == Verdict::kStreamFailed) {
+      stopped_ = v.kind == Verdict::kFailed;
       queue_.pop_front();
+      // (a DCI stream's failure: what was carried behind it goes on waiting for its replies)
     } else {
       Rewind();
     }
@@ -279,6 +282,13 @@ void Requester::CarryQueued() {
   while (i < queue_.size() && !stopped_ && i < kMaxInFlight) {
     Pending& p = queue_[i];
     const bool sliced = Sliced(p), resume = p.in_flight;
+    // A WR of a DCI stream that entered error while it waited: flushed, never carried
+    // (mlx5dv_dci_stream_id_reset(3)); the other streams' WRs go on.
+    if (!resume && completer_.StreamStopped(p.wr)) {
+      completer_.Flush(p.wr);
+      queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(i));
+      continue;
+    }
     if (!resume && !MayStart(p, i, psns, rd_atomic)) return;
     if (sliced && psns >= kMaxInFlightPsns) return;  // the window is full until an ACK comes
     // Packet pacing, last (it takes the message's bytes from the bucket): a message leaves when
@@ -443,7 +453,13 @@ void Requester::Reset() {
   std::lock_guard lock(mu_);
   queue_.clear();
   stopped_ = false;
+  completer_.ClearStreams();
   next_psn_ = 0;
+}
+
+Status Requester::ResetStream(uint16_t stream) {
+  std::lock_guard lock(mu_);
+  return completer_.ResetStream(stream);
 }
 
 void Requester::Resume() {

@@ -76,6 +76,8 @@ class Requester final : private ReplySink {
   void Reset();
   // The QP left SQE for RTS (ibv_modify_qp): WRs posted from now on execute again.
   void Resume();
+  // mlx5dv_dci_stream_id_reset(3): a DCI stream in error executes the WRs posted from now on.
+  Status ResetStream(uint16_t stream);
   // Retries what is due; returns when it wants to run again (time_point::max(): never).
   std::chrono::steady_clock::time_point Progress();
   // The clock the pacer is consulted with (steady_clock by default): tests pass a fake one.

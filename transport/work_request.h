@@ -108,9 +108,11 @@ struct UdDestination {
 };
 
 // The DC destination of a DCI's work request (mlx5dv_wr_set_dc_addr(3)): the DCT number, the
-// access key presented to it, and the AH's address, which decides the fabric.
+// access key presented to it, and the AH's address, which decides the fabric; the stream of
+// mlx5dv_wr_set_dc_addr_stream (0 for mlx5dv_wr_set_dc_addr: mlx5dv_wr_post(3)).
 struct DcDestination {
   bool set = false;
+  uint16_t stream_id = 0;
   uint32_t remote_dctn = 0;
   uint64_t access_key = 0;
   uint8_t dgid[16] = {};

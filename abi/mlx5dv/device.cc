@@ -38,7 +38,7 @@ SV_EXPORT struct ibv_context* mlx5dv_open_device(struct ibv_device* device, stru
 }
 
 // mlx5dv_query_device(3): "0 on success or the value of errno on failure".
-// support: mlx5dv_query_device | implemented | honest caps: DC via mlx5dv_create_qp, DCI streams 0, tunnel offloads VXLAN (raw packet QPs), no other offloads
+// support: mlx5dv_query_device | implemented | honest caps: DC via mlx5dv_create_qp, DCI streams (max_log_num_concurent 16, max_log_num_errored 16), tunnel offloads VXLAN (raw packet QPs), no other offloads
 SV_EXPORT int mlx5dv_query_device(struct ibv_context* context, struct mlx5dv_context* attrs) {
   return sv_private_mlx5_provider()->query_device(context, attrs);
 }

@@ -1,8 +1,8 @@
 // The mlx5dv_qp_ex ops (mlx5dv_wr_post(3)): setters and builders that extend the ibv_qp_ex batch
-// of the same QP (abi/verbs/qp_ex.cc). mlx5dv_wr_set_dc_addr gives a DCI's current work request
-// its destination; mlx5dv_wr_mr_list / mlx5dv_wr_mr_interleaved and mlx5dv_wr_mkey_configure with
-// its access/layout setters configure an indirect mkey (a UMR work request). The signature
-// setter refuses (no BLOCK_SIGNATURE mkeys), as do crypto, raw-WQE and memcpy. Compiled into
+// of the same QP (abi/verbs/qp_ex.cc). mlx5dv_wr_set_dc_addr(_stream) gives a DCI's current work
+// request its destination (and stream); mlx5dv_wr_mr_list / mlx5dv_wr_mr_interleaved and
+// mlx5dv_wr_mkey_configure with its access/layout setters configure an indirect mkey (a UMR work
+// request). The signature setter refuses (no BLOCK_SIGNATURE mkeys), as do crypto, raw-WQE and memcpy. Compiled into
 // libibverbs.so.1 (provider.h).
 #include <cstring>
 
@@ -26,30 +26,31 @@ void Refuse(SvQp* qp, Status status) {
   if (qp->batch_status.ok()) qp->batch_status = std::move(status);
 }
 
-void SetDcAddr(mlx5dv_qp_ex* mqp, ibv_ah* ah, uint32_t remote_dctn, uint64_t remote_dc_key) {
+// mlx5dv_wr_post(3): "This setter is available when the QP transport is DCI"; like every setter
+// it applies to the work request just started ("Attach a DC info to the last work request").
+// `stream_id` selects the DCI stream (transport/dci_streams.h) of a DCI created with
+// MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS; any 16-bit value is a stream (rdma-core's own test posts
+// ids beyond 2^log_num_concurent). A DCI without streams has one: the id is carried and ignored
+// (perftest -c DC cycles stream ids on every DCI).
+void SetDcAddrStream(mlx5dv_qp_ex* mqp, ibv_ah* ah, uint32_t remote_dctn, uint64_t remote_dc_key,
+                     uint16_t stream_id) {
   SvQp* qp = ToSv(mqp);
-  // mlx5dv_wr_post(3): "This setter is available when the QP transport is DCI"; like every
-  // setter it applies to the work request just started ("Attach a DC info to the last work request").
   if (qp->core->dc_role() != core::DcRole::kDci)
     return Refuse(qp, Invalid("mlx5dv_wr_set_dc_addr applies to DCIs only"));
   if (qp->batch.empty()) return Refuse(qp, Invalid("mlx5dv_wr_set_dc_addr called before any ibv_wr_* operation"));
   if (ah == nullptr) return Refuse(qp, Invalid("mlx5dv_wr_set_dc_addr: ah is NULL"));
   transport::DcDestination& dc = qp->batch.back().wr.dc;
   dc.set = true;
+  dc.stream_id = stream_id;
   dc.remote_dctn = remote_dctn;
   dc.access_key = remote_dc_key;
   memcpy(dc.dgid, ToSv(ah)->ud.dgid, sizeof dc.dgid);
   dc.on_host = ToSv(ah)->ud.on_host;
 }
 
-// DCI streams are not implemented (dci_streams_caps 0, and MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS is
-// refused), so no DCI has streams and stream_id has nothing to select, as on an mlx5 DCI created
-// without them: every WR runs in the DCI's one stream, in posting order -- which keeps the only
-// promise streams make ("All work request of a specific stream_id are handled in order",
-// mlx5dv_create_qp(3)); mlx5dv_wr_post(3): set_dc_addr is "equivalent to using stream_id=0".
-// perftest -c DC cycles stream ids on every DCI.
-void SetDcAddrStream(mlx5dv_qp_ex* mqp, ibv_ah* ah, uint32_t remote_dctn, uint64_t remote_dc_key, uint16_t) {
-  SetDcAddr(mqp, ah, remote_dctn, remote_dc_key);
+// mlx5dv_wr_post(3): "Calls to mlx5dv_wr_set_dc_addr() are equivalent to using stream_id=0".
+void SetDcAddr(mlx5dv_qp_ex* mqp, ibv_ah* ah, uint32_t remote_dctn, uint64_t remote_dc_key) {
+  SetDcAddrStream(mqp, ah, remote_dctn, remote_dc_key, 0);
 }
 
 // Appends the UMR work request of `spec` on `sv` to the batch (core/mkey.h checks it; the send

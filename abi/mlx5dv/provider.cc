@@ -1,5 +1,6 @@
 // The mlx5dv entry points that act on softverbs' verbs objects, behind SvMlx5Provider
-// (provider.h): identity, device caps, mlx5dv_create_qp and mlx5dv_qp_ex_from_ibv_qp_ex.
+// (provider.h): identity, device caps, mlx5dv_create_qp, mlx5dv_qp_ex_from_ibv_qp_ex, DCI stream
+// reset and mlx5dv_map_ah_to_qp.
 // Compiled into libibverbs.so.1.
 #include "abi/mlx5dv/provider.h"
 
@@ -10,6 +11,7 @@
 #include "abi/verbs/objects.h"
 #include "base/log.h"
 #include "core/device.h"
+#include "core/device_limits.h"
 
 namespace softverbs::abi {
 namespace {
@@ -44,8 +46,9 @@ int QueryDevice(ibv_context*, mlx5dv_context* out) {
                        IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
   // No BLOCK_SIGNATURE mkeys (mlx5dv_create_mkey refuses them): no block signature offload.
   if (asked & MLX5DV_CONTEXT_MASK_SIGNATURE_OFFLOAD) out->sig_caps = {};
-  // DCI streams are not implemented: one ordered stream per DCI (mlx5dv_create_qp(3)).
-  if (asked & MLX5DV_CONTEXT_MASK_DCI_STREAMS) out->dci_streams_caps = {};
+  // DCI streams (transport/dci_streams.h): every 16-bit stream_id may be a stream of its own.
+  if (asked & MLX5DV_CONTEXT_MASK_DCI_STREAMS)
+    out->dci_streams_caps = {core::DeviceLimits::kMaxLogDciStreams, core::DeviceLimits::kMaxLogDciErrored};
   if (asked & MLX5DV_CONTEXT_MASK_WR_MEMCPY_LENGTH) out->max_wr_memcpy_length = 0;
   if (asked & MLX5DV_CONTEXT_MASK_CRYPTO_OFFLOAD) out->crypto_caps = {};
   return 0;
@@ -76,16 +79,19 @@ ibv_qp* CreateQp(ibv_context* context, ibv_qp_init_attr_ex* attr, mlx5dv_qp_init
           break;
         case MLX5DV_DCTYPE_DCI:
           provider.dc.role = core::DcRole::kDci;
+          // dci_streams shares a union with dct_access_key: mlx5 reads it for DCIs only, and
+          // core/dc.cc checks it against dci_streams_caps (EINVAL beyond them, as mlx5).
+          if (mlx5->comp_mask & MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS) {
+            provider.dc.has_streams = true;
+            provider.dc.log_num_concurrent = mlx5->dc_init_attr.dci_streams.log_num_concurent;
+            provider.dc.log_num_errored = mlx5->dc_init_attr.dci_streams.log_num_errored;
+          }
           break;
         default:
           return ReturnNull<ibv_qp>(kVerb, object, Invalid("dc_init_attr.dc_type " +
                                     std::to_string(mlx5->dc_init_attr.dc_type) + " is not DCT (1) or DCI (2)"));
       }
     }
-    if (mlx5->comp_mask & MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS)
-      return ReturnNull<ibv_qp>(kVerb, object,
-                                NotSupported("DCI streams are not implemented (mlx5dv_query_device reports "
-                                             "dci_streams_caps 0): omit MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS"));
     // MR_INTERLEAVED, MR_LIST and MKEY_CONFIGURE configure indirect mkeys (mlx5dv_create_mkey);
     // RAW_WQE and MEMCPY need mlx5 WQEs and a DMA engine.
     constexpr uint64_t kOffered =
@@ -128,8 +134,36 @@ mlx5dv_qp_ex* QpExFromIbvQpEx(ibv_qp_ex* qpx) {
   return &qp->dv;
 }
 
-constexpr SvMlx5Provider kProvider = {sizeof(SvMlx5Provider), IsSupported, QueryDevice, CreateQp, QpExFromIbvQpEx,
-                                      CreateMkey,             DestroyMkey, MkeyCheck};
+// mlx5dv_dci_stream_id_reset(3): "0 on success, or the value of errno on failure".
+int DciStreamIdReset(ibv_qp* qp, uint16_t stream_id) {
+  constexpr const char* kVerb = "mlx5dv_dci_stream_id_reset";
+  if (qp == nullptr) return ReturnErrno(kVerb, "qp NULL", Invalid("qp is NULL"));
+  SvQp* sv = ToSv(qp);
+  if (!sv->core) return ReturnErrno(kVerb, Name(qp), Invalid("an ibv_open_qp handle is not a DCI"));
+  const Status status = sv->core->ResetDciStream(stream_id);
+  return status.ok() ? 0 : ReturnErrno(kVerb, Name(qp), status);
+}
+
+// mlx5dv_map_ah_to_qp(3): maps the AH's destination to the congestion control the QP's ECE
+// negotiated. softverbs has no congestion control algorithms to choose between (ibv_set_ece
+// offers no options), so the mapping is the bookkeeping mlx5 keeps: one per AH, the first wins
+// ("A duplicate mapping to the same address handle is ignored [...] return success"). mlx5
+// refuses an AH without a GRH (EOPNOTSUPP); a RoCE AH always has one (core/ah.h).
+int MapAhToQp(ibv_ah* ah, uint32_t qp_num) {
+  constexpr const char* kVerb = "mlx5dv_map_ah_to_qp";
+  if (ah == nullptr) return ReturnErrno(kVerb, "ah NULL", Invalid("ah is NULL"));
+  const std::string object = "ah " + std::to_string(ah->handle);
+  // The firmware takes the congestion control from QP qp_num: it must be a QP of this context.
+  if (!ToSv(ah->context)->core->HasQp(qp_num))
+    return ReturnErrno(kVerb, object, Invalid("qp_num " + std::to_string(qp_num) + " is not a QP of this context"));
+  uint32_t none = 0;
+  ToSv(ah)->mapped_qpn.compare_exchange_strong(none, qp_num);
+  return 0;
+}
+
+constexpr SvMlx5Provider kProvider = {sizeof(SvMlx5Provider), IsSupported, QueryDevice,      CreateQp,
+                                      QpExFromIbvQpEx,        CreateMkey,  DestroyMkey,      MkeyCheck,
+                                      DciStreamIdReset,       MapAhToQp};
 
 }  // namespace
 }  // namespace softverbs::abi

@@ -22,6 +22,8 @@ struct SvMlx5Provider {
   struct mlx5dv_mkey* (*create_mkey)(struct mlx5dv_mkey_init_attr* mkey_init_attr);
   int (*destroy_mkey)(struct mlx5dv_mkey* mkey);
   int (*mkey_check)(struct mlx5dv_mkey* mkey, struct mlx5dv_mkey_err* err_info, size_t err_info_size);
+  int (*dci_stream_id_reset)(struct ibv_qp* qp, uint16_t stream_id);
+  int (*map_ah_to_qp)(struct ibv_ah* ah, uint32_t qp_num);
 };
 
 extern "C" const SvMlx5Provider* sv_private_mlx5_provider(void);

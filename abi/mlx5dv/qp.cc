@@ -1,13 +1,14 @@
 // mlx5dv queue entry points: QP (including DC: DCI/DCT), CQ, WQ and per-QP controls.
 // mlx5dv_create_qp and mlx5dv_qp_ex_from_ibv_qp_ex are implemented in libibverbs (provider.h);
-// mlx5 CQs, WQs and the per-QP hardware controls refuse with EOPNOTSUPP.
+// DCI stream reset and mlx5dv_map_ah_to_qp too; mlx5 CQs, WQs and the other per-QP hardware
+// controls refuse with EOPNOTSUPP.
 #include "abi/mlx5dv/provider.h"
 #include "abi/mlx5dv/refuse.h"
 
 // --- constructors: "on error NULL will be returned and errno will be set" ----------------------
 
 // mlx5dv_create_qp(3): RC/UC/UD and DC (DCI, DCT); core/dc.h has the rules.
-// support: mlx5dv_create_qp | implemented | RC/UC/UD/DCI/DCT/RAW_PACKET; create_flags per man page (TUNNEL_OFFLOADS, TIR_ALLOW_SELF_LOOPBACK_UC/MC on raw packet QPs); send_ops_flags MR_LIST/MR_INTERLEAVED/MKEY_CONFIGURE (RC); no DCI streams, no RAW_WQE/MEMCPY
+// support: mlx5dv_create_qp | implemented | RC/UC/UD/DCI/DCT/RAW_PACKET; DCI streams within dci_streams_caps (EINVAL beyond); create_flags per man page (TUNNEL_OFFLOADS, TIR_ALLOW_SELF_LOOPBACK_UC/MC on raw packet QPs); send_ops_flags MR_LIST/MR_INTERLEAVED/MKEY_CONFIGURE (RC); no RAW_WQE/MEMCPY
 SV_EXPORT struct ibv_qp* mlx5dv_create_qp(struct ibv_context* context, struct ibv_qp_init_attr_ex* qp_attr,
                                           struct mlx5dv_qp_init_attr* mlx5_qp_attr) {
   return sv_private_mlx5_provider()->create_qp(context, qp_attr, mlx5_qp_attr);
@@ -23,18 +24,24 @@ SV_MLX5_NULL(mlx5dv_create_wq, struct ibv_wq, struct ibv_context*, struct ibv_wq
 
 // mlx5dv_wr_post(3) documents no failure: rdma-core only casts. A QP without ibv_qp_ex ops gets
 // NULL + EINVAL rather than a table the caller would jump through.
-// support: mlx5dv_qp_ex_from_ibv_qp_ex | implemented | wr_set_dc_addr(_stream: one stream), wr_mr_list, wr_mr_interleaved, wr_mkey_configure + set_mkey_access_flags/_layout_list/_layout_interleaved (UMR: IBV_SEND_INLINE, completes MLX5DV_WC_UMR); set_mkey_sig_block EINVAL (no signature mkeys), crypto/raw/memcpy builders refuse the batch
+// support: mlx5dv_qp_ex_from_ibv_qp_ex | implemented | wr_set_dc_addr(_stream: per-stream error isolation), wr_mr_list, wr_mr_interleaved, wr_mkey_configure + set_mkey_access_flags/_layout_list/_layout_interleaved (UMR: IBV_SEND_INLINE, completes MLX5DV_WC_UMR); set_mkey_sig_block EINVAL (no signature mkeys), crypto/raw/memcpy builders refuse the batch
 SV_EXPORT struct mlx5dv_qp_ex* mlx5dv_qp_ex_from_ibv_qp_ex(struct ibv_qp_ex* qp) {
   return sv_private_mlx5_provider()->qp_ex_from_ibv_qp_ex(qp);
 }
 
 // --- per-QP controls: "0 on success, or the value of errno on failure" --------------------------
 
-// mlx5dv_dci_stream_id_reset(3).
-SV_MLX5_ERRNO(mlx5dv_dci_stream_id_reset, struct ibv_qp*, uint16_t)
+// mlx5dv_dci_stream_id_reset(3): "0 on success, or the value of errno on failure".
+// support: mlx5dv_dci_stream_id_reset | implemented | an errored stream of a DCI in RTS serves again; EOPNOTSUPP outside RTS, EINVAL for a non-DCI, a DCI without streams or a stream not in error
+SV_EXPORT int mlx5dv_dci_stream_id_reset(struct ibv_qp* qp, uint16_t stream_id) {
+  return sv_private_mlx5_provider()->dci_stream_id_reset(qp, stream_id);
+}
 
 // mlx5dv_map_ah_to_qp(3): "Upon failure, the value of errno is returned".
-SV_MLX5_ERRNO(mlx5dv_map_ah_to_qp, struct ibv_ah*, uint32_t)
+// support: mlx5dv_map_ah_to_qp | implemented | bookkeeping (no congestion control algorithms to select); first mapping per AH kept, duplicates succeed; EINVAL for a qp_num not of the AH's context
+SV_EXPORT int mlx5dv_map_ah_to_qp(struct ibv_ah* ah, uint32_t qp_num) {
+  return sv_private_mlx5_provider()->map_ah_to_qp(ah, qp_num);
+}
 
 // mlx5dv_modify_qp_lag_port(3) / mlx5dv_query_qp_lag_port(3): "EOPNOTSUPP if not in LAG mode".
 SV_MLX5_ERRNO(mlx5dv_modify_qp_lag_port, struct ibv_qp*, uint8_t)

@@ -5,6 +5,7 @@
 #include <infiniband/mlx5dv.h>
 #include <infiniband/verbs.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -130,6 +131,9 @@ struct SvAh {
   ibv_ah ah;
   std::unique_ptr<core::Ah> core;
   transport::UdDestination ud{};  // the AH's part of a UD destination, resolved at creation
+  // mlx5dv_map_ah_to_qp(3): the QP whose ECE congestion control the AH's traffic would follow
+  // (0: none). The first mapping stays ("A duplicate mapping [...] is ignored"); it dies with the AH.
+  std::atomic<uint32_t> mapped_qpn{0};
 };
 
 // ibv_qp_ex begins with ibv_qp (qp_base), so &qpx.qp_base is what ibv_create_qp returns.

@@ -1,11 +1,13 @@
 """DC (mlx5dv_create_qp) set-up shared by the mlx5dv tests and their child processes: DCTs, DCIs
-and posting through mlx5dv_qp_ex (mlx5dv_wr_set_dc_addr). Import base first (environment)."""
+(with or without streams) and posting through mlx5dv_qp_ex (mlx5dv_wr_set_dc_addr(_stream)).
+Import base first (environment)."""
 import base
 import pyverbs.enums as e
 import pyverbs.providers.mlx5.mlx5_enums as dve
 from pyverbs.addr import AH
 from pyverbs.cq import CQ
-from pyverbs.providers.mlx5.mlx5dv import Mlx5DVDCInitAttr, Mlx5DVQPInitAttr, Mlx5QP
+from pyverbs.providers.mlx5.mlx5dv import (Mlx5DCIStreamInitAttr, Mlx5DVDCInitAttr, Mlx5DVQPInitAttr,
+                                           Mlx5QP)
 from pyverbs.qp import QPAttr, QPCap, QPInitAttrEx
 from pyverbs.srq import SRQ, SrqAttr, SrqInitAttr
 
@@ -18,12 +20,17 @@ DCI_OPS = (e.IBV_QP_EX_WITH_SEND | e.IBV_QP_EX_WITH_SEND_WITH_IMM | e.IBV_QP_EX_
 FAST_TIMEOUT, FAST_RETRY = 10, 3
 
 
-def dv_attr(dc_type=None, key=0, create_flags=None, send_ops_flags=None, comp_mask=0):
-    """A Mlx5DVQPInitAttr; each given field sets its comp_mask bit."""
+def dv_attr(dc_type=None, key=0, create_flags=None, send_ops_flags=None, comp_mask=0, streams=None):
+    """A Mlx5DVQPInitAttr; each given field sets its comp_mask bit. `streams`: a DCI's
+    (log_num_concurent, log_num_errored)."""
     kw = {}
     if dc_type is not None:
         comp_mask |= dve.MLX5DV_QP_INIT_ATTR_MASK_DC
-        kw['dc_init_attr'] = Mlx5DVDCInitAttr(dc_type=dc_type, dct_access_key=key)
+        dci_streams = None
+        if streams is not None:
+            comp_mask |= dve.MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS
+            dci_streams = Mlx5DCIStreamInitAttr(*streams)
+        kw['dc_init_attr'] = Mlx5DVDCInitAttr(dc_type=dc_type, dct_access_key=key, dci_streams=dci_streams)
     if create_flags is not None:
         comp_mask |= dve.MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS
         kw['create_flags'] = create_flags
@@ -89,7 +96,7 @@ class Dci:
         self.ah = AH(pd, attr=base.global_ah_attr(ctx))
 
     def post(self, op, dctn, key=DC_KEY, offset=0, length=8, rkey=0, raddr=0, imm=0, compare_add=0,
-             swap=0, wr_id=0, dc_addr=True):
+             swap=0, wr_id=0, dc_addr=True, stream=None):
         q = self.qp
         q.wr_start()
         q.wr_id, q.wr_flags = wr_id, e.IBV_SEND_SIGNALED
@@ -100,7 +107,9 @@ class Dci:
          'read': lambda: q.wr_rdma_read(rkey, raddr),
          'fadd': lambda: q.wr_atomic_fetch_add(rkey, raddr, compare_add),
          'cas': lambda: q.wr_atomic_cmp_swp(rkey, raddr, compare_add, swap)}[op]()
-        if dc_addr:
+        if dc_addr and stream is not None:
+            q.wr_set_dc_addr_stream(self.ah, dctn, key, stream)
+        elif dc_addr:
             q.wr_set_dc_addr(self.ah, dctn, key)
         q.wr_set_sge(self.buf.sge(offset, length))
         q.wr_complete()

@@ -35,7 +35,7 @@ IDENTITY_PROBE = textwrap.dedent('''
     d = ctx.query_mlx5_device(dve.MLX5DV_CONTEXT_MASK_DCI_STREAMS | dve.MLX5DV_CONTEXT_MASK_DC_ODP_CAPS)
     a = ctx.query_device()
     print('opened', hex(a.vendor_id), a.vendor_part_id, d.comp_mask, d.flags,
-          d.dci_streams_caps['max_log_num_concurent'], d.dc_odp_caps)
+          d.dci_streams_caps['max_log_num_concurent'], d.dc_odp_caps, d.dci_streams_caps['max_log_num_errored'])
 ''')
 
 
@@ -50,13 +50,14 @@ class IdentityTest(unittest.TestCase):
         words = on.stdout.split()
         self.assertEqual(words[0], 'opened', on.stdout)
         self.assertEqual(words[1:3], ['0x2c9', '4123'])  # Mellanox, ConnectX-6
-        # Both asked-for blocks answered; packet-based credit offered; no DCI streams; DC ODP as
-        # RC's (one key rule on every transport: test_odp.py).
+        # Both asked-for blocks answered; packet-based credit offered; DCI streams (every 16-bit
+        # stream id, test_mlx5_dci_streams.py); DC ODP as RC's (one key rule on every transport:
+        # test_odp.py).
         self.assertEqual(int(words[3]), dve.MLX5DV_CONTEXT_MASK_DCI_STREAMS | dve.MLX5DV_CONTEXT_MASK_DC_ODP_CAPS)
         self.assertEqual(int(words[4]), dve.MLX5DV_CONTEXT_FLAGS_PACKET_BASED_CREDIT_MODE)
         dc_odp = (e.IBV_ODP_SUPPORT_SEND | e.IBV_ODP_SUPPORT_RECV | e.IBV_ODP_SUPPORT_WRITE |
                   e.IBV_ODP_SUPPORT_READ | e.IBV_ODP_SUPPORT_ATOMIC | e.IBV_ODP_SUPPORT_SRQ_RECV)
-        self.assertEqual(words[5:7], ['0', str(dc_odp)])
+        self.assertEqual(words[5:8], ['16', str(dc_odp), '16'])
 
 
 class CreateTest(base.SoftverbsTestCase):
@@ -116,8 +117,9 @@ class CreateTest(base.SoftverbsTestCase):
         self.assertRDMAError(errno.EINVAL, self.create, e.IBV_QPT_DRIVER, dc_type=dve.MLX5DV_DCTYPE_DCT)  # no SRQ
         self.assertRDMAError(errno.EOPNOTSUPP, self.create, e.IBV_QPT_DRIVER)  # DRIVER without DC
         self.assertRDMAError(errno.EINVAL, self.create, e.IBV_QPT_RC, dc_type=dve.MLX5DV_DCTYPE_DCI)
-        self.assertRDMAError(errno.EOPNOTSUPP, self.create, e.IBV_QPT_DRIVER, send_ops=dc.DCI_OPS,
-                             dc_type=dve.MLX5DV_DCTYPE_DCI, comp_mask=dve.MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS)
+        # DCI streams beyond dci_streams_caps (test_mlx5_dci_streams.py has the rest).
+        self.assertRDMAError(errno.EINVAL, self.create, e.IBV_QPT_DRIVER, send_ops=dc.DCI_OPS,
+                             dc_type=dve.MLX5DV_DCTYPE_DCI, streams=(17, 0))
         self.assertRDMAError(errno.EOPNOTSUPP, self.create, e.IBV_QPT_DRIVER, send_ops=dc.DCI_OPS,
                              dc_type=dve.MLX5DV_DCTYPE_DCI, send_ops_flags=dve.MLX5DV_QP_EX_WITH_MEMCPY)
         dct = self.create(e.IBV_QPT_DRIVER, srq=self.srq, dc_type=dve.MLX5DV_DCTYPE_DCT, key=7)

@@ -44,17 +44,18 @@ LIBS = {
         "title": "libmlx5.so.1 (mlx5 direct verbs)",
         "dir": "abi/mlx5dv",
         "map": "abi/mlx5dv/libmlx5.map",
-        "intro": "`mlx5dv_create_qp` (RC/UC/UD and DC: DCT, DCI), `mlx5dv_qp_ex_from_ibv_qp_ex` "
-                 "(`mlx5dv_wr_set_dc_addr`, `mlx5dv_wr_mr_list`, `mlx5dv_wr_mr_interleaved`, "
-                 "`mlx5dv_wr_mkey_configure` with its access and layout setters), indirect mkeys "
+        "intro": "`mlx5dv_create_qp` (RC/UC/UD and DC: DCT, DCI, DCI streams), "
+                 "`mlx5dv_qp_ex_from_ibv_qp_ex` (`mlx5dv_wr_set_dc_addr`, "
+                 "`mlx5dv_wr_set_dc_addr_stream`, `mlx5dv_wr_mr_list`, `mlx5dv_wr_mr_interleaved`, "
+                 "`mlx5dv_wr_mkey_configure` with its access and layout setters), "
+                 "`mlx5dv_dci_stream_id_reset`, `mlx5dv_map_ah_to_qp`, indirect mkeys "
                  "(`mlx5dv_create_mkey`, `mlx5dv_mkey_check`), `mlx5dv_open_device` and "
                  "`mlx5dv_query_device` work on softverbs0; `mlx5dv_is_supported` is true only "
                  "with `SOFTVERBS_MLX5_IDENTITY=1` ([device.md](../device.md)). Every other entry "
-                 "point refuses with `EOPNOTSUPP` through the convention of its man page: DCI "
-                 "streams are not offered (`dci_streams_caps` reads 0); signature mkeys are not "
-                 "offered (`sig_caps` reads 0: the block signatures are computed, no data path "
-                 "applies them yet); DEVX, steering (`mlx5dv_dr_*`), crypto and VFIO will stay "
-                 "unsupported.",
+                 "point refuses with `EOPNOTSUPP` through the convention of its man page: signature "
+                 "mkeys are not offered (`sig_caps` reads 0: the block signatures are computed, no "
+                 "data path applies them yet); DEVX, steering (`mlx5dv_dr_*`), crypto and VFIO will "
+                 "stay unsupported.",
     },
     "rdmacm": {
         "title": "librdmacm.so.1 (RDMA connection manager, rsockets)",

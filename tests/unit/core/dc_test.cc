@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "core/mr.h"
@@ -137,8 +138,12 @@ class DcTest : public CoreTest {
     EXPECT_TRUE((*qp)->Modify(m, attr::kState | attr::kAv | attr::kPathMtu | attr::kMinRnrTimer).ok());
     return std::move(qp.value());
   }
-  std::unique_ptr<Qp> Dci() {
+  // A DCI in RTS; `streams`: created with mlx5dv_dci_streams {log_concurrent, log_errored}.
+  std::unique_ptr<Qp> Dci(bool streams = false, uint8_t log_concurrent = 0, uint8_t log_errored = 0) {
     QpInitAttributes a = Init(DcRole::kDci);
+    a.dc.has_streams = streams;
+    a.dc.log_num_concurrent = log_concurrent;
+    a.dc.log_num_errored = log_errored;
     auto qp = Qp::Create(*context_, a);
     EXPECT_TRUE(qp.ok()) << qp.status().rule();
     QpAttributes m;
@@ -360,6 +365,82 @@ TEST_F(DcTest, DciWorkRequestNeedsItsDestination) {
 TEST_F(DcTest, DctDoesNotSend) {
   auto dct = Dct();
   EXPECT_EQ(dct->PostSend(Wr(WrOpcode::kSend, 1, 0, 8, dct->qp_num())).code(), EINVAL);
+}
+
+// --- DCI streams (mlx5dv_dci_stream_id_reset(3), transport/dci_streams.h) --------------------
+
+TEST_F(DcTest, DciStreamsWithinTheCaps) {
+  for (auto [conc, err, expect] : {std::tuple{16, 16, 0}, std::tuple{0, 0, 0}, std::tuple{17, 0, EINVAL},
+                                   std::tuple{0, 17, EINVAL}}) {
+    QpInitAttributes a = Init(DcRole::kDci);
+    a.dc.has_streams = true;
+    a.dc.log_num_concurrent = static_cast<uint8_t>(conc);
+    a.dc.log_num_errored = static_cast<uint8_t>(err);
+    auto qp = Qp::Create(*context_, a);
+    EXPECT_EQ(qp.ok() ? 0 : qp.status().code(), expect) << conc << "/" << err;
+    if (!qp.ok()) {
+      EXPECT_NE(qp.status().rule().find("exceeds dci_streams_caps"), std::string::npos) << qp.status().rule();
+    }
+  }
+}
+
+// A bad rkey on stream 1 puts only stream 1 in error: stream 2 keeps writing, byte for byte, the
+// DCI stays in RTS; stream 1 flushes until it is reset, then writes again.
+TEST_F(DcTest, AStreamInErrorDoesNotStopTheOtherStreams) {
+  auto dct = Dct();
+  const uint32_t dctn = dct->qp_num();
+  auto dci = Dci(true, 2, 1);  // 4 concurrent streams; 2 in error stop the DCI
+  auto write = [&](uint64_t id, uint16_t stream, uint64_t local, uint64_t remote, uint32_t rkey) {
+    SendWr w = Wr(WrOpcode::kRdmaWrite, id, local, 8, dctn);
+    w.dc.stream_id = stream;
+    w.remote_addr = Addr(remote);
+    w.rkey = rkey;
+    return dci->PostSend(w);
+  };
+  memcpy(buf_, "stream-1", 8);
+  memcpy(buf_ + 8, "stream-2", 8);
+  ASSERT_TRUE(write(1, 1, 0, 4096, mr_->rkey() ^ 0x80).ok());  // a bad rkey
+  ASSERT_TRUE(write(2, 1, 0, 4104, mr_->rkey()).ok());         // stream 1: flushed
+  ASSERT_TRUE(write(3, 2, 8, 4112, mr_->rkey()).ok());         // stream 2: goes on
+  auto got = Drain(3);
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0].wr_id, 1u);
+  EXPECT_EQ(got[0].status, transport::wc_status::kRemAccessErr);
+  EXPECT_EQ(got[1].wr_id, 2u);
+  EXPECT_EQ(got[1].status, transport::wc_status::kWrFlushErr);
+  EXPECT_EQ(got[2].wr_id, 3u);
+  EXPECT_EQ(got[2].status, transport::wc_status::kSuccess);
+  EXPECT_EQ(dci->state(), QpState::kRts);  // ibv_query_qp tells a stream error from a QP error
+  const uint8_t zero[16] = {};
+  EXPECT_EQ(memcmp(buf_ + 4096, zero, 16), 0);  // nothing of stream 1 landed
+  EXPECT_EQ(memcmp(buf_ + 4112, "stream-2", 8), 0);
+  // Resetting a stream that is not in error is refused; stream 1's reset brings it back.
+  EXPECT_EQ(dci->ResetDciStream(2).code(), EINVAL);
+  ASSERT_TRUE(dci->ResetDciStream(1).ok());
+  ASSERT_TRUE(write(4, 1, 0, 4104, mr_->rkey()).ok());
+  got = Drain(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].status, transport::wc_status::kSuccess);
+  EXPECT_EQ(memcmp(buf_ + 4104, "stream-1", 8), 0);
+  // Two streams in error: the DCI enters ERR and flushes everything, any stream.
+  ASSERT_TRUE(write(5, 3, 0, 4096, mr_->rkey() ^ 0x80).ok());
+  ASSERT_TRUE(write(6, 1, 0, 4096, mr_->rkey() ^ 0x80).ok());
+  ASSERT_TRUE(write(7, 2, 8, 4112, mr_->rkey()).ok());
+  got = Drain(3);
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0].status, transport::wc_status::kRemAccessErr);
+  EXPECT_EQ(got[1].status, transport::wc_status::kRemAccessErr);
+  EXPECT_EQ(got[2].status, transport::wc_status::kWrFlushErr);
+  EXPECT_EQ(dci->state(), QpState::kErr);
+  // Outside RTS there is no stream to reset (mlx5: EOPNOTSUPP).
+  EXPECT_EQ(dci->ResetDciStream(1).code(), EOPNOTSUPP);
+}
+
+TEST_F(DcTest, StreamResetNeedsADciWithStreams) {
+  auto dct = Dct();
+  auto plain = Dci();
+  EXPECT_EQ(plain->ResetDciStream(0).code(), EINVAL);  // no streams
+  EXPECT_EQ(dct->ResetDciStream(0).code(), EOPNOTSUPP);  // a DCT is never in RTS (mlx5's first check)
 }
 
 }  // namespace

@@ -171,5 +171,46 @@ TEST_F(CompleterTest, UnreliableFailuresEnterSqeNotErr) {
   EXPECT_EQ(qp_.errors, 0);
 }
 
+// mlx5dv_dci_stream_id_reset(3): on a DCI with streams an error completes its WR and stops only
+// its stream; the QP leaves RTS once 2^log_num_errored streams are in error.
+TEST_F(CompleterTest, ADciStreamErrorStopsOnlyItsStreamUntilTheLimit) {
+  CompleterConfig c;
+  c.qp_num = 0x321;
+  c.type = kRc;
+  c.dci_streams = {true, 2, 1};  // 2 streams in error stop the DCI
+  completer_.Configure(c);
+  SendWr w = Wr(4, WrOpcode::kRdmaWrite);
+  w.dc.set = true;
+  w.dc.stream_id = 1;
+  RetryState r = completer_.Budget();
+  EXPECT_EQ(completer_.OnReply(w, r, Reply::Of(ReplyCode::kRemoteAccess), 8).kind, Completer::Verdict::kStreamFailed);
+  ASSERT_EQ(qp_.completions.size(), 1u);
+  EXPECT_EQ(qp_.completions[0].status, wc_status::kRemAccessErr);
+  EXPECT_EQ(qp_.errors, 0);
+  EXPECT_TRUE(completer_.StreamStopped(w));
+  SendWr other = w;
+  other.dc.stream_id = 2;
+  EXPECT_FALSE(completer_.StreamStopped(other));
+  // The stream's later WRs are flushed by the requester; a reset makes it serve again.
+  EXPECT_EQ(completer_.ResetStream(2).code(), EINVAL);
+  ASSERT_TRUE(completer_.ResetStream(1).ok());
+  EXPECT_FALSE(completer_.StreamStopped(w));
+  // Two streams in error: the DCI enters ERR (this completion comes after the state change).
+  EXPECT_EQ(completer_.Fail(w, wc_status::kRemAccessErr).kind, Completer::Verdict::kStreamFailed);
+  EXPECT_EQ(completer_.Fail(other, wc_status::kRetryExcErr).kind, Completer::Verdict::kFailed);
+  EXPECT_EQ(qp_.errors, 1);
+  EXPECT_EQ(qp_.completions.back().status, wc_status::kRetryExcErr);
+}
+
+TEST_F(CompleterTest, ADciWithoutStreamsEntersErrOnItsFirstError) {
+  Configure(kRc, 7, 7);
+  SendWr w = Wr(4, WrOpcode::kRdmaWrite);
+  w.dc.set = true;
+  w.dc.stream_id = 5;  // carried and ignored: one stream
+  EXPECT_EQ(completer_.Fail(w, wc_status::kRemAccessErr).kind, Completer::Verdict::kFailed);
+  EXPECT_EQ(qp_.errors, 1);
+  EXPECT_FALSE(completer_.StreamStopped(w));
+}
+
 }  // namespace
 }  // namespace softverbs::transport

@@ -31,8 +31,9 @@ using transport::qp_state::kRts;
 struct FakeLink : transport::Link {
   Reply Carry(const Request& r) override {
     seen.push_back(r);
-    return next;
+    return answer ? answer(r) : next;
   }
+  std::function<Reply(const Request&)> answer;  // when set: the reply to each request
   void CarryMulticast(const Request& r, uint32_t) override { multicast.push_back(r); }
   std::vector<Request> seen;
   std::vector<Request> multicast;
@@ -215,6 +216,73 @@ TEST_F(RequesterTest, AFailureFlushesWhatFollows) {
   EXPECT_EQ(qp_.completions[0].status, transport::wc_status::kRemAccessErr);
   EXPECT_EQ(qp_.completions[1].status, transport::wc_status::kWrFlushErr);
   EXPECT_EQ(host_.seen.size(), 1u);  // the second never left
+}
+
+// mlx5dv_dci_stream_id_reset(3): on a DCI with streams, an error completion flushes the WRs of
+// its stream only (those waiting and those posted until the reset); the other streams go on,
+// and 2^log_num_errored streams in error take the DCI to ERR.
+TEST_F(RequesterTest, ADciStreamErrorFlushesOnlyItsStream) {
+  transport::RequesterConfig c = Config(kRc, true);
+  c.dc_initiator = true;
+  c.completer.dci_streams = {true, 4, 1};  // two streams in error stop the DCI
+  requester_.Configure(c);
+  constexpr uint32_t kBad = 0xbad, kGood = 0x201;
+  std::atomic<int> bad_attempts{0};
+  // The DCT kBad answers RNR once, then a remote access error (a bad rkey); kGood ACKs.
+  host_.answer = [&](const Request& r) {
+    if (r.dest_qp != kBad) return Reply::Of(ReplyCode::kAck);
+    return bad_attempts++ == 0 ? Reply::Rnr(1) : Reply::Of(ReplyCode::kRemoteAccess);
+  };
+  auto wr = [&](uint64_t id, uint16_t stream, uint32_t dctn) {
+    SendWr w = Wr(WrOpcode::kRdmaWrite);
+    w.wr_id = id;
+    w.dc.set = true;
+    w.dc.stream_id = stream;
+    w.dc.remote_dctn = dctn;
+    w.dc.on_host = true;
+    return w;
+  };
+  auto wait = [&](size_t n) {
+    for (int i = 0; i < 5000 && qp_.count() < n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return qp_.count();
+  };
+  auto completion = [&](size_t i) {
+    std::lock_guard lock(qp_.mu);
+    return qp_.completions.at(i);
+  };
+  ASSERT_TRUE(requester_.Post(wr(1, 1, kBad), kRts).ok());   // RNR: waits in the queue
+  ASSERT_TRUE(requester_.Post(wr(2, 1, kGood), kRts).ok());  // behind it, same stream
+  ASSERT_TRUE(requester_.Post(wr(3, 2, kGood), kRts).ok());  // behind it, another stream
+  ASSERT_EQ(wait(3), 3u);
+  EXPECT_EQ(completion(0).wr_id, 1u);
+  EXPECT_EQ(completion(0).status, transport::wc_status::kRemAccessErr);
+  EXPECT_EQ(completion(1).wr_id, 2u);
+  EXPECT_EQ(completion(1).status, transport::wc_status::kWrFlushErr);
+  EXPECT_EQ(completion(2).wr_id, 3u);
+  EXPECT_EQ(completion(2).status, transport::wc_status::kSuccess);
+  EXPECT_EQ(qp_.errors, 0);
+  size_t good_carried = 0;
+  for (const Request& r : host_.seen) good_carried += r.dest_qp == kGood ? 1 : 0;
+  EXPECT_EQ(good_carried, 1u);  // WR 2 never left
+  // Posted to the stream in error: flushed without being carried, until the stream is reset.
+  ASSERT_TRUE(requester_.Post(wr(4, 1, kGood), kRts).ok());
+  ASSERT_EQ(wait(4), 4u);
+  EXPECT_EQ(completion(3).status, transport::wc_status::kWrFlushErr);
+  EXPECT_EQ(requester_.ResetStream(2).code(), EINVAL);  // not in error
+  ASSERT_TRUE(requester_.ResetStream(1).ok());
+  ASSERT_TRUE(requester_.Post(wr(5, 1, kGood), kRts).ok());
+  ASSERT_EQ(wait(5), 5u);
+  EXPECT_EQ(completion(4).status, transport::wc_status::kSuccess);
+  // Streams 3 and 4 fail: the second stream in error takes the DCI to ERR; all is flushed.
+  ASSERT_TRUE(requester_.Post(wr(6, 3, kBad), kRts).ok());
+  EXPECT_EQ(qp_.errors, 0);
+  ASSERT_TRUE(requester_.Post(wr(7, 4, kBad), kRts).ok());
+  EXPECT_EQ(qp_.errors, 1);
+  ASSERT_TRUE(requester_.Post(wr(8, 5, kGood), kRts).ok());
+  ASSERT_EQ(wait(8), 8u);
+  EXPECT_EQ(completion(5).status, transport::wc_status::kRemAccessErr);
+  EXPECT_EQ(completion(6).status, transport::wc_status::kRemAccessErr);
+  EXPECT_EQ(completion(7).status, transport::wc_status::kWrFlushErr);
 }
 
 TEST_F(RequesterTest, MulticastGoesToTheHostsMembers) {
