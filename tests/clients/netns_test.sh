@@ -163,14 +163,20 @@ port1=$(free_port) port2=$(free_port)
 for p in "$port1" "$port2"; do
   ip netns exec "$ns_a" timeout 60 ibv_rc_pingpong -g "$gid_a" -p "$p" -n 100 >"$logs/server-$p" 2>&1 &
 done
-sleep 0.5
+# Both servers listening before the clients connect (0.5 s was not always enough under ASan).
+for _ in $(seq 1 100); do
+  listening=$(ip netns exec "$ns_a" ss -Hltn "( sport = :$port1 or sport = :$port2 )" | wc -l)
+  [ "$listening" -ge 2 ] && break
+  sleep 0.1
+done
 for p in "$port1" "$port2"; do
   ip netns exec "$ns_b" timeout 60 ibv_rc_pingpong -g "$gid_b" -p "$p" -n 100 10.77.0.1 >"$logs/client-$p" 2>&1 &
 done
 wait
 check "two ibv_rc_pingpong pairs at once between the same addresses (responses forwarded to their process)" \
   bash -c "grep -q 'iters in' '$logs/client-$port1' && grep -q 'iters in' '$logs/client-$port2' &&
-           grep -q 'iters in' '$logs/server-$port1' && grep -q 'iters in' '$logs/server-$port2'"
+           grep -q 'iters in' '$logs/server-$port1' && grep -q 'iters in' '$logs/server-$port2'" ||
+  for f in server-$port1 client-$port1 server-$port2 client-$port2; do tail -n 8 "$logs/$f" | sed "s/^/  $f: /"; done
 
 # `softverbs status` asks each live process of the namespace for its wire counters.
 port=$(free_port)
