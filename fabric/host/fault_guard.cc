@@ -66,11 +66,14 @@ void InstallFaultGuard() {
 }
 
 bool RunGuarded(void (*fn)(void*), void* ctx) {
-  // No local survives the jump (-Wclobbered): the thread's guard is named afresh each time.
-  if (sigsetjmp(t_guard.env, 0) != 0) return false;  // came back from a fault
-  t_guard.armed = 1;
+  // One lookup of the thread's guard (each names the thread-local block anew through
+  // __tls_get_addr in a shared library); volatile: nothing cached in a register is trusted after
+  // the jump (-Wclobbered), and after it only the return value is used.
+  Guard* volatile guard = &t_guard;
+  if (sigsetjmp(guard->env, 0) != 0) return false;  // came back from a fault
+  guard->armed = 1;
   fn(ctx);
-  t_guard.armed = 0;
+  guard->armed = 0;
   return true;
 }
 

@@ -10,6 +10,15 @@ namespace {
 
 uint32_t ThreadId() { return static_cast<uint32_t>(syscall(SYS_gettid)); }
 
+// The claim's answer, read on every access: two plain pointers in the static TLS block (one
+// %fs-relative load each, no __tls_get_addr call and no thread_local wrapper); 16 bytes are well
+// inside what glibc reserves for libraries loaded by dlopen.
+struct ClaimCache {
+  LocalProcess* process;
+  HazardLine* line;
+};
+__attribute__((tls_model("initial-exec"))) thread_local ClaimCache t_claim_cache{nullptr, nullptr};
+
 // The line this thread claimed, and in which process (a child of fork() claims its own: the
 // parent's lines are in the parent's block).
 struct ThreadClaim {
@@ -18,6 +27,7 @@ struct ThreadClaim {
   void Give() {
     if (line != nullptr && process->is_current()) line->tid.store(0, std::memory_order_release);
     line = nullptr;
+    t_claim_cache = {nullptr, nullptr};
   }
   ~ThreadClaim() { Give(); }
 };
@@ -68,11 +78,14 @@ bool OwnerAlive(HostRegistry& registry, uint32_t process_slot) {
 }  // namespace
 
 HazardLine* ThisThreadHazards(LocalProcess& local) {
-  static thread_local ThreadClaim claim;
-  if (claim.process == &local) return claim.line;  // nullptr: every line was taken when it asked
-  claim.Give();
-  claim.line = Claim(local);
-  claim.process = &local;
+  if (t_claim_cache.process == &local) return t_claim_cache.line;  // nullptr: every line was taken
+  static thread_local ThreadClaim claim;  // owns the line: given back when the thread exits
+  if (claim.process != &local) {
+    claim.Give();
+    claim.line = Claim(local);
+    claim.process = &local;
+  }
+  t_claim_cache = {claim.process, claim.line};
   return claim.line;
 }
 

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "base/log.h"
 
@@ -20,13 +21,33 @@ namespace {
 int PidfdOpen(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
 int PidfdGetfd(int pidfd, int fd) { return static_cast<int>(syscall(SYS_pidfd_getfd, pidfd, fd, 0)); }
 
+// Kernels before 5.3 / 5.6, container seccomp profiles older than 2020 and tools such as
+// valgrind have no pidfd system calls (ENOSYS, or EPERM from seccomp). Without them liveness
+// comes from the token (pid and start time) and a peer's fd is opened through /proc, which
+// needs the same ptrace access as process_vm_writev (proc(5), /proc/pid/fd).
+bool PidfdMissing(int error) { return error == ENOSYS || error == EPERM; }
+
+// Only a file reopens there as the same object: an anonymous inode (an eventfd) opens as a new,
+// unrelated file, so it is refused (ENOSYS: it needs pidfd_getfd).
+int ProcFdOpen(pid_t pid, int remote_fd) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(remote_fd);
+  char target[64] = {};
+  if (readlink(path.c_str(), target, sizeof(target) - 1) < 0) return -1;
+  if (strncmp(target, "anon_inode:", 11) == 0) {
+    errno = ENOSYS;
+    return -1;
+  }
+  return open(path.c_str(), O_RDWR | O_CLOEXEC);
+}
+
 }  // namespace
 
-Result<std::shared_ptr<PeerProcess>> PeerProcess::Open(ProcessToken token) {
+Result<std::shared_ptr<PeerProcess>> PeerProcess::Open(ProcessToken token, Pidfd use) {
   if (token.empty()) return Status(ESRCH, "no such process");
   const bool self = token == ProcessToken::Self();
-  UniqueFd pidfd(PidfdOpen(token.pid()));
-  if (!pidfd.valid()) return Status(errno, "pidfd_open(" + std::to_string(token.pid()) + "): " + strerror(errno));
+  UniqueFd pidfd(use == Pidfd::kNever ? (errno = ENOSYS, -1) : PidfdOpen(token.pid()));
+  if (!pidfd.valid() && !PidfdMissing(errno))
+    return Status(errno, "pidfd_open(" + std::to_string(token.pid()) + "): " + strerror(errno));
   // The pidfd may name a newer process with the same pid: the token's start time decides.
   if (!token.IsAlive()) return Status(ESRCH, "process " + std::to_string(token.pid()) + " is gone");
   return std::shared_ptr<PeerProcess>(new PeerProcess(token, self, std::move(pidfd)));
@@ -34,6 +55,7 @@ Result<std::shared_ptr<PeerProcess>> PeerProcess::Open(ProcessToken token) {
 
 bool PeerProcess::IsAlive() const {
   if (self_) return true;
+  if (!pidfd_.valid()) return token_.IsAlive();
   pollfd p{pidfd_.get(), POLLIN, 0};
   return poll(&p, 1, 0) == 0;  // a pidfd becomes readable when its process exits
 }
@@ -147,19 +169,23 @@ Status PeerProcess::ReadV(const iovec* local, size_t local_count, const iovec* r
   return TransferV(false, local, local_count, remote, remote_count);
 }
 
+int PeerProcess::ForeignFd(int remote_fd) const {
+  return pidfd_.valid() ? PidfdGetfd(pidfd_.get(), remote_fd) : ProcFdOpen(token_.pid(), remote_fd);
+}
+
 Result<int> PeerProcess::BorrowFd(int remote_fd, uint64_t tag) {
   std::lock_guard lock(fds_mu_);
   if (auto it = borrowed_.find({remote_fd, tag}); it != borrowed_.end()) return it->second.get();
   // An older incarnation of the same fd number is closed in the peer: drop our copy of it.
   std::erase_if(borrowed_, [remote_fd](const auto& e) { return e.first.first == remote_fd; });
-  int fd = self_ ? dup(remote_fd) : PidfdGetfd(pidfd_.get(), remote_fd);
+  int fd = self_ ? dup(remote_fd) : ForeignFd(remote_fd);
   if (fd < 0) return Status(errno, std::string("pidfd_getfd: ") + strerror(errno));
   borrowed_.emplace(std::make_pair(remote_fd, tag), UniqueFd(fd));
   return fd;
 }
 
 Result<UniqueFd> PeerProcess::CopyFd(int remote_fd) {
-  UniqueFd fd(self_ ? fcntl(remote_fd, F_DUPFD_CLOEXEC, 0) : PidfdGetfd(pidfd_.get(), remote_fd));
+  UniqueFd fd(self_ ? fcntl(remote_fd, F_DUPFD_CLOEXEC, 0) : ForeignFd(remote_fd));
   if (!fd.valid()) return Status(errno, std::string("pidfd_getfd: ") + strerror(errno));
   return fd;
 }

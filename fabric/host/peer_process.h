@@ -1,8 +1,10 @@
 // A process of this host reached the way a NIC reaches host memory: by its pid, without its CPU.
 // Memory moves with process_vm_readv/writev (one copy, no help from the peer), descriptors are
 // borrowed with pidfd_getfd (to wake a peer's completion channel), and liveness comes from a
-// pidfd, which a recycled pid can never fool. The calling process is a peer too, reached by
-// memcpy. DESIGN.md section 5, principle 1: the initiator is the NIC.
+// pidfd, which a recycled pid can never fool. Where the pidfd system calls are missing (old
+// kernels, old container seccomp profiles, valgrind), liveness comes from the token's pid and
+// start time and descriptors are opened through /proc/<pid>/fd. The calling process is a peer
+// too, reached by memcpy. DESIGN.md section 5, principle 1: the initiator is the NIC.
 #pragma once
 
 #include <sys/uio.h>
@@ -21,8 +23,10 @@ namespace softverbs::fabric {
 
 class PeerProcess {
  public:
+  // kNever: as if the kernel had no pidfd system calls (for tests of that fallback).
+  enum class Pidfd { kIfAvailable, kNever };
   // A handle on the process `token` names; ESRCH if that incarnation is gone.
-  static Result<std::shared_ptr<PeerProcess>> Open(ProcessToken token);
+  static Result<std::shared_ptr<PeerProcess>> Open(ProcessToken token, Pidfd use = Pidfd::kIfAvailable);
 
   ProcessToken token() const { return token_; }
   bool is_self() const { return self_; }
@@ -50,6 +54,7 @@ class PeerProcess {
  private:
   PeerProcess(ProcessToken token, bool self, UniqueFd pidfd)
       : token_(token), self_(self), pidfd_(std::move(pidfd)) {}
+  int ForeignFd(int remote_fd) const;  // the peer's fd as one of ours (new descriptor, or -1)
   Status Transfer(bool write, uint64_t remote, const iovec* local, size_t count);
   Status TransferV(bool write, const iovec* local, size_t local_count, const iovec* remote, size_t remote_count);
 

@@ -9,6 +9,7 @@
 # by a timeout and removed by the names chosen here. Usage: cm_netns_test.sh <build dir>
 set -u
 source "$(dirname "$0")/common.sh"
+source "$(dirname "$0")/netns_lib.sh"
 build=${1:?build dir}
 if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null || ! command -v rping >/dev/null; then
   echo "skip: needs root, iproute2 and rdmacm-utils"
@@ -19,31 +20,13 @@ export LD_LIBRARY_PATH="$build/lib"
 export SOFTVERBS_HOST="clients-cmnetns-$$"
 ns_a="svcm-$$-a" ns_b="svcm-$$-b" veth_a="svcm$$a" veth_b="svcm$$b"
 net="10.78.$(( $$ % 250 ))"
-logs=$(mktemp -d)
-cleanup() {
-  ip netns del "$ns_a" 2>/dev/null
-  ip netns del "$ns_b" 2>/dev/null
-  rm -f /dev/shm/softverbs-"$(id -u)"-*-"$SOFTVERBS_HOST"
-  rm -rf "$logs"
-}
-trap cleanup EXIT
-pass=0 fail=0
-check() {  # check <description> <condition...>
-  local what=$1; shift
-  if "$@"; then pass=$((pass + 1)); echo "ok   $what"; else fail=$((fail + 1)); echo "FAIL $what"; return 1; fi
-}
 show() {
   tail -n 15 "$logs/server" | sed 's/^/  server: /'
   tail -n 15 "$logs/client" | sed 's/^/  client: /'
 }
 
-ip netns add "$ns_a" && ip netns add "$ns_b" || { echo "FAIL cannot create network namespaces"; echo "0 passed, 1 failed"; exit 1; }
-ip link add "$veth_a" netns "$ns_a" type veth peer name "$veth_b" netns "$ns_b"
-ip -n "$ns_a" addr add "$net.1/24" dev "$veth_a"
-ip -n "$ns_b" addr add "$net.2/24" dev "$veth_b"
-for ns in "$ns_a" "$ns_b"; do ip -n "$ns" link set lo up; done
-ip -n "$ns_a" link set "$veth_a" up
-ip -n "$ns_b" link set "$veth_b" up
+netns_setup "$ns_a" "$ns_b"
+netns_veth "$ns_a" "$veth_a" "$net.1/24" "$ns_b" "$veth_b" "$net.2/24"
 
 # pair <what> <timeout> <server command> -- <client command>: server in a, client in b; both exit 0.
 # With PERSISTENT=1, the server serves until killed (cmtime, qperf): it is stopped by its PID once
@@ -230,5 +213,4 @@ for victim in client server; do
     test "$ok" = 1 || { show; svlogs; }
 done
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+netns_finish

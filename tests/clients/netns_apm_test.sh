@@ -8,58 +8,34 @@
 # by a timeout and removed by the names chosen here. Usage: netns_apm_test.sh <build dir>
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
+source "$here/common.sh"
+source "$here/netns_lib.sh"
 build=${1:?build dir}
-if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null; then
-  echo "skip: needs root and iproute2 to create network namespaces"
-  echo "0 passed, 0 failed, 1 skipped"
-  exit 0
-fi
+netns_require_root
 export LD_LIBRARY_PATH="$build/lib"
 export SOFTVERBS_HOST="clients-apm-$$"
 ns_a="sv-apa-$$" ns_b="sv-apb-$$"
 veth_a1="svpa1$$" veth_b1="svpb1$$" veth_a2="svpa2$$" veth_b2="svpb2$$"
 a1=10.81.1.1 b1=10.81.1.2 a2=10.81.2.1 b2=10.81.2.2
 py=/usr/bin/python3  # the interpreter python3-pyverbs is installed for
-logs=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  ip netns del "$ns_a" 2>/dev/null
-  ip netns del "$ns_b" 2>/dev/null
-  rm -f /dev/shm/softverbs-"$(id -u)"-*-"$SOFTVERBS_HOST"
-  rm -rf "$logs"
-}
-trap cleanup EXIT
-pass=0 fail=0
-check() {  # check <description> <condition...>
-  local what=$1; shift
-  if "$@"; then pass=$((pass + 1)); echo "ok   $what"; else fail=$((fail + 1)); echo "FAIL $what"; fi
-}
 wait_file() {  # wait_file <path> <seconds>
   local i
   for i in $(seq 1 $(($2 * 100))); do [ -e "$1" ] && return 0; sleep 0.01; done
   return 1
 }
 
-ip netns add "$ns_a" && ip netns add "$ns_b" || { echo "FAIL cannot create network namespaces"; echo "0 passed, 1 failed"; exit 1; }
-ip link add "$veth_a1" netns "$ns_a" type veth peer name "$veth_b1" netns "$ns_b"
-ip link add "$veth_a2" netns "$ns_a" type veth peer name "$veth_b2" netns "$ns_b"
-ip -n "$ns_a" addr add $a1/24 dev "$veth_a1"
-ip -n "$ns_a" addr add $a2/24 dev "$veth_a2"
-ip -n "$ns_b" addr add $b1/24 dev "$veth_b1"
-ip -n "$ns_b" addr add $b2/24 dev "$veth_b2"
-for ns in "$ns_a" "$ns_b"; do ip -n "$ns" link set lo up; done
-for l in "$veth_a1" "$veth_a2"; do ip -n "$ns_a" link set "$l" up; done
-for l in "$veth_b1" "$veth_b2"; do ip -n "$ns_b" link set "$l" up; done
+netns_setup "$ns_a" "$ns_b"
+netns_veth "$ns_a" "$veth_a1" $a1/24 "$ns_b" "$veth_b1" $b1/24
+netns_veth "$ns_a" "$veth_a2" $a2/24 "$ns_b" "$veth_b2" $b2/24
 
 ip netns exec "$ns_b" timeout 30 "$py" "$here/apm_peer.py" server --dir "$logs" --ip $b1 \
   >"$logs/server.out" 2>&1 &
 server=$!
-pids+=("$server")
+netns_track "$server"
 ip netns exec "$ns_a" timeout 30 "$py" "$here/apm_peer.py" client --dir "$logs" --ip $a1 \
   --alt-ip $a2 --peer-alt-ip $b2 >"$logs/client.out" 2>&1 &
 client=$!
-pids+=("$client")
+netns_track "$client"
 if wait_file "$logs/armed.json" 20; then
   # The primary path fails: its link is down on the client's side.
   ip -n "$ns_a" link set "$veth_a1" down
@@ -77,5 +53,4 @@ if [ "$crc" -ne 0 ] || [ "$src" -ne 0 ]; then
   sed 's/^/  client: /' "$logs/client.out" | tail -6
   sed 's/^/  server: /' "$logs/server.out" | tail -6
 fi
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+netns_finish

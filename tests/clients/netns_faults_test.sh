@@ -14,45 +14,19 @@
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/common.sh"
+source "$here/netns_lib.sh"
 build=${1:?build dir}
-if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null; then
-  echo "skip: needs root and iproute2 to create network namespaces"
-  echo "0 passed, 0 failed, 1 skipped"
-  exit 0
-fi
+netns_require_root
 export LD_LIBRARY_PATH="$build/lib"
 export SOFTVERBS_HOST="clients-faults-$$"
 ns_a="sv-fa-$$" ns_b="sv-fb-$$" veth_a="svfa$$" veth_b="svfb$$"
 ip_a=10.79.0.1 ip_b=10.79.0.2
 py=/usr/bin/python3  # the interpreter python3-pyverbs is installed for
-logs=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  ip netns del "$ns_a" 2>/dev/null
-  ip netns del "$ns_b" 2>/dev/null
-  rm -f /dev/shm/softverbs-"$(id -u)"-*-"$SOFTVERBS_HOST"
-  rm -rf "$logs"
-}
-trap cleanup EXIT
-pass=0 fail=0
-check() {  # check <description> <condition...>
-  local what=$1; shift
-  if "$@"; then pass=$((pass + 1)); echo "ok   $what"; else fail=$((fail + 1)); echo "FAIL $what"; fi
-}
 signal() { echo '{}' >"$1.tmp" && mv "$1.tmp" "$1"; }  # signal <file>: a rendezvous file, whole
 show() { sed "s/^/  $2: /" "$1" | tail -"${3:-6}"; }
 
-ip netns add "$ns_a" && ip netns add "$ns_b" || { echo "FAIL cannot create network namespaces"; echo "0 passed, 1 failed"; exit 1; }
-ip link add "$veth_a" netns "$ns_a" type veth peer name "$veth_b" netns "$ns_b"
-ip -n "$ns_a" addr add $ip_a/24 dev "$veth_a"
-ip -n "$ns_b" addr add $ip_b/24 dev "$veth_b"
-for ns in "$ns_a" "$ns_b"; do ip -n "$ns" link set lo up; done
-ip -n "$ns_a" link set "$veth_a" mtu 9000 up
-ip -n "$ns_b" link set "$veth_b" mtu 9000 up
-gid_index() {
-  ip netns exec "$1" "$build/bin/softverbs" devices | sed -n "s/^ *GID\[ *\([0-9]*\)\] $2\$/\1/p"
-}
+netns_setup "$ns_a" "$ns_b"
+netns_veth "$ns_a" "$veth_a" $ip_a/24 "$ns_b" "$veth_b" $ip_b/24 9000
 gid_a=$(gid_index "$ns_a" ::ffff:$ip_a) gid_b=$(gid_index "$ns_b" ::ffff:$ip_b)
 check "each namespace's GID table lists its address (a: ${gid_a:-none}, b: ${gid_b:-none})" test -n "$gid_a" -a -n "$gid_b"
 
@@ -111,11 +85,11 @@ mkdir -p "$dir"
 ip netns exec "$ns_a" timeout 40 $py "$here/wire_peer.py" kill victim --dir "$dir" --ip $ip_a --deadline 30 \
   >"$dir/a.log" 2>&1 &
 victim=$!
-pids+=("$victim")
+netns_track "$victim"
 ip netns exec "$ns_b" timeout 40 $py "$here/wire_peer.py" kill survivor --dir "$dir" --ip $ip_b --deadline 30 \
   --timeout 14 --retry-cnt 3 >"$dir/b.log" 2>&1 &
 survivor=$!
-pids+=("$survivor")
+netns_track "$survivor"
 for _ in $(seq 1 300); do [ -e "$dir/victim-received.json" ] && break; sleep 0.1; done
 vpid=$($py -c "import json; print(json.load(open('$dir/victim-ready.json'))['pid'])" 2>/dev/null)
 if [ -n "$vpid" ] && [ -e "$dir/victim-received.json" ]; then
@@ -134,11 +108,11 @@ mkdir -p "$dir"
 ip netns exec "$ns_a" timeout 60 $py "$here/wire_peer.py" target target --dir "$dir" --ip $ip_a --deadline 50 \
   >"$dir/a.log" 2>&1 &
 pa=$!
-pids+=("$pa")
+netns_track "$pa"
 ip netns exec "$ns_b" timeout 60 $py "$here/wire_peer.py" target partner --dir "$dir" --ip $ip_b --deadline 50 \
   >"$dir/b.log" 2>&1 &
 pb=$!
-pids+=("$pb")
+netns_track "$pb"
 for _ in $(seq 1 300); do [ -e "$dir/target-ready.json" ] && break; sleep 0.1; done
 ip netns exec "$ns_b" timeout 60 $py "$here/roce_flood.py" --src $ip_b --dst $ip_a --target "$dir/target.json" \
   >"$dir/flood.log" 2>&1
@@ -154,5 +128,4 @@ check "flood: the target survives, nothing written outside or by refused packets
   test "$rca" -eq 0
 check "flood: the partner's exchange after the flood (rc=$rcb) :: $(tail -1 "$dir/b.log")" test "$rcb" -eq 0
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+netns_finish

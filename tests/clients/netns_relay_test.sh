@@ -11,45 +11,17 @@
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/common.sh"
+source "$here/netns_lib.sh"
 build=${1:?build dir}
-if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null; then
-  echo "skip: needs root and iproute2 to create network namespaces"
-  echo "0 passed, 0 failed, 1 skipped"
-  exit 0
-fi
+netns_require_root
 export LD_LIBRARY_PATH="$build/lib"
 export SOFTVERBS_HOST="clients-relay-$$"
 ns_a="sv-ra-$$" ns_m="sv-rm-$$" ns_b="sv-rb-$$"
 ip_a=10.81.1.1 ip_ma=10.81.1.2 ip_mb=10.81.2.2 ip_b=10.81.2.1
-logs=$(mktemp -d)
-relay=
-cleanup() {
-  [ -n "$relay" ] && kill -9 "$relay" 2>/dev/null
-  for ns in "$ns_a" "$ns_m" "$ns_b"; do ip netns del "$ns" 2>/dev/null; done
-  rm -f /dev/shm/softverbs-"$(id -u)"-*-"$SOFTVERBS_HOST"
-  rm -rf "$logs"
-}
-trap cleanup EXIT
-pass=0 fail=0
-check() {  # check <description> <condition...>
-  local what=$1; shift
-  if "$@"; then pass=$((pass + 1)); echo "ok   $what"; else fail=$((fail + 1)); echo "FAIL $what"; fi
-}
 
-for ns in "$ns_a" "$ns_m" "$ns_b"; do
-  ip netns add "$ns" || { echo "FAIL cannot create network namespaces"; echo "0 passed, 1 failed"; exit 1; }
-  ip -n "$ns" link set lo up
-done
-ip link add "ra$$" netns "$ns_a" type veth peer name "rma$$" netns "$ns_m"
-ip link add "rb$$" netns "$ns_b" type veth peer name "rmb$$" netns "$ns_m"
-ip -n "$ns_a" addr add $ip_a/24 dev "ra$$"
-ip -n "$ns_m" addr add $ip_ma/24 dev "rma$$"
-ip -n "$ns_m" addr add $ip_mb/24 dev "rmb$$"
-ip -n "$ns_b" addr add $ip_b/24 dev "rb$$"
-for l in "$ns_a ra$$" "$ns_m rma$$" "$ns_m rmb$$" "$ns_b rb$$"; do
-  set -- $l
-  ip -n "$1" link set "$2" mtu 9000 up
-done
+netns_setup "$ns_a" "$ns_m" "$ns_b"
+netns_veth "$ns_a" "ra$$" $ip_a/24 "$ns_m" "rma$$" $ip_ma/24 9000
+netns_veth "$ns_b" "rb$$" $ip_b/24 "$ns_m" "rmb$$" $ip_mb/24 9000
 ip -n "$ns_a" route add default via $ip_ma
 ip -n "$ns_b" route add default via $ip_mb
 # M routes (the pingpongs' TCP exchange goes through it untouched) and delivers the RoCEv2
@@ -63,12 +35,10 @@ faults="loss=5%,dup=5%,reorder=25%,seed=5"
 ip netns exec "$ns_m" timeout 120 "$build/bin/softverbs-relay" --transparent $ip_a --listen 0.0.0.0:4791 \
   --faults "$faults" --max-seconds 100 >"$logs/relay.out" 2>"$logs/relay.err" &
 relay=$!
+netns_track "$relay"
 for _ in $(seq 1 100); do grep -q ready "$logs/relay.out" 2>/dev/null && break; sleep 0.05; done
 check "softverbs-relay --transparent is ready in the middle namespace" grep -q ready "$logs/relay.out"
 
-gid_index() {
-  ip netns exec "$1" "$build/bin/softverbs" devices | sed -n "s/^ *GID\[ *\([0-9]*\)\] $2\$/\1/p"
-}
 gid_a=$(gid_index "$ns_a" ::ffff:$ip_a) gid_b=$(gid_index "$ns_b" ::ffff:$ip_b)
 
 # run <what> <program> <timeout> <success pattern> [args]: server in A, client in B.
@@ -107,7 +77,7 @@ run "ib_write_bw -n 200 -s 16384" ib_write_bw 40 '^ +[0-9]+ +[0-9]+ ' -n 200 -s 
 
 kill -TERM "$relay" 2>/dev/null
 wait "$relay" 2>/dev/null
-relay=
+netns_untrack "$relay"
 # "softverbs-relay tx: seen N lost N duplicated N reordered N ..." per direction.
 relay_stat() { sed -n "s/^softverbs-relay $1:.* $2 \([0-9]*\).*/\1/p" "$logs/relay.err"; }
 for d in tx rx; do
@@ -115,5 +85,4 @@ for d in tx rx; do
   check "the relay impaired direction $d (seen ${seen:-?}, lost ${lost:-?}, duplicated ${dup:-?}, reordered ${reo:-?})" \
     bash -c "[ '${seen:-0}' -gt 100 ] && [ '${lost:-0}' -gt 0 ] && [ '${dup:-0}' -gt 0 ] && [ '${reo:-0}' -gt 0 ]"
 done
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+netns_finish

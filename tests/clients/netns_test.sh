@@ -16,44 +16,19 @@
 # by a timeout and removed by the names chosen here. Usage: netns_test.sh <build dir>
 set -u
 source "$(dirname "$0")/common.sh"
+source "$(dirname "$0")/netns_lib.sh"
 build=${1:?build dir}
-if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null; then
-  echo "skip: needs root and iproute2 to create network namespaces"
-  echo "0 passed, 0 failed, 1 skipped"
-  exit 0
-fi
+netns_require_root
 export LD_LIBRARY_PATH="$build/lib"
 export SOFTVERBS_HOST="clients-netns-$$"
 ns_a="sv-a-$$" ns_b="sv-b-$$" veth_a="sva$$" veth_b="svb$$"
-logs=$(mktemp -d)
-cleanup() {
-  ip netns del "$ns_a" 2>/dev/null
-  ip netns del "$ns_b" 2>/dev/null
-  rm -f /dev/shm/softverbs-"$(id -u)"-*-"$SOFTVERBS_HOST"
-  rm -rf "$logs"
-}
-trap cleanup EXIT
-pass=0 fail=0
-check() {  # check <description> <condition...>
-  local what=$1; shift
-  if "$@"; then pass=$((pass + 1)); echo "ok   $what"; else fail=$((fail + 1)); echo "FAIL $what"; return 1; fi
-}
 
-ip netns add "$ns_a" && ip netns add "$ns_b" || { echo "FAIL cannot create network namespaces"; echo "0 passed, 1 failed"; exit 1; }
-ip link add "$veth_a" netns "$ns_a" type veth peer name "$veth_b" netns "$ns_b"
-ip -n "$ns_a" addr add 10.77.0.1/24 dev "$veth_a"
-ip -n "$ns_b" addr add 10.77.0.2/24 dev "$veth_b"
+netns_setup "$ns_a" "$ns_b"
+# Jumbo frames: perftest uses the port's 4096-byte MTU (docs/wire.md, "Path MTU").
+netns_veth "$ns_a" "$veth_a" 10.77.0.1/24 "$ns_b" "$veth_b" 10.77.0.2/24 9000
 ip -n "$ns_a" addr add fd00:77::1/64 dev "$veth_a" nodad
 ip -n "$ns_b" addr add fd00:77::2/64 dev "$veth_b" nodad
-for ns in "$ns_a" "$ns_b"; do ip -n "$ns" link set lo up; done
-# Jumbo frames: perftest uses the port's 4096-byte MTU (docs/wire.md, "Path MTU").
-ip -n "$ns_a" link set "$veth_a" mtu 9000 up
-ip -n "$ns_b" link set "$veth_b" mtu 9000 up
 
-# gid_index <namespace> <GID>: the GID table index of <GID> there.
-gid_index() {
-  ip netns exec "$1" "$build/bin/softverbs" devices | sed -n "s/^ *GID\[ *\([0-9]*\)\] $2\$/\1/p"
-}
 gid_a=$(gid_index "$ns_a" ::ffff:10.77.0.1) gid_b=$(gid_index "$ns_b" ::ffff:10.77.0.2)
 gid6_a=$(gid_index "$ns_a" fd00:77::1) gid6_b=$(gid_index "$ns_b" fd00:77::2)
 check "each namespace's GID table lists its own addresses (a: ${gid_a:-none} ${gid6_a:-none}, b: ${gid_b:-none} ${gid6_b:-none})" \
@@ -261,5 +236,4 @@ if [ "$fail" -ne 0 ]; then
   sed 's/^/  server: /' "$logs/server" | tail -5
   sed 's/^/  client: /' "$logs/client" | tail -8
 fi
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+netns_finish

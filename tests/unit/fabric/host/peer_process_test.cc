@@ -19,6 +19,7 @@ struct Child {
   int to_child[2], from_child[2];
   uint64_t buffer = 0;  // the address of the child's page
   int efd = -1;         // the child's eventfd number
+  int mfd = -1;         // the child's memfd number (it holds "child")
   static constexpr size_t kPage = 4096;
 
   void Start() {
@@ -30,8 +31,10 @@ struct Child {
       auto* page = static_cast<uint8_t*>(mmap(nullptr, 2 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
       munmap(page + kPage, kPage);
       memset(page, 0xab, kPage);
-      int fd = eventfd(0, 0);
-      uint64_t msg[2] = {reinterpret_cast<uint64_t>(page), static_cast<uint64_t>(fd)};
+      int fd = eventfd(0, EFD_NONBLOCK);  // read once at the end: 0 if nobody signalled it
+      int memfd = memfd_create("peer-test", 0);
+      (void)!write(memfd, "child", 5);
+      uint64_t msg[3] = {reinterpret_cast<uint64_t>(page), static_cast<uint64_t>(fd), static_cast<uint64_t>(memfd)};
       (void)!write(from_child[1], msg, sizeof(msg));
       char c;
       (void)!read(to_child[0], &c, 1);
@@ -43,10 +46,11 @@ struct Child {
       (void)!write(from_child[1], reply, sizeof(reply));
       _exit(0);
     }
-    uint64_t msg[2];
+    uint64_t msg[3];
     ASSERT_EQ(read(from_child[0], msg, sizeof(msg)), static_cast<ssize_t>(sizeof(msg)));
     buffer = msg[0];
     efd = static_cast<int>(msg[1]);
+    mfd = static_cast<int>(msg[2]);
   }
   void Finish(uint64_t* at100, uint64_t* count) {
     (void)!write(to_child[1], "x", 1);
@@ -60,10 +64,13 @@ struct Child {
   }
 };
 
-TEST(PeerProcessTest, ReadsAndWritesAnotherProcessWithoutItsHelp) {
+// With and without the pidfd system calls (kNever: liveness from the token, fds through /proc).
+class PeerProcessTest : public ::testing::TestWithParam<PeerProcess::Pidfd> {};
+
+TEST_P(PeerProcessTest, ReadsAndWritesAnotherProcessWithoutItsHelp) {
   Child child;
   child.Start();
-  auto peer = PeerProcess::Open(ProcessToken::Of(child.pid));
+  auto peer = PeerProcess::Open(ProcessToken::Of(child.pid), GetParam());
   ASSERT_TRUE(peer.ok()) << peer.status().rule();
   EXPECT_FALSE((*peer)->is_self());
   EXPECT_TRUE((*peer)->IsAlive());
@@ -84,22 +91,37 @@ TEST(PeerProcessTest, ReadsAndWritesAnotherProcessWithoutItsHelp) {
   ASSERT_TRUE((*peer)->Write(child.buffer + 100, out, 2).ok());
 
   auto fd = (*peer)->BorrowFd(child.efd);
-  ASSERT_TRUE(fd.ok()) << fd.status().rule();
-  EXPECT_EQ((*peer)->BorrowFd(child.efd).value(), fd.value());  // borrowed once, then reused
-  uint64_t two = 2;
-  ASSERT_EQ(write(fd.value(), &two, sizeof(two)), 8);
+  if (GetParam() == PeerProcess::Pidfd::kNever) {
+    // An eventfd reopened through /proc would be another file: refused, not silently wrong.
+    EXPECT_EQ(fd.status().code(), ENOSYS);
+  } else {
+    ASSERT_TRUE(fd.ok()) << fd.status().rule();
+    EXPECT_EQ((*peer)->BorrowFd(child.efd).value(), fd.value());  // borrowed once, then reused
+    uint64_t two = 2;
+    ASSERT_EQ(write(fd.value(), &two, sizeof(two)), 8);
+  }
+
+  // A file (the memfd) is the same object either way.
+  auto copy = (*peer)->CopyFd(child.mfd);
+  ASSERT_TRUE(copy.ok()) << copy.status().rule();
+  char text[6] = {};
+  EXPECT_EQ(pread(copy->get(), text, 5, 0), 5);
+  EXPECT_STREQ(text, "child");
 
   uint64_t at100 = 0, count = 0;
   child.Finish(&at100, &count);
   EXPECT_EQ(at100, 0x5566778811223344ull);
-  EXPECT_EQ(count, 2u);  // the child's own eventfd saw our signal
+  EXPECT_EQ(count, GetParam() == PeerProcess::Pidfd::kNever ? 0u : 2u);  // the child's eventfd saw our signal
 
   EXPECT_FALSE((*peer)->IsAlive());
   EXPECT_EQ((*peer)->Write(child.buffer, &in, 1).code(), ESRCH);
-  EXPECT_EQ(PeerProcess::Open(ProcessToken::Of(child.pid)).status().code(), ESRCH);
+  EXPECT_EQ(PeerProcess::Open(ProcessToken::Of(child.pid), GetParam()).status().code(), ESRCH);
 }
 
-TEST(PeerProcessTest, SelfIsReachedByMemcpy) {
+INSTANTIATE_TEST_SUITE_P(Pidfd, PeerProcessTest,
+                         ::testing::Values(PeerProcess::Pidfd::kIfAvailable, PeerProcess::Pidfd::kNever));
+
+TEST(PeerSelfTest, SelfIsReachedByMemcpy) {
   auto self = PeerProcess::Open(ProcessToken::Self());
   ASSERT_TRUE(self.ok());
   EXPECT_TRUE((*self)->is_self());
