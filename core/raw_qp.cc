@@ -3,6 +3,7 @@
 #include "base/log.h"
 #include "core/context.h"
 #include "core/dc.h"
+#include "core/flow.h"
 #include "core/device_limits.h"
 #include "core/qp.h"
 #include "core/wq.h"
@@ -108,22 +109,14 @@ Status RawQp::PostSend(const transport::SendWr& wr, QpState state) {
   }
   // The bytes were copied: the buffer is the application's again (ibv_post_send(3)).
   Complete(wr, wc_status::kSuccess);
-  if (pending_.size() >= fabric::raw::PacketSocket::kBatch) {
-    Status s = port_->Send(pending_, this);
-    if (!s.ok()) SV_LOG(kError, "ibv_post_send(qp 0x%x): %s", receive_.qp_num, s.rule().c_str());
-    pending_.clear();
-  }
+  if (pending_.size() >= fabric::raw::PacketSocket::kBatch) SendPendingLocked();
   return Status::Ok();
 }
 
 Status RawQp::PostPaced(const transport::SendWr& wr, bool tso) {
   // The frames are built now (the bytes are copied at post time, as without a rate) into a
   // batch of their own, which waits for the bucket.
-  if (!pending_.empty()) {  // unpaced frames posted before the rate (already complete) go first
-    Status s = port_->Send(pending_, this);
-    if (!s.ok()) SV_LOG(kError, "ibv_post_send(qp 0x%x): %s", receive_.qp_num, s.rule().c_str());
-    pending_.clear();
-  }
+  SendPendingLocked();  // unpaced frames posted before the rate (already complete) go first
   std::vector<std::vector<uint8_t>> mine;
   const uint32_t status = tso ? BuildSegments(wr) : transport::raw::BuildFrames(context_.local(), send_, wr, &pending_);
   mine.swap(pending_);
@@ -186,10 +179,54 @@ uint32_t RawQp::BuildSegments(const transport::SendWr& wr) {
 
 void RawQp::Flush() {
   std::lock_guard lock(send_mu_);
+  SendPendingLocked();
+}
+
+void RawQp::SendPendingLocked() {
   if (pending_.empty()) return;
-  Status s = port_->Send(pending_, this);
-  if (!s.ok()) SV_LOG(kError, "ibv_post_send(qp 0x%x): %s", receive_.qp_num, s.rule().c_str());
+  if (port_) {
+    Status s = port_->Send(pending_, this);
+    if (!s.ok()) SV_LOG(kError, "ibv_post_send(qp 0x%x): %s", receive_.qp_num, s.rule().c_str());
+  }
   pending_.clear();
+}
+
+void RawQp::AddFlow(Flow* flow) {
+  std::lock_guard lock(flows_mu_);
+  flows_.push_back(flow);
+}
+
+bool RawQp::RemoveFlow(Flow* flow) {
+  std::lock_guard lock(flows_mu_);
+  return std::erase(flows_, flow) != 0;
+}
+
+size_t RawQp::flow_count() const {
+  std::lock_guard lock(flows_mu_);
+  return flows_.size();
+}
+
+void RawQp::DetachFlows() {
+  std::vector<Flow*> flows;
+  {
+    std::lock_guard lock(flows_mu_);
+    flows.swap(flows_);
+  }
+  for (Flow* flow : flows) flow->Detach();
+}
+
+void RawQp::Close() {
+  std::unique_ptr<transport::raw::PacedSendQueue> paced;
+  {
+    std::lock_guard lock(send_mu_);
+    paced = std::move(paced_);
+  }
+  // Joins its thread (which sends through the port and completes on the QP's CQ); what still
+  // waits is dropped, as destroying the QP drops it.
+  paced.reset();
+  std::lock_guard lock(send_mu_);
+  pending_.clear();
+  port_.reset();  // the last QP of the process on the interface stops the port's thread
 }
 
 bool RawQp::Deliver(std::span<const uint8_t> frame, const fabric::raw::FrameView& view,
