@@ -54,7 +54,7 @@ RawQp::RawQp(Context& context, std::shared_ptr<transport::raw::RawPort> port, co
 }
 
 RawQp::~RawQp() {
-  paced_.reset();  // its thread sends through the port: stopped first
+  StopPaced(std::move(paced_));  // its thread sends through the port: stopped first
   Flush();
   if (ind_table_ != nullptr) ind_table_->users().Release();
 }
@@ -131,6 +131,11 @@ Status RawQp::PostPaced(const transport::SendWr& wr, bool tso) {
   held.wr_id = wr.wr_id;
   held.signaled = sq_sig_all_ || (wr.flags & transport::send_flag::kSignaled);
   paced_->Push(std::move(held));
+  // What the bucket holds leaves now, from the posting thread, as a NIC's rate limiter passes
+  // a frame at once while it has credit; only the rest waits for the queue's thread. (A frame
+  // left to a thread's wake-up may still wait when the program destroys the QP, as perftest's
+  // raw_ethernet_burst_lat server does right after its last reply: it would never leave.)
+  paced_->Pump(transport::raw::PacedSendQueue::Clock::now());
   return Status::Ok();
 }
 
@@ -148,7 +153,19 @@ void RawQp::SetRate(uint32_t rate_kbps, uint32_t burst_bytes) {
   paced_->Configure(rate_kbps, burst_bytes ? burst_bytes : send_.max_frame);
 }
 
+void RawQp::StopPaced(std::unique_ptr<transport::raw::PacedSendQueue> paced) {
+  if (!paced) return;
+  // A NIC keeps sending what was posted while the command destroying the QP runs: the frames
+  // that the rate lets go within kDestroyGrace still leave (perftest's raw_ethernet_burst_lat
+  // server destroys its QP right after posting its last replies), the rest are dropped.
+  // Destroyed, the QP completes nothing more.
+  destroying_.store(true, std::memory_order_release);
+  paced->Drain(transport::raw::PacedSendQueue::Clock::now() + kDestroyGrace);
+  paced.reset();  // joins its thread
+}
+
 void RawQp::CompletePaced(const transport::raw::PacedSendQueue::Wr& wr, uint32_t status) {
+  if (destroying_.load(std::memory_order_acquire)) return;
   if (status == wc_status::kSuccess && !wr.signaled) return;
   Completion c;
   c.wr_id = wr.wr_id;
@@ -221,9 +238,7 @@ void RawQp::Close() {
     std::lock_guard lock(send_mu_);
     paced = std::move(paced_);
   }
-  // Joins its thread (which sends through the port and completes on the QP's CQ); what still
-  // waits is dropped, as destroying the QP drops it.
-  paced.reset();
+  StopPaced(std::move(paced));
   std::lock_guard lock(send_mu_);
   pending_.clear();
   port_.reset();  // the last QP of the process on the interface stops the port's thread

@@ -4,6 +4,8 @@
 // CQs; this holds the port and turns frames into work completions.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -83,6 +85,10 @@ class RawQp final : public transport::raw::RawSink {
   void CompletePaced(const transport::raw::PacedSendQueue::Wr& wr, uint32_t status);
   // Hands pending_ to the port (under send_mu_); nothing once Close let go of the port.
   void SendPendingLocked();
+  // Destroy or context close: what waits for the rate may leave for kDestroyGrace, then the
+  // queue's thread stops.
+  void StopPaced(std::unique_ptr<transport::raw::PacedSendQueue> paced);
+  static constexpr std::chrono::milliseconds kDestroyGrace{20};
   // IBV_WR_TSO: the segments of `wr` into pending_ (under send_mu_); a wc status.
   uint32_t BuildSegments(const transport::SendWr& wr);
   // Places one frame in the next WQE (under rx_mu_); false if none is posted.
@@ -109,6 +115,7 @@ class RawQp final : public transport::raw::RawSink {
   // Made by the first rate (a thread of its own); a WR goes through it while it is limited or
   // still holds WRs, so sends never overtake each other.
   std::unique_ptr<transport::raw::PacedSendQueue> paced_;
+  std::atomic<bool> destroying_{false};  // no more completions (StopPaced)
   mutable std::mutex flows_mu_;
   std::vector<Flow*> flows_;
   std::mutex rx_mu_;

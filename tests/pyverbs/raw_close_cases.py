@@ -128,3 +128,24 @@ class CloseTest(unittest.TestCase):
         p = subprocess.run([base.PYTHON, '-c', CHILD], cwd=base.HERE, capture_output=True, text=True, timeout=60)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         self.assertIn('ALIVE', p.stdout, p.stdout + p.stderr)
+
+
+class DestroyTest(rc.RawBase):
+    def test_paced_frames_still_leave_while_the_qp_is_destroyed(self):
+        """As a NIC keeps sending what was posted while the destroy command runs: frames the
+        rate lets go within the grace (20 ms) leave; perftest's raw_ethernet_burst_lat server
+        destroys its QP right after posting its last replies and its client waits for them."""
+        from pyverbs.qp import QPAttr
+        from pyverbs.spec import EthSpec
+        import pyverbs.enums as e
+        a, b = self.pair()
+        b.flow(EthSpec(dst_mac=rc.mac_of(rc.B), dst_mac_mask='ff:ff:ff:ff:ff:ff'))
+        b.post_recv(8)
+        attr = QPAttr()
+        attr.rate_limit = 10000  # 10 Mb/s, a one-frame bucket: a 1400-byte frame every 1.12 ms
+        a.qp.modify(attr, e.IBV_QP_RATE_LIMIT)
+        frames = [rc.udp4_frame(b.mac, a.mac, bytes([i]) * 1400) for i in range(6)]
+        for i, f in enumerate(frames):
+            a.send(f, wr_id=i, inline=False)
+        a.qp.close()  # at once: most of them still wait for the bucket
+        self.assertEqual([b.received(w) for w in b.poll(6)], frames)
