@@ -88,7 +88,7 @@ class RawQp final : public transport::raw::RawSink {
   // Destroy or context close: what waits for the rate may leave for kDestroyGrace, then the
   // queue's thread stops.
   void StopPaced(std::unique_ptr<transport::raw::PacedSendQueue> paced);
-  static constexpr std::chrono::milliseconds kDestroyGrace{20};
+  static constexpr std::chrono::milliseconds kDestroyGrace{50};
   // IBV_WR_TSO: the segments of `wr` into pending_ (under send_mu_); a wc status.
   uint32_t BuildSegments(const transport::SendWr& wr);
   // Places one frame in the next WQE (under rx_mu_); false if none is posted.
