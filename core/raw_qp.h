@@ -62,8 +62,8 @@ class RawQp final : public transport::raw::RawSink {
   // The QP's context is closed while the QP lives (ibv_close_device without ibv_destroy_qp, as
   // after an EBUSY refusal). The kernel's uverbs then destroys every object of the file itself,
   // flows before QPs; here the QP stops acting: DetachFlows takes its rules off the port (no
-  // frame reaches it after this), then Close stops the paced send queue's thread (what waits
-  // never leaves or completes) and lets go of the port. Context::~Context calls both, all
+  // frame reaches it after this), then Close stops the paced send queue as a destroy does
+  // (StopPaced: nothing completes) and lets go of the port. Context::~Context calls both, all
   // flows first.
   void DetachFlows();
   void Close();
