@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/qp.h"
+#include "core/raw_qp.h"
 #include "core/srq.h"
 #include "core/xrc_qp.h"
 
@@ -23,6 +24,19 @@ Result<std::unique_ptr<Context>> Context::Open(std::shared_ptr<ObjectSpace> spac
   ctx->async_tag_ = local.value()->NewFdTag();
   ctx->gids();
   return ctx;
+}
+
+Context::~Context() {
+  std::vector<Qp*> qps;
+  {
+    std::lock_guard lock(objects_mu_);
+    qps = qps_;
+  }
+  // Every rule first: a paced queue still sending may loop frames back into this context's QPs.
+  for (Qp* qp : qps)
+    if (qp->raw() != nullptr) qp->raw()->DetachFlows();
+  for (Qp* qp : qps)
+    if (qp->raw() != nullptr) qp->raw()->Close();
 }
 
 GidTable Context::gids() {

@@ -48,6 +48,11 @@ class Context {
   // ibv_open_device: a new object space (its cmd_fd); ibv_import_device: `space`, shared with
   // the contexts already on it (core/object_space.h).
   static Result<std::unique_ptr<Context>> Open(std::shared_ptr<ObjectSpace> space = nullptr);
+  // ibv_close_device. Objects the application did not destroy stop acting on their own before
+  // the context goes (the kernel's uverbs destroys every object of a closed file, flows before
+  // QPs): no flow rule steers to a raw QP of this context after this, and no paced send queue
+  // sends or completes (core/raw_qp.h).
+  ~Context();
 
   fabric::HostRegistry& registry() { return local_->registry(); }
   // This process's membership of the host: its process slot, shared arena and peers.

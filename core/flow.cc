@@ -54,13 +54,17 @@ Result<std::unique_ptr<Flow>> Flow::Create(Qp& qp, const FlowRule& rule, uint8_t
     r.counter = std::move(counter.value());
   }
   RawQp& raw = *qp.raw();
-  raw.flows().Acquire();
-  return std::unique_ptr<Flow>(new Flow(qp, raw.port().AddRule(r, &raw), counters));
+  std::unique_ptr<Flow> flow(new Flow(qp, raw.port().AddRule(r, &raw), counters));
+  raw.AddFlow(flow.get());
+  return flow;
 }
 
 Flow::~Flow() {
+  if (qp_.raw()->RemoveFlow(this)) Detach();
+}
+
+void Flow::Detach() {
   qp_.raw()->port().RemoveRule(id_);
-  qp_.raw()->flows().Release();
   if (counters_ != nullptr) counters_->Unbind();
 }
 

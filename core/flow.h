@@ -31,7 +31,11 @@ class Flow {
   Qp& qp() const { return qp_; }
 
  private:
+  friend class RawQp;
   Flow(Qp& qp, uint64_t id, FlowCounters* counters) : qp_(qp), id_(id), counters_(counters) {}
+  // Takes the rule off the port (no frame reaches the QP through it after this) and frees its
+  // counters. Once: by the destructor, or by the QP when its context closes first (RawQp).
+  void Detach();
   Qp& qp_;
   uint64_t id_;
   FlowCounters* counters_;

@@ -362,8 +362,8 @@ Status Qp::CheckDestroy() const {
   if (int n = mcast_groups_.count(); n > 0)
     return Busy("the QP is still attached to " + std::to_string(n) + " multicast group(s)");
   // The kernel's uverbs counts a flow as a user of its QP: destroy fails while one remains.
-  if (raw_ && raw_->flows().count() > 0)
-    return Busy("the QP still has " + std::to_string(raw_->flows().count()) + " flow rule(s) (ibv_destroy_flow first)");
+  if (raw_ && raw_->flow_count() > 0)
+    return Busy("the QP still has " + std::to_string(raw_->flow_count()) + " flow rule(s) (ibv_destroy_flow first)");
   return Status::Ok();
 }
 

@@ -4,6 +4,7 @@
 #include "core/context.h"
 #include "core/dc.h"
 #include "core/device_limits.h"
+#include "core/flow.h"
 #include "core/qp.h"
 #include "core/wq.h"
 #include "fabric/raw/interface.h"
@@ -53,7 +54,7 @@ RawQp::RawQp(Context& context, std::shared_ptr<transport::raw::RawPort> port, co
 }
 
 RawQp::~RawQp() {
-  paced_.reset();  // its thread sends through the port: stopped first
+  StopPaced(std::move(paced_));  // its thread sends through the port: stopped first
   Flush();
   if (ind_table_ != nullptr) ind_table_->users().Release();
 }
@@ -108,22 +109,14 @@ Status RawQp::PostSend(const transport::SendWr& wr, QpState state) {
   }
   // The bytes were copied: the buffer is the application's again (ibv_post_send(3)).
   Complete(wr, wc_status::kSuccess);
-  if (pending_.size() >= fabric::raw::PacketSocket::kBatch) {
-    Status s = port_->Send(pending_, this);
-    if (!s.ok()) SV_LOG(kError, "ibv_post_send(qp 0x%x): %s", receive_.qp_num, s.rule().c_str());
-    pending_.clear();
-  }
+  if (pending_.size() >= fabric::raw::PacketSocket::kBatch) SendPendingLocked();
   return Status::Ok();
 }
 
 Status RawQp::PostPaced(const transport::SendWr& wr, bool tso) {
   // The frames are built now (the bytes are copied at post time, as without a rate) into a
   // batch of their own, which waits for the bucket.
-  if (!pending_.empty()) {  // unpaced frames posted before the rate (already complete) go first
-    Status s = port_->Send(pending_, this);
-    if (!s.ok()) SV_LOG(kError, "ibv_post_send(qp 0x%x): %s", receive_.qp_num, s.rule().c_str());
-    pending_.clear();
-  }
+  SendPendingLocked();  // unpaced frames posted before the rate (already complete) go first
   std::vector<std::vector<uint8_t>> mine;
   const uint32_t status = tso ? BuildSegments(wr) : transport::raw::BuildFrames(context_.local(), send_, wr, &pending_);
   mine.swap(pending_);
@@ -138,6 +131,11 @@ Status RawQp::PostPaced(const transport::SendWr& wr, bool tso) {
   held.wr_id = wr.wr_id;
   held.signaled = sq_sig_all_ || (wr.flags & transport::send_flag::kSignaled);
   paced_->Push(std::move(held));
+  // What the bucket holds leaves now, from the posting thread, as a NIC's rate limiter passes
+  // a frame at once while it has credit; only the rest waits for the queue's thread. (A frame
+  // left to a thread's wake-up may still wait when the program destroys the QP, as perftest's
+  // raw_ethernet_burst_lat server does right after its last reply: it would never leave.)
+  paced_->Pump(transport::raw::PacedSendQueue::Clock::now());
   return Status::Ok();
 }
 
@@ -155,7 +153,19 @@ void RawQp::SetRate(uint32_t rate_kbps, uint32_t burst_bytes) {
   paced_->Configure(rate_kbps, burst_bytes ? burst_bytes : send_.max_frame);
 }
 
+void RawQp::StopPaced(std::unique_ptr<transport::raw::PacedSendQueue> paced) {
+  if (!paced) return;
+  // A NIC keeps sending what was posted while the command destroying the QP runs: the frames
+  // that the rate lets go within kDestroyGrace still leave (perftest's raw_ethernet_burst_lat
+  // server destroys its QP right after posting its last replies), the rest are dropped.
+  // Destroyed, the QP completes nothing more.
+  destroying_.store(true, std::memory_order_release);
+  paced->Drain(transport::raw::PacedSendQueue::Clock::now() + kDestroyGrace);
+  paced.reset();  // joins its thread
+}
+
 void RawQp::CompletePaced(const transport::raw::PacedSendQueue::Wr& wr, uint32_t status) {
+  if (destroying_.load(std::memory_order_acquire)) return;
   if (status == wc_status::kSuccess && !wr.signaled) return;
   Completion c;
   c.wr_id = wr.wr_id;
@@ -186,10 +196,52 @@ uint32_t RawQp::BuildSegments(const transport::SendWr& wr) {
 
 void RawQp::Flush() {
   std::lock_guard lock(send_mu_);
+  SendPendingLocked();
+}
+
+void RawQp::SendPendingLocked() {
   if (pending_.empty()) return;
-  Status s = port_->Send(pending_, this);
-  if (!s.ok()) SV_LOG(kError, "ibv_post_send(qp 0x%x): %s", receive_.qp_num, s.rule().c_str());
+  if (port_) {
+    Status s = port_->Send(pending_, this);
+    if (!s.ok()) SV_LOG(kError, "ibv_post_send(qp 0x%x): %s", receive_.qp_num, s.rule().c_str());
+  }
   pending_.clear();
+}
+
+void RawQp::AddFlow(Flow* flow) {
+  std::lock_guard lock(flows_mu_);
+  flows_.push_back(flow);
+}
+
+bool RawQp::RemoveFlow(Flow* flow) {
+  std::lock_guard lock(flows_mu_);
+  return std::erase(flows_, flow) != 0;
+}
+
+size_t RawQp::flow_count() const {
+  std::lock_guard lock(flows_mu_);
+  return flows_.size();
+}
+
+void RawQp::DetachFlows() {
+  std::vector<Flow*> flows;
+  {
+    std::lock_guard lock(flows_mu_);
+    flows.swap(flows_);
+  }
+  for (Flow* flow : flows) flow->Detach();
+}
+
+void RawQp::Close() {
+  std::unique_ptr<transport::raw::PacedSendQueue> paced;
+  {
+    std::lock_guard lock(send_mu_);
+    paced = std::move(paced_);
+  }
+  StopPaced(std::move(paced));
+  std::lock_guard lock(send_mu_);
+  pending_.clear();
+  port_.reset();  // the last QP of the process on the interface stops the port's thread
 }
 
 bool RawQp::Deliver(std::span<const uint8_t> frame, const fabric::raw::FrameView& view,

@@ -4,6 +4,8 @@
 // CQs; this holds the port and turns frames into work completions.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -20,6 +22,7 @@
 namespace softverbs::core {
 
 class Context;
+class Flow;
 class Qp;
 class RwqIndTable;
 struct QpInitAttributes;
@@ -49,9 +52,21 @@ class RawQp final : public transport::raw::RawSink {
   // ibv_post_recv posted WQEs: frames waiting in the receive buffer take them now.
   void DrainBacklog();
 
-  // Flow rules (core/flow.h).
+  // Flow rules (core/flow.h) steering to this QP: ibv_destroy_qp refuses while any remain.
   transport::raw::RawPort& port() { return *port_; }
-  UseCount& flows() { return flows_; }
+  void AddFlow(Flow* flow);
+  // False if this QP no longer holds `flow` (its context's close detached it already).
+  bool RemoveFlow(Flow* flow);
+  size_t flow_count() const;
+
+  // The QP's context is closed while the QP lives (ibv_close_device without ibv_destroy_qp, as
+  // after an EBUSY refusal). The kernel's uverbs then destroys every object of the file itself,
+  // flows before QPs; here the QP stops acting: DetachFlows takes its rules off the port (no
+  // frame reaches it after this), then Close stops the paced send queue as a destroy does
+  // (StopPaced: nothing completes) and lets go of the port. Context::~Context calls both, all
+  // flows first.
+  void DetachFlows();
+  void Close();
 
   // transport::raw::RawSink: a steered frame (the port's thread, or a sender's loopback).
   void OnFrame(std::span<const uint8_t> frame, const fabric::raw::FrameView& view,
@@ -68,6 +83,12 @@ class RawQp final : public transport::raw::RawSink {
   // With a rate: builds `wr`'s frames and hands them to paced_ (under send_mu_).
   Status PostPaced(const transport::SendWr& wr, bool tso);
   void CompletePaced(const transport::raw::PacedSendQueue::Wr& wr, uint32_t status);
+  // Hands pending_ to the port (under send_mu_); nothing once Close let go of the port.
+  void SendPendingLocked();
+  // Destroy or context close: what waits for the rate may leave for kDestroyGrace, then the
+  // queue's thread stops.
+  void StopPaced(std::unique_ptr<transport::raw::PacedSendQueue> paced);
+  static constexpr std::chrono::milliseconds kDestroyGrace{50};
   // IBV_WR_TSO: the segments of `wr` into pending_ (under send_mu_); a wc status.
   uint32_t BuildSegments(const transport::SendWr& wr);
   // Places one frame in the next WQE (under rx_mu_); false if none is posted.
@@ -94,7 +115,9 @@ class RawQp final : public transport::raw::RawSink {
   // Made by the first rate (a thread of its own); a WR goes through it while it is limited or
   // still holds WRs, so sends never overtake each other.
   std::unique_ptr<transport::raw::PacedSendQueue> paced_;
-  UseCount flows_;
+  std::atomic<bool> destroying_{false};  // no more completions (StopPaced)
+  mutable std::mutex flows_mu_;
+  std::vector<Flow*> flows_;
   std::mutex rx_mu_;
   std::deque<Held> backlog_;
   // An RSS QP: the table whose WQs receive, and the hash that picks one.

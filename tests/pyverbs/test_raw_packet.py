@@ -75,6 +75,9 @@ class InNamespaceTest(unittest.TestCase):
         self.assertEqual(code, 0, out)
         self.assertIn('OK', out.splitlines()[-1] if out.strip() else '', out)
 
+    def test_close_and_destroy_with_work_left(self):
+        self.check(['raw_close_cases.CloseTest', 'raw_close_cases.DestroyTest'])
+
 
 def child_without_net_raw(code):
     """Runs python `code` with CAP_NET_RAW dropped (root: from the bounding set; others have none)."""

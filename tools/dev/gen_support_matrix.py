@@ -54,8 +54,12 @@ LIBS = {
                  "with `SOFTVERBS_MLX5_IDENTITY=1` ([device.md](../device.md)). Every other entry "
                  "point refuses with `EOPNOTSUPP` through the convention of its man page: signature "
                  "mkeys are not offered (`sig_caps` reads 0: the block signatures are computed, no "
-                 "data path applies them yet); DEVX, steering (`mlx5dv_dr_*`), crypto and VFIO will "
-                 "stay unsupported.",
+                 "data path applies them yet); `mlx5dv_create_flow_matcher` / `mlx5dv_create_flow` "
+                 "(their match criteria and values are mlx5's PRM `fte_match_param` bit layout, not "
+                 "decoded here) and `mlx5dv_create_wq` (its striding RQ has no software use) are "
+                 "refused: raw QPs take the same rules through `ibv_create_flow` and their WQs through "
+                 "`ibv_create_wq` ([raw-packet.md](../raw-packet.md)); DEVX, steering (`mlx5dv_dr_*`), "
+                 "crypto and VFIO will stay unsupported.",
     },
     "rdmacm": {
         "title": "librdmacm.so.1 (RDMA connection manager, rsockets)",

@@ -93,6 +93,14 @@ PacedSendQueue::Clock::time_point PacedSendQueue::Pump(Clock::time_point now) {
   return next;
 }
 
+void PacedSendQueue::Drain(Clock::time_point deadline) {
+  for (;;) {
+    const Clock::time_point next = Pump(Clock::now());
+    if (next == Clock::time_point::max() || next > deadline) return;
+    std::this_thread::sleep_until(next);
+  }
+}
+
 void PacedSendQueue::Run() {
   std::unique_lock lock(mu_);
   while (!stop_) {

@@ -50,6 +50,9 @@ class PacedSendQueue {
   // Sends what the bucket allows at `now` and completes the WRs whose frames all left. Returns
   // when the next frame may go (time_point::max(): nothing waits).
   Clock::time_point Pump(Clock::time_point now);
+  // Pumps until nothing waits or `deadline` passes (sleeping between frames as the rate says);
+  // what still waits then stays (the destructor drops it).
+  void Drain(Clock::time_point deadline);
 
  private:
   void Run();

@@ -81,6 +81,22 @@ TEST(PacedSendQueueTest, UnlimitedSendsEverythingAtOnce) {
   EXPECT_EQ(log.events, (std::vector<std::string>{"send 100 100", "done 1 0"}));
 }
 
+TEST(PacedSendQueueTest, DrainSendsWhatTheRateAllowsBeforeTheDeadlineAndLeavesTheRest) {
+  PacedQueueLog log;
+  PacedSendQueue q = log.Make();
+  q.Configure(8000, 1000);  // a byte per microsecond
+  q.Push(PacedQueueWr(1, {1000}));  // at once
+  q.Push(PacedQueueWr(2, {1000}));  // 1 ms later
+  q.Push(PacedQueueWr(3, {100000}));  // 1 ms later again, leaving the bucket 100 ms in debt
+  q.Push(PacedQueueWr(4, {1000}));  // ~100 ms later: past the deadline
+  const auto start = PacedSendQueue::Clock::now();
+  q.Drain(start + std::chrono::milliseconds(50));
+  EXPECT_EQ(log.events, (std::vector<std::string>{"send 1000", "done 1 0", "send 1000", "done 2 0", "send 100000",
+                                                  "done 3 0"}));
+  EXPECT_FALSE(q.empty());  // WR 4 still waits (the destructor drops it)
+  EXPECT_LT(PacedSendQueue::Clock::now() - start, std::chrono::milliseconds(100));  // no sleep past the deadline
+}
+
 TEST(PacedSendQueueTest, ItsThreadSendsWithoutBeingAsked) {
   std::mutex mu;
   std::condition_variable cv;
