@@ -4,7 +4,7 @@
 #
 #   netns_require_root            exits 0 with a skip line unless root with iproute2
 #   netns_setup <ns>...           creates the namespaces (lo up) and a logs dir; cleanup on EXIT
-#   netns_veth <ns_a> <if_a> <addr_a/len> <ns_b> <if_b> <addr_b/len> [mtu]
+#   netns_veth <ns_a> <if_a> <addr_a/len> <ns_b> <if_b> <addr_b/len> [mtu] [mac_a mac_b]
 #                                 a veth pair between two of them, addressed and up
 #   netns_track <pid>             a process the cleanup kills (by PID) if it still runs
 #   netns_untrack <pid>           no longer (it was waited for: its PID may be reused)
@@ -48,8 +48,9 @@ netns_setup() {
 }
 
 netns_veth() {
-  local ns_a=$1 if_a=$2 addr_a=$3 ns_b=$4 if_b=$5 addr_b=$6 mtu=${7:-}
-  ip link add "$if_a" netns "$ns_a" type veth peer name "$if_b" netns "$ns_b"
+  local ns_a=$1 if_a=$2 addr_a=$3 ns_b=$4 if_b=$5 addr_b=$6 mtu=${7:-} mac_a=${8:-} mac_b=${9:-}
+  ip link add "$if_a" netns "$ns_a" ${mac_a:+address "$mac_a"} type veth peer name "$if_b" netns "$ns_b" \
+    ${mac_b:+address "$mac_b"}
   # nodad: an IPv6 address is usable at once (no duplicate address detection delay).
   ip -n "$ns_a" addr add "$addr_a" dev "$if_a" nodad 2>/dev/null || ip -n "$ns_a" addr add "$addr_a" dev "$if_a"
   ip -n "$ns_b" addr add "$addr_b" dev "$if_b" nodad 2>/dev/null || ip -n "$ns_b" addr add "$addr_b" dev "$if_b"

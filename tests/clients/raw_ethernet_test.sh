@@ -12,6 +12,7 @@
 # by a timeout and removed by the names chosen here. Usage: raw_ethernet_test.sh <build dir>
 set -u
 source "$(dirname "$0")/common.sh"
+source "$(dirname "$0")/netns_lib.sh"
 build=${1:?build dir}
 if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null || ! command -v raw_ethernet_bw >/dev/null; then
   echo "skip: needs root, iproute2 and perftest"
@@ -22,27 +23,8 @@ export LD_LIBRARY_PATH="$build/lib"
 export SOFTVERBS_HOST="clients-raw-$$"
 ns_a="sv-ra-$$" ns_b="sv-rb-$$" veth_a="sra$$" veth_b="srb$$"
 mac_a=02:5e:00:00:00:01 mac_b=02:5e:00:00:00:02
-logs=$(mktemp -d)
-cleanup() {
-  ip netns del "$ns_a" 2>/dev/null
-  ip netns del "$ns_b" 2>/dev/null
-  rm -f /dev/shm/softverbs-"$(id -u)"-*-"$SOFTVERBS_HOST"
-  rm -rf "$logs"
-}
-trap cleanup EXIT
-pass=0 fail=0
-check() {  # check <description> <condition...>
-  local what=$1; shift
-  if "$@"; then pass=$((pass + 1)); echo "ok   $what"; else fail=$((fail + 1)); echo "FAIL $what"; fi
-}
-
-ip netns add "$ns_a" && ip netns add "$ns_b" || { echo "FAIL cannot create network namespaces"; echo "0 passed, 1 failed"; exit 1; }
-ip link add "$veth_a" netns "$ns_a" address "$mac_a" type veth peer name "$veth_b" netns "$ns_b" address "$mac_b"
-ip -n "$ns_a" addr add 10.78.0.1/24 dev "$veth_a"
-ip -n "$ns_b" addr add 10.78.0.2/24 dev "$veth_b"
-for ns in "$ns_a" "$ns_b"; do ip -n "$ns" link set lo up; done
-ip -n "$ns_a" link set "$veth_a" up
-ip -n "$ns_b" link set "$veth_b" up
+netns_setup "$ns_a" "$ns_b"
+netns_veth "$ns_a" "$veth_a" 10.78.0.1/24 "$ns_b" "$veth_b" 10.78.0.2/24 "" "$mac_a" "$mac_b"
 
 # raw <what> <program> [args]: the server (namespace a) receives from the client (namespace b);
 # both exit 0 and the client prints its result row.
@@ -85,5 +67,4 @@ raw "raw_ethernet_lat --tcp" raw_ethernet_lat -n 300 -s 128 --tcp
 raw "raw_ethernet_burst_lat, PP rate limit" raw_ethernet_burst_lat -n 100 --rate_limit_type=PP --rate_units=M \
   --rate_limit=10 --burst_size=16 -Q 1
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+netns_finish
