@@ -10,14 +10,15 @@ namespace {
 
 uint32_t ThreadId() { return static_cast<uint32_t>(syscall(SYS_gettid)); }
 
-// The claim's answer, read on every access: two plain pointers in the static TLS block (one
-// %fs-relative load each, no __tls_get_addr call and no thread_local wrapper); 16 bytes are well
-// inside what glibc reserves for libraries loaded by dlopen.
+// The claim's answer, read on every access: two plain pointers, constant-initialized, so the
+// access needs no thread_local wrapper call (ThreadClaim's destructor makes one necessary). Not
+// initial-exec: that would put the library's whole TLS block (post.cc's inline buffers among
+// it) in the static TLS that glibc keeps small for dlopen (pyverbs loads us that way).
 struct ClaimCache {
   LocalProcess* process;
   HazardLine* line;
 };
-__attribute__((tls_model("initial-exec"))) thread_local ClaimCache t_claim_cache{nullptr, nullptr};
+constinit thread_local ClaimCache t_claim_cache{nullptr, nullptr};
 
 // The line this thread claimed, and in which process (a child of fork() claims its own: the
 // parent's lines are in the parent's block).

@@ -197,7 +197,12 @@ void* HostTarget::Resolve(fabric::SharedRef ref) const {
 void HostTarget::Signal(int fd, uint64_t tag) const {
   if (peer_ == nullptr) return EventFd::SignalFd(fd);
   auto mine = peer_->process().BorrowFd(fd, tag);
-  if (mine.ok()) EventFd::SignalFd(mine.value());
+  if (mine.ok()) return EventFd::SignalFd(mine.value());
+  // Said once per process: without pidfd_getfd a peer's eventfd cannot be reached (docs/install.md).
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true))
+    SV_LOG(kError, "completion channel of pid %d not woken: %s", peer_->process().token().pid(),
+           mine.status().rule().c_str());
 }
 
 }  // namespace softverbs::transport
