@@ -82,7 +82,8 @@ void RawPort::Steer(std::span<const uint8_t> frame, FrameSource source, const Ra
          source == FrameSource::kReceived ? "received" : source == FrameSource::kLoopback ? "looped-back" : "sent",
          frame.size(), view.ether_type, to.size());
   for (const Delivery& d : to) {
-    if (d.mark.decrypt) {
+    // An ESP packet under a DECRYPT rule is decrypted first; other frames have nothing to decrypt.
+    if (d.mark.decrypt && EspOffset(frame, view) != 0) {
       DeliverDecrypted(d, frame);
       continue;
     }

@@ -52,7 +52,8 @@ class RawPort {
   RawPort(fabric::raw::Interface itf, fabric::raw::PacketSocket socket, UniqueFd stop);
   void Run();
   void Steer(std::span<const uint8_t> frame, FrameSource source, const RawSink* sender);
-  // An ESP DECRYPT rule's delivery: the frame checked and decrypted first (dropped if its ICV fails).
+  // An ESP packet's delivery under a DECRYPT rule: checked and decrypted first (dropped if its ICV
+  // fails or it has no room for IV, trailer and ICV).
   void DeliverDecrypted(const Delivery& d, std::span<const uint8_t> frame);
   bool AddressedHere(const fabric::raw::FrameView& v, bool group_too) const;
 

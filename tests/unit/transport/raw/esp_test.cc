@@ -123,6 +123,22 @@ TEST(EspSa, ExtendedSequenceNumbersEnterIvAndAad) {
   EXPECT_EQ(std::string(copy.begin() + 50, copy.begin() + 62), "hello, ESP!!");
 }
 
+TEST(EspSa, Ipv6PacketsRoundTrip) {
+  // The same ESP packet behind an IPv6 header (next header 50, payload length 48).
+  const auto v4 = EspFrame();
+  std::vector<uint8_t> f(v4.begin(), v4.begin() + 12);
+  f.insert(f.end(), {0x86, 0xdd, 0x60, 0, 0, 0, 0, 48, 50, 64});
+  for (int i = 0; i < 32; ++i) f.push_back(uint8_t(0xfd + i));
+  f.insert(f.end(), v4.begin() + 34, v4.end());
+  const auto plain = f;
+  ASSERT_TRUE(EspSa(TestKeymat(), true, false, 0).EncryptFrame(f));
+  // The same SA, sequence number and text as the IPv4 packet: the same IV, ciphertext and ICV.
+  EXPECT_EQ(Slice(f, 70, 16), Hex("616deede42d2230941c1e3f069232dc1"));
+  EXPECT_EQ(Slice(f, 86, 16), Hex("c407ec84b473b01a2802eb860c57eee8"));
+  ASSERT_TRUE(EspSa(TestKeymat(), false, false, 0).DecryptFrame(f));
+  EXPECT_EQ(Slice(f, 70, 16), Slice(plain, 70, 16));
+}
+
 TEST(EspSa, TamperedFramesAndWrongKeysFail) {
   const EspSa tx(TestKeymat(), true, false, 0);
   auto f = EspFrame();
