@@ -117,8 +117,8 @@ Status CheckRss(QpInitAttributes& a) {
   // mlx5 takes exactly a 40-byte Toeplitz key (the TIR's rx_hash_toeplitz_key field).
   if (a.rx_hash_key.size() != 40)
     return Invalid("rx_hash_key_len " + to_string(a.rx_hash_key.size()) + " is not 40 (the Toeplitz key)");
-  constexpr uint64_t kFields = kSrcIpv4 | kDstIpv4 | kSrcIpv6 | kDstIpv6 | kSrcPortTcp | kDstPortTcp | kSrcPortUdp | kDstPortUdp;
-  if (a.rx_hash_fields_mask & kIpsecSpi) return NotSupported("IBV_RX_HASH_IPSEC_SPI is not offered (no IPsec offload)");
+  constexpr uint64_t kFields =
+      kSrcIpv4 | kDstIpv4 | kSrcIpv6 | kDstIpv6 | kSrcPortTcp | kDstPortTcp | kSrcPortUdp | kDstPortUdp | kIpsecSpi;
   // The kernel's mlx5 create_rss_raw_qp_tir: "Tunnel offloads must be set for inner RSS".
   const bool tunnel = a.has_mlx5_create_flags && (a.mlx5_create_flags & mlx5_create_flag::kTunnelOffloads);
   if ((a.rx_hash_fields_mask & kInner) && !tunnel)

@@ -28,7 +28,8 @@ set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 # The programs softverbs is for; none is needed to install or run it.
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS "ibverbs-utils, rdmacm-utils, perftest")
 # Run-time dependencies come from the binaries (dpkg-shlibdeps, in dpkg-dev): the CLI and the
-# libraries need libc6, libstdc++6 and libgcc-s1, with the versions of the symbols they use.
+# libraries need libc6, libstdc++6 and libgcc-s1, with the versions of the symbols they use, and
+# libssl3 (libcrypto: AES-GCM of ESP flow actions, docs/raw-packet.md).
 # librdmacm, libmlx5 and libefa need libibverbs.so.1: ours, in the private directory, which
 # which dpkg-shlibdeps must be told of (it looks for a private directory inside the package
 # being built first) -- else it finds the system's and makes the package depend on rdma-core's
@@ -38,6 +39,6 @@ if(SOFTVERBS_DPKG_SHLIBDEPS)
   set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
   set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS "/usr/${SOFTVERBS_INSTALL_LIBDIR}")
 else()
-  set(CPACK_DEBIAN_PACKAGE_DEPENDS "libc6, libstdc++6, libgcc-s1")
+  set(CPACK_DEBIAN_PACKAGE_DEPENDS "libc6, libstdc++6, libgcc-s1, libssl3")
 endif()
 include(CPack)

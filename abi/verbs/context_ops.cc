@@ -97,13 +97,6 @@ int ModifyQpRateLimit(ibv_qp* qp, ibv_qp_rate_limit_attr* attr) {
   Status s = ToSv(qp)->core->Modify(a, core::attr::kRateLimit);
   return s.ok() ? 0 : ReturnErrno("ibv_modify_qp_rate_limit", Name(qp), s);
 }
-ibv_flow_action* CreateFlowActionEsp(ibv_context*, ibv_flow_action_esp_attr*) {
-  return ReturnNull<ibv_flow_action>("ibv_create_flow_action_esp", "", Unsupported("flow actions (ESP)"));
-}
-int ModifyFlowActionEsp(ibv_flow_action*, ibv_flow_action_esp_attr*) {
-  return ReturnErrno("ibv_modify_flow_action_esp", "", Unsupported("flow actions (ESP)"));
-}
-int DestroyFlowAction(ibv_flow_action*) { return ReturnErrno("ibv_destroy_flow_action", "", Unsupported("flow actions")); }
 }  // namespace
 
 void InitContextOps(SvContext* ctx) {

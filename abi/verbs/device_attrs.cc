@@ -79,7 +79,8 @@ ibv_device_attr_ex DeviceAttrEx() {
   ex.rss_caps.rx_hash_function = IBV_RX_HASH_FUNC_TOEPLITZ;
   ex.rss_caps.rx_hash_fields_mask = IBV_RX_HASH_SRC_IPV4 | IBV_RX_HASH_DST_IPV4 | IBV_RX_HASH_SRC_IPV6 |
                                     IBV_RX_HASH_DST_IPV6 | IBV_RX_HASH_SRC_PORT_TCP | IBV_RX_HASH_DST_PORT_TCP |
-                                    IBV_RX_HASH_SRC_PORT_UDP | IBV_RX_HASH_DST_PORT_UDP | IBV_RX_HASH_INNER;
+                                    IBV_RX_HASH_SRC_PORT_UDP | IBV_RX_HASH_DST_PORT_UDP | IBV_RX_HASH_IPSEC_SPI |
+                                    IBV_RX_HASH_INNER;
   ex.max_wq_type_rq = DeviceLimits::kMaxQp;
   // TSO on raw packet QPs (transport/raw/tso.h).
   ex.tso_caps.max_tso = DeviceLimits::kMaxTso;

@@ -11,6 +11,7 @@
 #include "abi/verbs/objects.h"
 #include "abi/verbs/ops.h"
 #include "core/flow.h"
+#include "core/flow_action.h"
 
 namespace softverbs::abi {
 namespace {
@@ -66,20 +67,21 @@ size_t SpecSize(uint32_t type) {
     case IBV_FLOW_SPEC_ACTION_TAG: return sizeof(ibv_flow_spec_action_tag);
     case IBV_FLOW_SPEC_ACTION_DROP: return sizeof(ibv_flow_spec_action_drop);
     case IBV_FLOW_SPEC_ACTION_COUNT: return sizeof(ibv_flow_spec_counter_action);
+    case IBV_FLOW_SPEC_ESP: return sizeof(ibv_flow_spec_esp);
+    case IBV_FLOW_SPEC_ACTION_HANDLE: return sizeof(ibv_flow_spec_action_handle);
     default: return 0;
   }
 }
 
-// `*counters`: the object of the rule's IBV_FLOW_SPEC_ACTION_COUNT, if it has one.
-Status Convert(const ibv_flow_spec* spec, FlowRule* rule, ibv_counters** counters) {
+// `*counters`: the object of the rule's IBV_FLOW_SPEC_ACTION_COUNT, if it has one; `*action`:
+// the flow action of its IBV_FLOW_SPEC_ACTION_HANDLE.
+Status Convert(const ibv_flow_spec* spec, FlowRule* rule, ibv_counters** counters, ibv_flow_action** action) {
   const uint32_t type = spec->hdr.type;
   HeaderMatch& m = (type & IBV_FLOW_SPEC_INNER) ? rule->inner : rule->outer;
   const size_t want = SpecSize(type);
   switch (type & ~IBV_FLOW_SPEC_INNER) {
-    case IBV_FLOW_SPEC_ESP: case IBV_FLOW_SPEC_GRE: case IBV_FLOW_SPEC_MPLS:
-      return NotSupported("flow spec type " + std::to_string(type) + " (ESP, GRE, MPLS) is not offered");
-    case IBV_FLOW_SPEC_ACTION_HANDLE:
-      return NotSupported("flow actions by handle (ESP, modify header, packet reformat) are not offered");
+    case IBV_FLOW_SPEC_GRE: case IBV_FLOW_SPEC_MPLS:
+      return NotSupported("flow spec type " + std::to_string(type) + " (GRE, MPLS) is not offered");
     default: break;
   }
   if (want == 0) return Invalid("flow spec type " + std::to_string(type) + " is not a spec type (ibv_create_flow(3))");
@@ -130,6 +132,19 @@ Status Convert(const ibv_flow_spec* spec, FlowRule* rule, ibv_counters** counter
     case IBV_FLOW_SPEC_ACTION_DROP:
       rule->drop = true;
       break;
+    case IBV_FLOW_SPEC_ESP:
+      // mlx5 matches the SPI only (outer_esp_spi): a sequence number mask is EOPNOTSUPP there.
+      if (spec->esp.mask.seq != 0) return NotSupported("IBV_FLOW_SPEC_ESP matches the SPI only: mask.seq must be 0 (as mlx5)");
+      rule->esp_spi.present = true;
+      rule->esp_spi.val = ntohl(spec->esp.val.spi);
+      rule->esp_spi.mask = ntohl(spec->esp.mask.spi);
+      break;
+    case IBV_FLOW_SPEC_ACTION_HANDLE:
+      // mlx5's parse_flow_flow_action: one crypto action per rule.
+      if (*action != nullptr) return Invalid("a rule has at most one ESP action (IBV_FLOW_SPEC_ACTION_HANDLE), as mlx5");
+      if (spec->handle.action == nullptr) return Invalid("IBV_FLOW_SPEC_ACTION_HANDLE with action NULL");
+      *action = const_cast<ibv_flow_action*>(spec->handle.action);
+      break;
     case IBV_FLOW_SPEC_ACTION_COUNT:
       // mlx5's get_flow_mcounters: one counters object per flow.
       if (*counters != nullptr) return Invalid("a rule has at most one IBV_FLOW_SPEC_ACTION_COUNT (as mlx5)");
@@ -140,7 +155,7 @@ Status Convert(const ibv_flow_spec* spec, FlowRule* rule, ibv_counters** counter
   return Status::Ok();
 }
 
-Status ToRule(const ibv_flow_attr& attr, FlowRule* rule, ibv_counters** counters) {
+Status ToRule(const ibv_flow_attr& attr, FlowRule* rule, ibv_counters** counters, ibv_flow_action** action) {
   if (attr.comp_mask != 0) return Invalid("comp_mask must be 0");
   if (attr.type > IBV_FLOW_ATTR_SNIFFER) return Invalid("type " + std::to_string(attr.type) + " is not a rule type");
   rule->type = static_cast<transport::raw::FlowType>(attr.type);
@@ -155,7 +170,7 @@ Status ToRule(const ibv_flow_attr& attr, FlowRule* rule, ibv_counters** counters
     ibv_flow_spec spec;
     memset(&spec, 0, sizeof spec);
     memcpy(&spec, at, std::min<size_t>(hdr.size, sizeof spec));
-    SV_RETURN_IF_ERROR(Convert(&spec, rule, counters));
+    SV_RETURN_IF_ERROR(Convert(&spec, rule, counters, action));
     at += hdr.size;
   }
   return Status::Ok();
@@ -166,10 +181,15 @@ Status ToRule(const ibv_flow_attr& attr, FlowRule* rule, ibv_counters** counters
 ibv_flow* CreateFlow(ibv_qp* qp, ibv_flow_attr* attr) {
   FlowRule rule;
   ibv_counters* counters = nullptr;
-  if (Status s = ToRule(*attr, &rule, &counters); !s.ok()) return ReturnNull<ibv_flow>("ibv_create_flow", Name(qp), s);
+  ibv_flow_action* action = nullptr;
+  if (Status s = ToRule(*attr, &rule, &counters, &action); !s.ok())
+    return ReturnNull<ibv_flow>("ibv_create_flow", Name(qp), s);
   if (counters != nullptr && counters->context != qp->context)
     return ReturnNull<ibv_flow>("ibv_create_flow", Name(qp), Invalid("the counters belong to another context"));
-  auto core = core::Flow::Create(*ToSv(qp)->core, rule, attr->port, attr->flags, CoreOf(counters));
+  // The kernel finds an action by its handle among the objects of the QP's own context.
+  if (action != nullptr && action->context != qp->context)
+    return ReturnNull<ibv_flow>("ibv_create_flow", Name(qp), Invalid("the flow action belongs to another context"));
+  auto core = core::Flow::Create(*ToSv(qp)->core, rule, attr->port, attr->flags, CoreOf(counters), CoreOf(action));
   if (!core.ok()) return ReturnNull<ibv_flow>("ibv_create_flow", Name(qp), core.status());
   auto* f = new (std::nothrow) SvFlow{};
   if (f == nullptr) return ReturnNull<ibv_flow>("ibv_create_flow", Name(qp), NoMemory("out of memory"));

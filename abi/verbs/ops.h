@@ -8,6 +8,7 @@
 #include "transport/work_request.h"
 
 namespace softverbs::core {
+class FlowActionEsp;
 class FlowCounters;
 class RwqIndTable;
 }
@@ -51,6 +52,11 @@ int DestroyCounters(ibv_counters*);
 int AttachCountersPointFlow(ibv_counters*, ibv_counter_attach_attr*, ibv_flow*);
 int ReadCounters(ibv_counters*, uint64_t*, uint32_t, uint32_t);
 core::FlowCounters* CoreOf(ibv_counters* counters);
+// ESP flow actions (flow_action.cc).
+ibv_flow_action* CreateFlowActionEsp(ibv_context*, ibv_flow_action_esp_attr*);
+int ModifyFlowActionEsp(ibv_flow_action*, ibv_flow_action_esp_attr*);
+int DestroyFlowAction(ibv_flow_action*);
+core::FlowActionEsp* CoreOf(ibv_flow_action* action);
 // Receive work queues and RSS indirection tables (wq.cc).
 ibv_wq* CreateWq(ibv_context*, ibv_wq_init_attr*);
 int ModifyWq(ibv_wq*, ibv_wq_attr*);

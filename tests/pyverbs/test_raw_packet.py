@@ -151,7 +151,7 @@ class RawRefusalTest(unittest.TestCase):
         self.assertEqual(x.rss_caps.supported_qpts, 1 << e.IBV_QPT_RAW_PACKET)
         self.assertEqual(x.rss_caps.max_rwq_indirection_table_size, 256)
         self.assertEqual(x.rss_caps.rx_hash_function, e.IBV_RX_HASH_FUNC_TOEPLITZ)
-        self.assertEqual(x.rss_caps.rx_hash_fields_mask, 0x800000ff)  # addresses, ports, INNER; not SPI
+        self.assertEqual(x.rss_caps.rx_hash_fields_mask, 0x800001ff)  # addresses, ports, IPSEC_SPI, INNER
         self.assertEqual(x.tso_caps.max_tso, 256 * 1024)
         self.assertEqual(x.tso_caps.supported_qpts, 1 << e.IBV_QPT_RAW_PACKET)
         for cap in (e.IBV_RAW_PACKET_CAP_IP_CSUM, e.IBV_RAW_PACKET_CAP_SCATTER_FCS,

@@ -3,6 +3,7 @@
 // packets only, a TCP spec TCP segments only -- as a NIC's parser, which matches headers it found.
 #include <cstring>
 
+#include "transport/raw/esp.h"
 #include "transport/raw/flow_rule.h"
 
 namespace softverbs::transport::raw {
@@ -61,10 +62,18 @@ bool HasInner(const HeaderMatch& h) {
   return h.eth.present || h.ipv4.present || h.ipv6.present || h.tcp.present || h.udp.present;
 }
 
+bool MatchEsp(const Masked<uint32_t>& m, std::span<const uint8_t> frame, const fabric::raw::FrameView& v) {
+  if (!m.present) return true;
+  const size_t esp = EspOffset(frame, v);
+  if (esp == 0) return false;
+  const uint32_t spi = uint32_t(frame[esp]) << 24 | uint32_t(frame[esp + 1]) << 16 | uint32_t(frame[esp + 2]) << 8 | frame[esp + 3];
+  return Eq(spi, m.val, m.mask);
+}
+
 }  // namespace
 
 bool Matches(const FlowRule& rule, std::span<const uint8_t> frame, const fabric::raw::FrameView& view) {
-  if (!MatchStack(rule.outer, view)) return false;
+  if (!MatchStack(rule.outer, view) || !MatchEsp(rule.esp_spi, frame, view)) return false;
   if (!rule.vxlan_vni.present && !HasInner(rule.inner)) return true;
   if (!view.has_vxlan) return false;
   if (rule.vxlan_vni.present && !Eq(view.vxlan_vni, rule.vxlan_vni.val, rule.vxlan_vni.mask)) return false;

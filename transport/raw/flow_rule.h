@@ -11,6 +11,8 @@
 
 namespace softverbs::transport::raw {
 
+class EspSa;
+
 // enum ibv_flow_attr_type
 enum class FlowType : uint32_t { kNormal = 0, kAllDefault = 1, kMcDefault = 2, kSniffer = 3 };
 
@@ -53,6 +55,10 @@ struct FlowRule {
   HeaderMatch outer;
   Masked<uint32_t> vxlan_vni;  // IBV_FLOW_SPEC_VXLAN_TUNNEL (tunnel_id, 24 bits)
   HeaderMatch inner;           // specs with IBV_FLOW_SPEC_INNER
+  Masked<uint32_t> esp_spi;    // IBV_FLOW_SPEC_ESP: an ESP packet, its SPI (host order)
+  bool egress = false;         // IBV_FLOW_ATTR_FLAGS_EGRESS: frames sent, not received
+  // IBV_FLOW_SPEC_ACTION_HANDLE of an ESP action: encrypt (egress) or decrypt (ingress).
+  std::shared_ptr<const EspSa> esp;
   bool drop = false;           // IBV_FLOW_SPEC_ACTION_DROP
   bool has_tag = false;        // IBV_FLOW_SPEC_ACTION_TAG
   uint32_t tag = 0;

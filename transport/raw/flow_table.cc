@@ -12,7 +12,7 @@ void CountMatch(const FlowRule& rule, size_t frame_bytes) {
 void AddOnce(std::vector<Delivery>* out, RawSink* sink, const FlowRule& rule) {
   for (const Delivery& d : *out)
     if (d.sink == sink) return;
-  out->push_back({sink, {rule.has_tag, rule.tag}});
+  out->push_back({sink, {rule.has_tag, rule.tag, rule.esp}});
 }
 
 }  // namespace

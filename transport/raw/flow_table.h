@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -23,6 +24,8 @@ namespace softverbs::transport::raw {
 struct FlowMark {
   bool has_tag = false;
   uint32_t tag = 0;  // IBV_FLOW_SPEC_ACTION_TAG, read by ibv_wc_read_flow_tag
+  // An ESP DECRYPT action: the port checks and decrypts the frame before the QP gets it.
+  std::shared_ptr<const EspSa> decrypt;
 };
 
 // A QP receiving steered frames (core/raw_qp.h).

@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "base/log.h"
+#include "transport/raw/esp.h"
 
 namespace softverbs::transport::raw {
 namespace {
@@ -47,12 +48,21 @@ RawPort::~RawPort() {
 
 uint64_t RawPort::AddRule(const FlowRule& rule, RawSink* sink) {
   std::unique_lock lock(mu_);
+  if (rule.egress) {
+    has_egress_.store(true, std::memory_order_release);
+    return egress_.Add(rule);
+  }
   return table_.Add(rule, sink);
 }
 
 bool RawPort::RemoveRule(uint64_t id) {
   // Exclusive: once this returns, no steering in progress still holds the rule's QP.
   std::unique_lock lock(mu_);
+  if (id & EgressTable::kIdBit) {
+    const bool removed = egress_.Remove(id);
+    has_egress_.store(!egress_.empty(), std::memory_order_release);
+    return removed;
+  }
   return table_.Remove(id);
 }
 
@@ -72,12 +82,45 @@ void RawPort::Steer(std::span<const uint8_t> frame, FrameSource source, const Ra
          source == FrameSource::kReceived ? "received" : source == FrameSource::kLoopback ? "looped-back" : "sent",
          frame.size(), view.ether_type, to.size());
   for (const Delivery& d : to) {
+    // An ESP packet under a DECRYPT rule is decrypted first; other frames have nothing to decrypt.
+    if (d.mark.decrypt && EspOffset(frame, view) != 0) {
+      DeliverDecrypted(d, frame);
+      continue;
+    }
     d.sink->OnFrame(frame, view, d.mark);
     counters_.steered.fetch_add(1, std::memory_order_relaxed);
   }
 }
 
+void RawPort::DeliverDecrypted(const Delivery& d, std::span<const uint8_t> frame) {
+  static std::atomic<uint32_t> failures{0};
+  thread_local std::vector<uint8_t> plain;
+  plain.assign(frame.begin(), frame.end());
+  fabric::raw::FrameView view;
+  if (!d.mark.decrypt->DecryptFrame(plain) || !fabric::raw::ParseFrame(plain, &view)) {
+    // As a NIC's inline decryption: a packet whose ICV does not verify is not delivered.
+    const uint32_t n = failures.fetch_add(1, std::memory_order_relaxed);
+#define SV_ESP_DROPPED "raw port %s: an ESP frame of %zu bytes failed authentication (ICV) or is too short for its " \
+                       "IV, trailer and ICV: dropped, not delivered"
+    if (n < 16)  // the first ones as errors, the rest (a flood) at debug level
+      SV_LOG(kError, SV_ESP_DROPPED, interface_.name.c_str(), frame.size());
+    else
+      SV_LOG(kDebug, SV_ESP_DROPPED, interface_.name.c_str(), frame.size());
+#undef SV_ESP_DROPPED
+    return;
+  }
+  d.sink->OnFrame(plain, view, d.mark);
+  counters_.steered.fetch_add(1, std::memory_order_relaxed);
+}
+
 Status RawPort::Send(std::span<const std::vector<uint8_t>> frames, const RawSink* from) {
+  thread_local std::vector<std::vector<uint8_t>> egress;
+  if (has_egress_.load(std::memory_order_acquire)) {
+    std::shared_lock lock(mu_);
+    egress_.Apply(frames, &egress);
+    frames = egress;
+    if (frames.empty()) return Status::Ok();
+  }
   thread_local std::vector<std::vector<iovec>> iovs;
   iovs.resize(frames.size());
   for (size_t i = 0; i < frames.size(); ++i)

@@ -24,6 +24,7 @@
 #include "base/unique_fd.h"
 #include "fabric/raw/interface.h"
 #include "fabric/raw/packet_socket.h"
+#include "transport/raw/egress_table.h"
 #include "transport/raw/flow_table.h"
 
 namespace softverbs::transport::raw {
@@ -41,6 +42,7 @@ class RawPort {
   const fabric::raw::Interface& interface() const { return interface_; }
   RawCounters& counters() { return counters_; }
 
+  // A rule with `egress` goes to the transmit side (egress_table.h), the others steer receives.
   uint64_t AddRule(const FlowRule& rule, RawSink* sink);
   bool RemoveRule(uint64_t id);
   // Sends whole frames (sendmmsg); loops back those addressed to this port (see above).
@@ -50,6 +52,9 @@ class RawPort {
   RawPort(fabric::raw::Interface itf, fabric::raw::PacketSocket socket, UniqueFd stop);
   void Run();
   void Steer(std::span<const uint8_t> frame, FrameSource source, const RawSink* sender);
+  // An ESP packet's delivery under a DECRYPT rule: checked and decrypted first (dropped if its ICV
+  // fails or it has no room for IV, trailer and ICV).
+  void DeliverDecrypted(const Delivery& d, std::span<const uint8_t> frame);
   bool AddressedHere(const fabric::raw::FrameView& v, bool group_too) const;
 
   const fabric::raw::Interface interface_;
@@ -57,6 +62,8 @@ class RawPort {
   UniqueFd stop_;  // eventfd: the thread ends
   std::shared_mutex mu_;  // the table: shared while steering, exclusive to change it
   FlowTable table_;
+  EgressTable egress_;
+  std::atomic<bool> has_egress_{false};  // Send copies frames through egress_ only when set
   RawCounters counters_;
   std::thread thread_;
 };

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "transport/raw/esp.h"
+
 namespace softverbs::transport::raw {
 
 uint32_t ToeplitzHash(std::span<const uint8_t> key, std::span<const uint8_t> input) {
@@ -21,6 +23,21 @@ uint32_t ToeplitzHash(std::span<const uint8_t> key, std::span<const uint8_t> inp
   }
   return hash;
 }
+
+namespace {
+
+// IBV_RX_HASH_IPSEC_SPI: an ESP packet's SPI (4 bytes as on the wire) after its addresses, in
+// the order of mlx5's hash field selector (addresses, L4 ports, SPI); an ESP packet has no ports,
+// so the input stays within 36 bytes.
+size_t EspSpiInput(std::span<const uint8_t> frame, const fabric::raw::FrameView& v, uint64_t fields, uint8_t* out) {
+  if (!(fields & rx_hash::kIpsecSpi)) return 0;
+  const size_t esp = EspOffset(frame, v);
+  if (esp == 0) return 0;
+  memcpy(out, frame.data() + esp, 4);
+  return 4;
+}
+
+}  // namespace
 
 size_t RssInput(const fabric::raw::FrameView& v, uint64_t fields, uint8_t out[36]) {
   size_t n = 0;
@@ -48,10 +65,13 @@ size_t RssFrameInput(std::span<const uint8_t> frame, const fabric::raw::FrameVie
                      uint8_t out[36]) {
   if ((fields & rx_hash::kInner) && view.has_vxlan) {
     fabric::raw::FrameView inner;
-    if (!fabric::raw::ParseFrame(frame.subspan(view.inner_offset), &inner)) return 0;
-    return RssInput(inner, fields, out);
+    const auto carried = frame.subspan(view.inner_offset);
+    if (!fabric::raw::ParseFrame(carried, &inner)) return 0;
+    const size_t n = RssInput(inner, fields, out);
+    return n + EspSpiInput(carried, inner, fields, out + n);
   }
-  return RssInput(view, fields, out);
+  const size_t n = RssInput(view, fields, out);
+  return n + EspSpiInput(frame, view, fields, out + n);
 }
 
 }  // namespace softverbs::transport::raw

@@ -32,7 +32,8 @@ inline constexpr uint64_t kInner = 1ull << 31;
 // specification). Returns its length (at most 36 bytes).
 size_t RssInput(const fabric::raw::FrameView& view, uint64_t fields, uint8_t out[36]);
 
-// As RssInput, for a whole frame: with rx_hash::kInner (IBV_RX_HASH_INNER) the fields are those
+// As RssInput, for a whole frame, with the SPI of an ESP packet after its addresses for
+// rx_hash::kIpsecSpi (IBV_RX_HASH_IPSEC_SPI); with rx_hash::kInner (IBV_RX_HASH_INNER) the fields are those
 // of the frame a VXLAN packet carries, as mlx5's rx_hash_field_selector_inner takes them; a frame
 // without a VXLAN header has no inner headers and is hashed on its own.
 size_t RssFrameInput(std::span<const uint8_t> frame, const fabric::raw::FrameView& view, uint64_t fields,
