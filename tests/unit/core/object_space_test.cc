@@ -14,6 +14,7 @@
 #include "core/mkey.h"
 #include "core/mr.h"
 #include "tests/unit/core/test_context.h"
+#include "transport/key_table.h"
 
 namespace softverbs::core {
 namespace {
@@ -183,25 +184,37 @@ TEST_F(ImportTest, MrOfAnotherObjectSpaceIsUnknown) {
   EXPECT_EQ(ImportMr(other, mr.value()->lkey()).status().code(), ENOENT);
 }
 
-TEST_F(ImportTest, NoMemoryOfThisProcessOnAPdOfAnother) {
-  // A PD listed by another process (its host id carries that process's slot).
+TEST_F(ImportTest, MemoryOfThisProcessOnAPdOfAnother) {
+  // A PD listed by another process (its host id carries that process's slot): MRs registered on
+  // it here reach this process's memory (the key's owner), under that PD's id.
   const uint32_t handle = context_->NewHandle();
   const uint64_t other_slot = context_->local().slot() + 1;
-  ASSERT_TRUE(context_->object_space().AddPd({handle, other_slot << 32 | 77}).ok());
+  const uint64_t host_id = other_slot << 32 | 77;
+  ASSERT_TRUE(context_->object_space().AddPd({handle, host_id}).ok());
   auto foreign = Pd::Import(*context_, handle);
   ASSERT_TRUE(foreign.ok());
   EXPECT_TRUE(foreign.value()->foreign());
-  auto mr = Mr::Register(*foreign.value(), Layout());
-  EXPECT_EQ(mr.status().code(), EOPNOTSUPP);
-  EXPECT_NE(mr.status().rule().find("imported from another process"), std::string::npos);
-  EXPECT_EQ(Mr::AllocateNull(*foreign.value()).status().code(), EOPNOTSUPP);
-  EXPECT_EQ(Mkey::Create(*foreign.value(), 4).status().code(), EOPNOTSUPP);
+  {
+    auto mr = Mr::Register(*foreign.value(), Layout());
+    ASSERT_TRUE(mr.ok()) << mr.status().rule();
+    transport::KeyView k;
+    ASSERT_TRUE(transport::KeyPin::Peek(context_->registry(), mr.value()->lkey(), &k));
+    EXPECT_EQ(k.owner, context_->local().slot());
+    EXPECT_EQ(k.pd, host_id);
+    auto null_mr = Mr::AllocateNull(*foreign.value());
+    EXPECT_TRUE(null_mr.ok());
+    auto mkey = Mkey::Create(*foreign.value(), 4);
+    EXPECT_TRUE(mkey.ok());
+    // An MR of this process's own PD moves onto it too.
+    auto own = Mr::Register(*pd_, Layout());
+    ASSERT_TRUE(own.ok());
+    EXPECT_TRUE(own.value()->Reregister(rereg::kChangePd, foreign.value().get(), MrLayout{}).ok());
+    EXPECT_EQ(&own.value()->pd(), foreign.value().get());
+    ASSERT_TRUE(transport::KeyPin::Peek(context_->registry(), own.value()->lkey(), &k));
+    EXPECT_EQ(k.owner, context_->local().slot());
+    EXPECT_EQ(k.pd, host_id);
+  }
   EXPECT_EQ(foreign.value()->users().count(), 0);
-  // Nor is an MR moved onto it.
-  auto own = Mr::Register(*pd_, Layout());
-  ASSERT_TRUE(own.ok());
-  EXPECT_EQ(own.value()->Reregister(rereg::kChangePd, foreign.value().get(), MrLayout{}).code(), EOPNOTSUPP);
-  EXPECT_EQ(&own.value()->pd(), pd_.get());
   context_->object_space().RemovePd(handle);
 }
 
