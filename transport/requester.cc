@@ -10,6 +10,7 @@
 #include "transport/key_table.h"
 #include "transport/mcast_table.h"
 #include "transport/progress_thread.h"
+#include "transport/tag_matcher.h"
 #include "transport/window_key.h"
 
 namespace softverbs::transport {
@@ -650,7 +651,27 @@ Verdict Requester::Execute(Pending& p, uint32_t budget) {
     for (size_t i = 0; i < pieces.size(); from += pieces.data()[i].iov_len, ++i)
       memcpy(pieces.data()[i].iov_base, from, pieces.data()[i].iov_len);
   }
-  return completer_.OnReply(wr, p.retry, reply, total);
+  const Verdict verdict = completer_.OnReply(wr, p.retry, reply, total);
+  if (reply.fin && reply.code == ReplyCode::kAck) CarryFin(reply);
+  return verdict;
+}
+
+void Requester::CarryFin(const Reply& reply) {
+  // The rendezvous FIN (Reply::fin) from the receiver's QP to this one, after this SEND's
+  // completion: a SEND of the 16-byte TMH, received as an ordinary IBV_WC_RECV.
+  uint8_t tmh[kTmhBytes];
+  WriteTmh(TmHeader{kTmhFin, reply.fin_app_ctx, reply.fin_tag}, tmh);
+  iovec bytes{tmh, kTmhBytes};
+  Request fin;
+  fin.qp_type = kRc;
+  fin.src_qp = reply.fin_from_qp;
+  fin.dest_qp = config_.completer.qp_num;
+  fin.local = &bytes;
+  fin.local_count = 1;
+  fin.length = kTmhBytes;
+  if (const Reply sent = links_.host->Carry(fin); sent.code != ReplyCode::kAck)
+    SV_LOG(kError, "tag matching rendezvous at qp 0x%x: the FIN to qp 0x%x was not received (reply %d)",
+           reply.fin_from_qp, fin.dest_qp, static_cast<int>(sent.code));
 }
 
 }  // namespace softverbs::transport

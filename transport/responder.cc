@@ -361,7 +361,8 @@ Reply Responder::DeliverMatched(const TargetQp& t, const Request& r, const TagMa
   // cannot (CONSUMED_MSG_SW_RNDV: IBV_WC_TM_RNDV_INCOMPLETE, the RVH and what follows in the
   // tag's buffer).
   if (h.opcode == kTmhRndv) {
-    if (Rendezvous(t, r, w, h)) return Reply::Of(ReplyCode::kAck);
+    Reply done = Reply::Of(ReplyCode::kAck);
+    if (Rendezvous(t, r, w, h, &done)) return done;
     c.status = wc_status::kTmRndvIncomplete;
   }
   ScatterList scatter;
@@ -386,7 +387,8 @@ Reply Responder::DeliverMatched(const TargetQp& t, const Request& r, const TagMa
   return Reply::Of(ReplyCode::kAck);
 }
 
-bool Responder::Rendezvous(const TargetQp& t, const Request& r, const TakenWqe& w, const TmHeader& h) {
+bool Responder::Rendezvous(const TargetQp& t, const Request& r, const TakenWqe& w, const TmHeader& h,
+                           Reply* done) {
   uint8_t head[kTmhBytes + kRvhBytes];
   if (!ResponderPeek(r, head, sizeof(head))) return false;  // no RVH: left to the application
   std::unique_ptr<TargetQp> sender = t.Requester(r.src_qp);
@@ -423,22 +425,14 @@ bool Responder::Rendezvous(const TargetQp& t, const Request& r, const TakenWqe& 
     FailReceive(t, c, status);
     return true;
   }
-  // ...a FIN to the sender, a SEND carrying a TMH (ibv_tmh FIN, its tag and app_ctx), and the
-  // second completion (IBV_WC_TM_DATA_VALID; mlx5's carries no TMH: tag info 0).
-  uint8_t fin_tmh[kTmhBytes];
-  WriteTmh(TmHeader{kTmhFin, h.app_ctx, h.tag}, fin_tmh);
-  iovec fin_bytes{fin_tmh, kTmhBytes};
-  Request fin;
-  fin.qp_type = kRc;
-  fin.src_qp = t.endpoint().qp_num;
-  fin.dest_qp = r.src_qp;
-  fin.local = &fin_bytes;
-  fin.local_count = 1;
-  fin.length = kTmhBytes;
-  if (Reply sent = Execute(*sender, fin); sent.code != ReplyCode::kAck)
-    SV_LOG(kError, "tag matching rendezvous at qp 0x%x: the FIN to qp 0x%x was not received (reply %d)",
-           t.endpoint().qp_num, r.src_qp, static_cast<int>(sent.code));
+  // ...the second completion (IBV_WC_TM_DATA_VALID; mlx5's carries no TMH: tag info 0), and a
+  // FIN to the sender, a SEND carrying a TMH (ibv_tmh FIN, its tag and app_ctx), which the
+  // sender's requester carries after its SEND's completion (Reply::fin).
   CompleteAtTarget(t, c);
+  done->fin = true;
+  done->fin_from_qp = t.endpoint().qp_num;
+  done->fin_app_ctx = h.app_ctx;
+  done->fin_tag = h.tag;
   return true;
 }
 

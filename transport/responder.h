@@ -57,9 +57,10 @@ class Responder {
   // the tag's buffer and complete as IBV_WC_TM_RECV with its tag info.
   static Reply DeliverMatched(const TargetQp& t, const Request& r, const TagMatch& m, const TmHeader& h);
   // A matched RNDV (TMH + RVH) where the fabric reaches the requester: READs the buffer the RVH
-  // names into the tag's buffer and SENDs the requester a FIN, as mlx5 hardware does; false
-  // where it cannot (the application then does it: IBV_WC_TM_RNDV_INCOMPLETE).
-  static bool Rendezvous(const TargetQp& t, const Request& r, const TakenWqe& w, const TmHeader& h);
+  // names into the tag's buffer and answers with a FIN in `done` (Reply::fin: the requester
+  // carries it after its SEND's completion), as mlx5 hardware does; false where it cannot (the
+  // application then does it: IBV_WC_TM_RNDV_INCOMPLETE).
+  static bool Rendezvous(const TargetQp& t, const Request& r, const TakenWqe& w, const TmHeader& h, Reply* done);
   // The gates every request passes (transport, DC access, receiving state); false: discarded.
   static bool Admits(const TargetQp& t, const Request& r);
   static Reply Rdma(const TargetQp& t, const Request& r, bool write);
