@@ -7,10 +7,13 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "core/dm.h"
 #include "core/mkey.h"
 #include "core/mr.h"
 #include "tests/unit/core/test_context.h"
@@ -70,6 +73,25 @@ TEST(ObjectSpaceTest, PdHandlesOnTheSameHomeEntryAreAllFound) {
   ASSERT_TRUE(space.AddPd({d, 4}).ok());  // reuses the hole
   EXPECT_EQ(space.FindPd(d)->host_id, 4u);
   EXPECT_EQ(space.FindPd(c)->host_id, 3u);
+}
+
+TEST(ObjectSpaceTest, DeviceMemoryIsListedForEveryMappingUntilRemoved) {
+  auto a = ObjectSpace::Create();
+  ASSERT_TRUE(a.ok());
+  std::shared_ptr<ObjectSpace> b = ObjectSpaceOpenDup(*a.value());
+  ASSERT_NE(b, nullptr);
+  const uint32_t h = 7, same_home = 7 + ObjectSpace::kDmEntries;
+  ASSERT_TRUE(a.value()->AddDm({h, 0xabc, 12, 34, 56, 4096}).ok());
+  ASSERT_TRUE(a.value()->AddDm({same_home, 0xdef, 13, 35, 57, 8192}).ok());
+  std::optional<DmRecord> r = b->FindDm(h);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(std::make_tuple(r->owner, r->fd, r->dev, r->ino, r->length),
+            std::make_tuple(0xabcull, 12, 34ull, 56ull, 4096ull));
+  b->RemoveDm(h);  // a hole before same_home must not hide it
+  EXPECT_FALSE(a.value()->FindDm(h).has_value());
+  ASSERT_TRUE(a.value()->FindDm(same_home).has_value());
+  EXPECT_EQ(a.value()->FindDm(same_home)->length, 8192u);
+  EXPECT_FALSE(a.value()->FindDm(h + 1).has_value());
 }
 
 TEST(ObjectSpaceTest, OpenRefusesWhatIsNotACmdFdAndKeepsIt) {
@@ -216,6 +238,28 @@ TEST_F(ImportTest, MemoryOfThisProcessOnAPdOfAnother) {
   }
   EXPECT_EQ(foreign.value()->users().count(), 0);
   context_->object_space().RemovePd(handle);
+}
+
+TEST_F(ImportTest, DeviceMemoryImportsThroughASharedSpaceOnly) {
+  auto dm = DeviceMemory::Allocate(*context_, 4096, 0);
+  ASSERT_TRUE(dm.ok()) << dm.status().rule();
+  ASSERT_TRUE(dm.value()->CopyTo(10, "softverbs", 9).ok());
+  auto imported = DeviceMemory::Import(*context_, dm.value()->handle());
+  ASSERT_TRUE(imported.ok()) << imported.status().rule();
+  EXPECT_NE(imported.value()->base(), dm.value()->base());  // a mapping of its own
+  char got[9];
+  ASSERT_TRUE(imported.value()->CopyFrom(got, 10, 9).ok());
+  EXPECT_EQ(std::string(got, 9), "softverbs");
+  EXPECT_EQ(imported.value()->length(), 4096u);
+  // Another space does not list it; a freed DM is forgotten (its importers keep their mapping).
+  auto elsewhere = Context::Open();
+  ASSERT_TRUE(elsewhere.ok());
+  EXPECT_EQ(DeviceMemory::Import(*elsewhere.value(), dm.value()->handle()).status().code(), ENOENT);
+  const uint32_t handle = dm.value()->handle();
+  dm.value().reset();
+  EXPECT_EQ(DeviceMemory::Import(*context_, handle).status().code(), ENOENT);
+  ASSERT_TRUE(imported.value()->CopyFrom(got, 10, 9).ok());
+  EXPECT_EQ(std::string(got, 9), "softverbs");
 }
 
 }  // namespace
