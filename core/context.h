@@ -83,6 +83,7 @@ class Context {
   // context's object space as the kernel's per-file handles are.
   uint32_t NewHandle() { return space_->NewHandle(); }
   ObjectSpace& object_space() { return *space_; }
+  std::shared_ptr<ObjectSpace> shared_object_space() { return space_; }
 
  private:
   Context(fabric::LocalProcess* local, EventFd async_fd) : local_(local), async_fd_(std::move(async_fd)) {}

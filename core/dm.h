@@ -9,6 +9,7 @@
 
 #include "base/status.h"
 #include "base/unique_fd.h"
+#include "core/object_space.h"
 #include "core/pd.h"
 
 namespace softverbs::core {
@@ -19,7 +20,13 @@ class DeviceMemory {
  public:
   // ibv_alloc_dm: `length` bytes (<= DeviceLimits::kMaxDmSize, EINVAL beyond, as mlx5_alloc_dm),
   // aligned to 2^log_align (the mapping is page aligned: up to the page size; EINVAL beyond).
+  // Listed in the context's object space (core/object_space.h) until destroyed.
   static Result<std::shared_ptr<DeviceMemory>> Allocate(Context& context, uint64_t length, uint32_t log_align);
+  // ibv_import_dm(3) through a context sharing the object space of the allocating one (an
+  // import of its cmd_fd, in this process or another): the same memory, mapped here through the
+  // allocator's memfd. ENOENT for a handle the space does not list (freed, or never allocated),
+  // or whose allocator is gone -- the kernel's lookup of an unknown handle.
+  static Result<std::shared_ptr<DeviceMemory>> Import(Context& context, uint32_t handle);
   ~DeviceMemory();
   DeviceMemory(const DeviceMemory&) = delete;
   DeviceMemory& operator=(const DeviceMemory&) = delete;
@@ -41,6 +48,7 @@ class DeviceMemory {
   DeviceMemory(UniqueFd fd, uint8_t* base, uint64_t mapped, uint64_t length, uint32_t handle)
       : fd_(std::move(fd)), base_(base), mapped_(mapped), length_(length), handle_(handle) {}
   UniqueFd fd_;
+  std::shared_ptr<ObjectSpace> listed_in_;  // the allocator's: forgotten there when destroyed
   uint8_t* base_;
   uint64_t mapped_;
   uint64_t length_;

@@ -12,11 +12,6 @@ namespace softverbs::core {
 
 Result<std::unique_ptr<Mkey>> Mkey::Create(Pd& pd, uint32_t max_entries) {
   if (max_entries == 0) return Invalid("max_entries is 0");
-  // An indirect key's layout lives in this process's arena and its owner is read from its PD
-  // (core/pd.h, foreign): not on a PD imported from another process.
-  if (pd.foreign())
-    return NotSupported("PD handle " + std::to_string(pd.handle()) +
-                        " was imported from another process (ibv_import_pd): mkeys live on PDs of this process");
   const uint32_t rounded = (max_entries + 3) & ~3u;
   if (rounded > kMaxEntries)
     return Invalid("max_entries " + std::to_string(max_entries) + " exceeds " + std::to_string(kMaxEntries));

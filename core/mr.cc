@@ -91,20 +91,6 @@ Status Mr::CheckLayout(const MrLayout& layout) {
   return Status::Ok();
 }
 
-namespace {
-
-// A key names its owner process through its PD (KeyView::owner_process_slot): registering this
-// process's memory on a PD imported from another process would send every access through the
-// key to the other process's address space. Refused, not mislabelled.
-Status MrCheckOwnPd(const Pd& pd) {
-  if (!pd.foreign()) return Status::Ok();
-  return NotSupported("PD handle " + std::to_string(pd.handle()) +
-                      " was imported from another process (ibv_import_pd): this process's memory is registered "
-                      "on PDs of its own (docs/support-matrix.md, imports)");
-}
-
-}  // namespace
-
 Result<ImportedMr> ImportMr(Pd& pd, uint32_t handle) {
   Context& ctx = pd.context();
   transport::KeyView k;
@@ -116,7 +102,6 @@ Result<ImportedMr> ImportMr(Pd& pd, uint32_t handle) {
 }
 
 Result<std::unique_ptr<Mr>> Mr::Register(Pd& pd, const MrLayout& layout) {
-  SV_RETURN_IF_ERROR(MrCheckOwnPd(pd));
   SV_RETURN_IF_ERROR(CheckLayout(layout));
   auto key = transport::AllocateKey(pd.context().registry());
   if (!key.ok()) return key.status();
@@ -128,7 +113,6 @@ Result<std::unique_ptr<Mr>> Mr::Register(Pd& pd, const MrLayout& layout) {
 }
 
 Result<std::unique_ptr<Mr>> Mr::AllocateNull(Pd& pd) {
-  SV_RETURN_IF_ERROR(MrCheckOwnPd(pd));
   auto region = transport::NullRegion();
   if (!region.ok()) return region.status();
   auto key = transport::AllocateKey(pd.context().registry());
@@ -164,7 +148,8 @@ void Mr::Publish() {
   const uint32_t published = (layout_.access & ~access::kOptionalRange) | (backing_ ? transport::kSharedBacking : 0) |
                              (layout_.null_mr ? transport::kNullKey : 0);
   PublishKey(pd_->context().registry(), slot_,
-             KeyView{key_, published, pd_->host_id(), layout_.addr, layout_.length, layout_.iova});
+             KeyView{key_, published, pd_->host_id(), layout_.addr, layout_.length, layout_.iova,
+                     pd_->context().local().slot()});
 }
 
 // After a withdrawal: this process's own writes through the key (core/cq.cc's landed messages)
@@ -207,7 +192,6 @@ Status Mr::Reregister(uint32_t flags, Pd* new_pd, const MrLayout& layout) {
   if ((flags & rereg::kChangePd) && new_pd == nullptr) return Invalid("IBV_REREG_MR_CHANGE_PD with a NULL pd");
   if ((flags & rereg::kChangePd) && &new_pd->context() != &pd_->context())
     return Invalid("IBV_REREG_MR_CHANGE_PD with a PD of another context");
-  if (flags & rereg::kChangePd) SV_RETURN_IF_ERROR(MrCheckOwnPd(*new_pd));
   if (!(flags & rereg::kChangeAccess) && layout.access != 0)
     return Invalid("access is set but IBV_REREG_MR_CHANGE_ACCESS is not");
   MrLayout next = layout_;

@@ -16,11 +16,11 @@ namespace softverbs::core {
 namespace {
 
 constexpr uint64_t kObjectSpaceMagic = 0x7376636d64666431ull;  // "svcmdfd1"
-constexpr uint32_t kObjectSpaceVersion = 1;
+constexpr uint32_t kObjectSpaceVersion = 2;  // 2: device memory listed
 constexpr uint32_t kSpaceMrEntries = fabric::HostRegistry::kKeySlots;
 
-// A PD entry's tag: handle << 2 | state. A handle is never reused in a space, so a reader that
-// sees the same live tag before and after reading host_id read that PD's.
+// A PD or DM entry's tag: handle << 2 | state. A handle is never reused in a space, so a reader
+// that sees the same live tag before and after reading the entry read that object's.
 enum : uint64_t { kSpacePdEmpty = 0, kSpacePdClaimed = 1, kSpacePdLive = 2, kSpacePdDeleted = 3 };
 uint64_t SpacePdTag(uint32_t handle, uint64_t state) { return static_cast<uint64_t>(handle) << 2 | state; }
 
@@ -37,8 +37,15 @@ struct ObjectSpace::Table {
     std::atomic<uint64_t> tag;
     uint64_t host_id;
   };
+  struct DmEntry {
+    std::atomic<uint64_t> tag;
+    uint64_t owner;
+    int64_t fd;
+    uint64_t dev, ino, length;
+  };
   Header header;
   PdEntry pds[kPdEntries];
+  DmEntry dms[kDmEntries];
   std::atomic<uint32_t> mrs[kSpaceMrEntries];  // by key slot: the MR key listed there, or 0
 };
 
@@ -79,24 +86,28 @@ ObjectSpace::~ObjectSpace() { munmap(table_, sizeof(Table)); }
 
 uint32_t ObjectSpace::NewHandle() { return table_->header.next_handle.fetch_add(1, std::memory_order_relaxed); }
 
-Status ObjectSpace::AddPd(const PdRecord& pd) {
-  // Open addressing from the handle's home entry; deleted entries are reused, empty ones end a
-  // search (FindPd).
-  for (uint32_t i = 0; i < kPdEntries; ++i) {
-    Table::PdEntry& e = table_->pds[(pd.handle + i) % kPdEntries];
+namespace {
+
+// Open addressing from the handle's home entry over `entries` (PdEntry or DmEntry): deleted
+// entries are reused, empty ones end a search. `fill` writes the entry while it is claimed.
+template <typename Entry, size_t N, typename Fill>
+bool SpaceClaim(Entry (&entries)[N], uint32_t handle, Fill&& fill) {
+  for (uint32_t i = 0; i < N; ++i) {
+    Entry& e = entries[(handle + i) % N];
     uint64_t tag = e.tag.load(std::memory_order_acquire);
     if ((tag & 3) != kSpacePdEmpty && (tag & 3) != kSpacePdDeleted) continue;
-    if (!e.tag.compare_exchange_strong(tag, SpacePdTag(pd.handle, kSpacePdClaimed), std::memory_order_acq_rel)) continue;
-    e.host_id = pd.host_id;
-    e.tag.store(SpacePdTag(pd.handle, kSpacePdLive), std::memory_order_release);
-    return Status::Ok();
+    if (!e.tag.compare_exchange_strong(tag, SpacePdTag(handle, kSpacePdClaimed), std::memory_order_acq_rel)) continue;
+    fill(e);
+    e.tag.store(SpacePdTag(handle, kSpacePdLive), std::memory_order_release);
+    return true;
   }
-  return NoMemory("the object space lists " + std::to_string(kPdEntries) + " PDs already");
+  return false;
 }
 
-void ObjectSpace::RemovePd(uint32_t handle) {
-  for (uint32_t i = 0; i < kPdEntries; ++i) {
-    Table::PdEntry& e = table_->pds[(handle + i) % kPdEntries];
+template <typename Entry, size_t N>
+void SpaceRemove(Entry (&entries)[N], uint32_t handle) {
+  for (uint32_t i = 0; i < N; ++i) {
+    Entry& e = entries[(handle + i) % N];
     uint64_t tag = e.tag.load(std::memory_order_acquire);
     if (tag == kSpacePdEmpty) return;
     if (tag == SpacePdTag(handle, kSpacePdLive)) {
@@ -106,17 +117,61 @@ void ObjectSpace::RemovePd(uint32_t handle) {
   }
 }
 
-std::optional<PdRecord> ObjectSpace::FindPd(uint32_t handle) const {
-  for (uint32_t i = 0; i < kPdEntries; ++i) {
-    const Table::PdEntry& e = table_->pds[(handle + i) % kPdEntries];
+// The live entry of `handle`, read by `read` (a copy), or false; read again if it changed.
+template <typename Entry, size_t N, typename Read>
+bool SpaceFind(const Entry (&entries)[N], uint32_t handle, Read&& read) {
+  for (uint32_t i = 0; i < N; ++i) {
+    const Entry& e = entries[(handle + i) % N];
     const uint64_t tag = e.tag.load(std::memory_order_acquire);
-    if (tag == kSpacePdEmpty) return std::nullopt;
+    if (tag == kSpacePdEmpty) return false;
     if (tag != SpacePdTag(handle, kSpacePdLive)) continue;
-    const uint64_t host_id = e.host_id;
-    if (e.tag.load(std::memory_order_acquire) != tag) return std::nullopt;  // removed meanwhile
-    return PdRecord{handle, host_id};
+    read(e);
+    return e.tag.load(std::memory_order_acquire) == tag;  // else removed meanwhile
   }
-  return std::nullopt;
+  return false;
+}
+
+}  // namespace
+
+Status ObjectSpace::AddPd(const PdRecord& pd) {
+  if (SpaceClaim(table_->pds, pd.handle, [&](Table::PdEntry& e) { e.host_id = pd.host_id; })) return Status::Ok();
+  return NoMemory("the object space lists " + std::to_string(kPdEntries) + " PDs already");
+}
+
+void ObjectSpace::RemovePd(uint32_t handle) { SpaceRemove(table_->pds, handle); }
+
+std::optional<PdRecord> ObjectSpace::FindPd(uint32_t handle) const {
+  PdRecord r{handle, 0};
+  if (!SpaceFind(table_->pds, handle, [&](const Table::PdEntry& e) { r.host_id = e.host_id; })) return std::nullopt;
+  return r;
+}
+
+Status ObjectSpace::AddDm(const DmRecord& dm) {
+  const bool added = SpaceClaim(table_->dms, dm.handle, [&](Table::DmEntry& e) {
+    e.owner = dm.owner;
+    e.fd = dm.fd;
+    e.dev = dm.dev;
+    e.ino = dm.ino;
+    e.length = dm.length;
+  });
+  if (added) return Status::Ok();
+  return NoMemory("the object space lists " + std::to_string(kDmEntries) + " device memories already");
+}
+
+void ObjectSpace::RemoveDm(uint32_t handle) { SpaceRemove(table_->dms, handle); }
+
+std::optional<DmRecord> ObjectSpace::FindDm(uint32_t handle) const {
+  DmRecord r;
+  r.handle = handle;
+  const bool found = SpaceFind(table_->dms, handle, [&](const Table::DmEntry& e) {
+    r.owner = e.owner;
+    r.fd = static_cast<int32_t>(e.fd);
+    r.dev = e.dev;
+    r.ino = e.ino;
+    r.length = e.length;
+  });
+  if (!found) return std::nullopt;
+  return r;
 }
 
 void ObjectSpace::AddMr(uint32_t handle) {

@@ -26,6 +26,17 @@ struct PdRecord {
   uint64_t host_id = 0;  // core::Pd::host_id: the PD the memory keys name
 };
 
+// Device memory of the space (ibv_alloc_dm), as ibv_import_dm finds it: the memfd behind it is
+// the allocating process's descriptor `fd` (borrowed with pidfd_getfd by an importer of another
+// process), checked against (dev, ino) once borrowed -- an fd number is reused once closed.
+struct DmRecord {
+  uint32_t handle = 0;
+  uint64_t owner = 0;  // fabric::ProcessToken of the allocating process
+  int32_t fd = -1;
+  uint64_t dev = 0, ino = 0;
+  uint64_t length = 0;
+};
+
 class ObjectSpace {
  public:
   // A new space (ibv_open_device) with its memfd.
@@ -53,7 +64,13 @@ class ObjectSpace {
   void RemoveMr(uint32_t handle);
   bool HasMr(uint32_t handle) const;
 
+  // Device memory: listed by ibv_alloc_dm, forgotten when freed. ENOMEM when the table is full.
+  Status AddDm(const DmRecord& dm);
+  void RemoveDm(uint32_t handle);
+  std::optional<DmRecord> FindDm(uint32_t handle) const;
+
   static constexpr uint32_t kPdEntries = 65536;  // DeviceLimits::kMaxPd per process
+  static constexpr uint32_t kDmEntries = 4096;
 
  private:
   struct Table;

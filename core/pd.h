@@ -41,9 +41,8 @@ class Pd {
   // process compares it with the PD of the memory key it uses (IBA 10.6.3: PD check).
   uint64_t host_id() const { return host_id_; }
   UseCount& users() { return users_; }
-  // A PD imported from another process: the memory keys it holds are that process's. This
-  // process registers none of its own memory on it (Mr::Register refuses), because a key names
-  // its owner through its PD (transport::KeyView::owner_process_slot).
+  // A PD imported from another process. Its MRs are of every process that registers on it:
+  // a key names the process whose memory it reaches apart from its PD (KeyView::owner).
   bool foreign() const;
   bool imported() const { return imported_; }
 

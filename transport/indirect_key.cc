@@ -1,5 +1,7 @@
 #include "transport/indirect_key.h"
 
+#include <new>
+
 #include <algorithm>
 #include <cstring>
 #include <mutex>
@@ -22,6 +24,11 @@ void PinnedPieces::Add(iovec piece) { pieces_.push_back(piece); }
 
 void PinnedPieces::Keep(KeyPin&& pin) { pins_.push_back(std::move(pin)); }
 
+uint8_t* PinnedPieces::Hold(size_t n) {
+  held_.push_back(std::unique_ptr<uint8_t[]>(new (std::nothrow) uint8_t[n]));
+  return held_.back().get();
+}
+
 const KeyPin* PinnedPieces::Find(uint32_t key) const {
   for (const KeyPin& p : pins_)
     if (p.view().key == key) return &p;
@@ -31,6 +38,7 @@ const KeyPin* PinnedPieces::Find(uint32_t key) const {
 void PinnedPieces::Clear() {
   pieces_.clear();
   pins_.clear();
+  held_.clear();
 }
 
 bool AddNullPieces(const KeyView& k, uint64_t use, const KeyRule& rule, PinnedPieces* out) {
@@ -182,7 +190,7 @@ void IndirectKey::Configure(const UmrRequest& req, const LayoutEntry* entries) {
   }
   if (req.set & kUmrSetAccess) access_ = req.access;
   const uint64_t ref = static_cast<uint64_t>(block_.segment) << 32 | block_.offset;
-  PublishKey(local_.registry(), slot_, KeyView{key_, access_ | kIndirectKey, pd_, ref, h.total_length, 0});
+  PublishKey(local_.registry(), slot_, KeyView{key_, access_ | kIndirectKey, pd_, ref, h.total_length, 0, local_.slot()});
 }
 
 }  // namespace softverbs::transport

@@ -86,6 +86,9 @@ class PinnedPieces {
  public:
   void Add(iovec piece);
   void Keep(KeyPin&& pin);
+  // `n` bytes this list owns until cleared: a piece copied from another process's memory
+  // (transport/imported_key.h).
+  uint8_t* Hold(size_t n);
   // A pin this list holds on `key`, or nullptr.
   const KeyPin* Find(uint32_t key) const;
   const iovec* data() const { return pieces_.data(); }
@@ -100,6 +103,7 @@ class PinnedPieces {
   // (constructing and destroying kMaxSge of each cost more than an 8-byte message's copy).
   InlinedVector<iovec, 4> pieces_;
   InlinedVector<KeyPin, 4> pins_;
+  std::vector<std::unique_ptr<uint8_t[]>> held_;
 };
 
 // What an access through a key must satisfy (IBA 10.6.3): the key belongs to `owner_slot`'s

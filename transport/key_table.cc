@@ -61,6 +61,7 @@ void PublishKey(fabric::HostRegistry& registry, uint32_t slot, const KeyView& vi
   fabric::KeyEntry& e = Entry(registry, slot);
   WriteLocked(e, [&] {
     e.access.store(view.access, kRel);
+    e.owner.store(view.owner, kRel);
     e.pd.store(view.pd, kRel);
     e.addr.store(view.addr, kRel);
     e.length.store(view.length, kRel);
@@ -193,7 +194,7 @@ bool ReadView(fabric::KeyEntry& e, uint32_t key, KeyView* out) {
     }
     // Acquire loads: none of them moves after the second read of seq.
     KeyView v{e.key.load(kAcq), e.access.load(kAcq), e.pd.load(kAcq), e.addr.load(kAcq), e.length.load(kAcq),
-              e.iova.load(kAcq)};
+              e.iova.load(kAcq), e.owner.load(kAcq)};
     if (e.seq.load(kAcq) != seq) continue;
     if (v.key != key) return false;  // withdrawn, or a stale variant of a reused slot
     *out = v;

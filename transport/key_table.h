@@ -44,11 +44,15 @@ inline constexpr uint64_t kQpBound = 1ull << 31;
 struct KeyView {
   uint32_t key = 0;
   uint32_t access = 0;  // ibv_access_flags
-  uint64_t pd = 0;      // host-unique PD id; its high 32 bits are the owner's process slot
+  uint64_t pd = 0;      // host-unique PD id; its high 32 bits are the slot of the PD's creator
   uint64_t addr = 0;    // owner's virtual address of the first byte
   uint64_t length = 0;
   uint64_t iova = 0;    // the address remote peers use for the first byte
-  uint32_t owner_process_slot() const { return static_cast<uint32_t>(pd >> 32); }
+  // The process slot whose memory (and arena) the key reaches. Apart from the PD's id: a PD
+  // shared through an imported context (ibv_import_pd(3)) holds MRs of every process that
+  // registers on it, each of its own memory, as the PD of a kernel uverbs file does.
+  uint32_t owner = 0;
+  uint32_t owner_process_slot() const { return owner; }
   bool indirect() const { return (access & kIndirectKey) != 0; }
   // IBV_ACCESS_ON_DEMAND: the pages are not pinned; each access finds them (OnDemandPresent).
   bool on_demand() const { return (access & access_bit::kOnDemand) != 0; }

@@ -47,6 +47,21 @@ struct WireResponderCounters {
 // WireReceive::message: the message in progress (0: between messages).
 inline constexpr uint32_t kSendInProgress = 1, kWriteInProgress = 2;
 
+// How a SEND arriving in packets at a QP on a TM SRQ completes (Responder::BeginReceive decides
+// at its first packet, from the TMH): kNone (no TM SRQ, or a message shorter than a TMH), a
+// matched tag (its bytes after the TMH land in the tag's buffer), a matched RNDV left to the
+// application (mlx5's software rendezvous), unexpected, or NO_TAG.
+struct ReceiveTm {
+  enum : uint32_t { kNone = 0, kMatched = 1, kRndvSoftware = 2, kUnexpected = 3, kNoTag = 4 };
+  uint32_t mode;
+  uint32_t app_ctx;
+  uint64_t tag;
+  uint32_t sync_req;  // an unexpected receive asks for IBV_OPS_TM_SYNC (IBV_WC_TM_SYNC_REQ)
+  uint32_t reserved;
+  // Bytes of the message before its payload lands (the TMH of a matched message).
+  uint64_t skip() const { return mode == kMatched || mode == kRndvSoftware ? 16 : 0; }
+};
+
 struct WireReceive {
   fabric::RobustMutex lock;
   WireResponderCounters counters;
@@ -63,6 +78,7 @@ struct WireReceive {
   uint32_t wqe_held;     // SEND: `wqe` was taken for the message in progress (or is kept for
                          // the next one after UC dropped a message: IBA 9.8.3, as rxe does)
   TakenWqe wqe;
+  ReceiveTm tm;          // RC SEND: how `wqe` completes when it came through a TM SRQ
 };
 
 // A context holding an ibv_open_qp handle of an XRC_RECV QP: told of the QP's errors through

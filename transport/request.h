@@ -39,6 +39,14 @@ struct Reply {
   // kPartial, and the NAKs of a SEND or WRITE: how many of the message's packets the responder
   // took (a NAK acknowledges every packet before its PSN, IBA 9.7.5.1.1). A retry resumes there.
   uint32_t acked = 0;
+  // kAck of a tag matching rendezvous (IBV_TMH_RNDV) whose READ the responder made on this host:
+  // the FIN it answers with (ibv_tmh FIN, the RNDV's tag and app_ctx) from QP `fin_from_qp`.
+  // The requester carries it to its own QP after the SEND's completion, mlx5's order: the SEND
+  // completes when acknowledged, the FIN comes after the receiver's READ.
+  bool fin = false;
+  uint32_t fin_from_qp = 0;
+  uint32_t fin_app_ctx = 0;
+  uint64_t fin_tag = 0;
 
   static Reply Of(ReplyCode code) { return Reply{code}; }
   static Reply Rnr(uint8_t timer) { return Reply{ReplyCode::kRnr, timer}; }

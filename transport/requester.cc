@@ -5,26 +5,29 @@
 
 #include "base/log.h"
 #include "transport/codes.h"
+#include "transport/imported_key.h"
 #include "transport/indirect_key.h"
 #include "transport/key_table.h"
 #include "transport/mcast_table.h"
 #include "transport/progress_thread.h"
+#include "transport/tag_matcher.h"
 #include "transport/window_key.h"
 
 namespace softverbs::transport {
 namespace {
 
 // Says why a local SGE's lkey failed when it names an MR of this QP's PD that another process
-// registered -- an MR imported from it (ibv_import_mr(3)): the requester gathers and scatters
-// this process's memory only, so that SGE completes IBV_WC_LOC_PROT_ERR, while the same key
-// serves remote accesses arriving at the owner's QPs (docs/support-matrix.md, imports).
+// registered -- an MR imported from it (ibv_import_mr(3)) -- in a work request that writes its
+// local buffers (READ, atomics): the requester gathers that process's memory (imported_key.h)
+// but scatters into this process's only, so that SGE completes IBV_WC_LOC_PROT_ERR
+// (docs/device.md, imports).
 void RequesterExplainForeignLkey(fabric::HostRegistry& registry, uint32_t qp_num, uint64_t pd, uint32_t slot,
-                                 uint32_t lkey) {
+                                 uint32_t lkey, bool writes) {
   KeyView k;
-  if (!KeyPin::Peek(registry, lkey, &k) || k.pd != pd || k.owner_process_slot() == slot) return;
+  if (!writes || !KeyPin::Peek(registry, lkey, &k) || k.pd != pd || k.owner_process_slot() == slot) return;
   SV_LOG(kError,
-         "ibv_post_send(qp 0x%x): lkey 0x%x is an MR of process slot %u (imported, ibv_import_mr): local SGEs "
-         "reach this process's memory only, completes with IBV_WC_LOC_PROT_ERR",
+         "ibv_post_send(qp 0x%x): lkey 0x%x is an MR of process slot %u (imported, ibv_import_mr): a READ or atomic "
+         "writes this process's memory only, completes with IBV_WC_LOC_PROT_ERR",
          qp_num, lkey, k.owner_process_slot());
 }
 
@@ -523,9 +526,10 @@ uint32_t Requester::GatherLocal(const SendWr& wr, PinnedPieces& pieces, uint64_t
     const Sge& s = wr.sge[i];
     if (s.length == 0) continue;
     if (!ResolveKey(local_.registry(), s.lkey, s.addr, s.length, s.length, rule,
-                    [this](fabric::SharedRef ref) { return local_.At(ref); }, &pieces)) {
+                    [this](fabric::SharedRef ref) { return local_.At(ref); }, &pieces) &&
+        !GatherImported(s, writes, pieces)) {
       RequesterExplainForeignLkey(local_.registry(), config_.completer.qp_num, config_.pd, config_.process_slot,
-                                  s.lkey);
+                                  s.lkey, writes);
       return wc_status::kLocProtErr;
     }
     *total += s.length;
@@ -536,6 +540,18 @@ uint32_t Requester::GatherLocal(const SendWr& wr, PinnedPieces& pieces, uint64_t
   // A UD message fits one packet: at most the path MTU (IBA 9.6.3).
   if (config_.completer.type == kUd && *total > config_.path_mtu) return wc_status::kLocLenErr;
   return wc_status::kSuccess;
+}
+
+bool Requester::GatherImported(const Sge& s, bool writes, PinnedPieces& pieces) {
+  // An MR imported from another process (ibv_import_mr(3)): its bytes are copied from there now,
+  // on every (re)send, as a NIC reads the exporter's pages when it sends.
+  if (writes || s.length > (1ull << 31)) return false;
+  uint8_t* copy = pieces.Hold(s.length);
+  if (copy == nullptr ||
+      !ReadImportedKey(local_.registry(), s.lkey, config_.pd, config_.process_slot, s.addr, s.length, copy))
+    return false;
+  pieces.Add({copy, s.length});
+  return true;
 }
 
 Request Requester::BuildRequest(const SendWr& wr, const PinnedPieces& pieces, uint64_t total, Addressing* ud) const {
@@ -635,7 +651,27 @@ Verdict Requester::Execute(Pending& p, uint32_t budget) {
     for (size_t i = 0; i < pieces.size(); from += pieces.data()[i].iov_len, ++i)
       memcpy(pieces.data()[i].iov_base, from, pieces.data()[i].iov_len);
   }
-  return completer_.OnReply(wr, p.retry, reply, total);
+  const Verdict verdict = completer_.OnReply(wr, p.retry, reply, total);
+  if (reply.fin && reply.code == ReplyCode::kAck) CarryFin(reply);
+  return verdict;
+}
+
+void Requester::CarryFin(const Reply& reply) {
+  // The rendezvous FIN (Reply::fin) from the receiver's QP to this one, after this SEND's
+  // completion: a SEND of the 16-byte TMH, received as an ordinary IBV_WC_RECV.
+  uint8_t tmh[kTmhBytes];
+  WriteTmh(TmHeader{kTmhFin, reply.fin_app_ctx, reply.fin_tag}, tmh);
+  iovec bytes{tmh, kTmhBytes};
+  Request fin;
+  fin.qp_type = kRc;
+  fin.src_qp = reply.fin_from_qp;
+  fin.dest_qp = config_.completer.qp_num;
+  fin.local = &bytes;
+  fin.local_count = 1;
+  fin.length = kTmhBytes;
+  if (const Reply sent = links_.host->Carry(fin); sent.code != ReplyCode::kAck)
+    SV_LOG(kError, "tag matching rendezvous at qp 0x%x: the FIN to qp 0x%x was not received (reply %d)",
+           reply.fin_from_qp, fin.dest_qp, static_cast<int>(sent.code));
 }
 
 }  // namespace softverbs::transport

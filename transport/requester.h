@@ -129,6 +129,8 @@ class Requester final : private ReplySink {
   // The message's local side: inline bytes, or SGEs checked against this process's keys and
   // resolved into pieces of memory. 0, or the completion error of a bad local side.
   uint32_t GatherLocal(const SendWr& wr, PinnedPieces& pieces, uint64_t* total);
+  bool GatherImported(const Sge& s, bool writes, PinnedPieces& pieces);
+  void CarryFin(const Reply& reply);
   // The Request `wr` makes (local side in `pieces`); `ud` receives a UD send's addressing.
   Request BuildRequest(const SendWr& wr, const PinnedPieces& pieces, uint64_t total, Addressing* ud) const;
   // Runs the queue: the head's timeout, then every work request that may be carried now;

@@ -188,33 +188,112 @@ Reply Responder::Execute(const TargetQp& t, const Request& r, const uint8_t* grh
   }
 }
 
-Reply Responder::BeginReceive(const TargetQp& t, const Request& r, TakenWqe* wqe) {
+namespace {
+
+// BeginReceive's tag matching (see Deliver): the first packet's TMH, matched against the TM
+// SRQ's tags. True when a tag took the message (`wqe` is then its buffer).
+bool ResponderMatchFirstPacket(const TargetQp& t, const RecvRing& rq, const Request& r, TakenWqe* wqe,
+                               ReceiveTm* tm) {
+  *tm = ReceiveTm{};
+  uint8_t bytes[kTmhBytes];
+  if (!rq.tm.valid() || r.qp_type != kRc || r.opcode == WrOpcode::kRdmaWriteWithImm ||
+      !ResponderPeek(r, bytes, kTmhBytes))
+    return false;
+  auto* table = static_cast<TagTable*>(t.Resolve(rq.tm));
+  if (table == nullptr) return false;
+  const TmHeader h = ParseTmh(bytes);
+  if (h.opcode != kTmhEager && h.opcode != kTmhRndv) {
+    tm->mode = ReceiveTm::kNoTag;
+    return false;
+  }
+  const TagMatch m = TagMatchTake(*table, h.tag);
+  if (!m.found) {
+    tm->mode = ReceiveTm::kUnexpected;
+    return false;
+  }
+  *wqe = TakenWqe{};
+  wqe->found = true;
+  wqe->wr_id = m.entry.wr_id;  // the ADD's recv_wr_id
+  wqe->num_sge = m.entry.num_sge;
+  wqe->sge[0] = {m.entry.addr, m.entry.length, m.entry.lkey};
+  tm->mode = h.opcode == kTmhRndv ? ReceiveTm::kRndvSoftware : ReceiveTm::kMatched;
+  tm->tag = h.tag;
+  tm->app_ctx = h.app_ctx;
+  return true;
+}
+
+// The completion of a receive that came through a TM SRQ (Deliver's and DeliverMatched's rules).
+void ResponderTmCompletion(const ReceiveTm& tm, Completion* c) {
+  switch (tm.mode) {
+    case ReceiveTm::kMatched:
+    case ReceiveTm::kRndvSoftware:
+      c->opcode = wc_opcode::kTmRecv;
+      c->wc_flags |= wc_flag::kTmMatch | wc_flag::kTmDataValid;
+      if (tm.mode == ReceiveTm::kRndvSoftware) c->status = wc_status::kTmRndvIncomplete;
+      break;
+    case ReceiveTm::kUnexpected:
+      c->opcode = wc_opcode::kTmRecv;
+      if (tm.sync_req) c->wc_flags |= wc_flag::kTmSyncReq;
+      break;
+    case ReceiveTm::kNoTag:
+      c->opcode = wc_opcode::kTmNoTag;
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace
+
+Reply Responder::BeginReceive(const TargetQp& t, const Request& r, TakenWqe* wqe, ReceiveTm* tm) {
   if (!Admits(t, r)) return Silence(r);
   QpEndpoint& e = t.endpoint();
   auto* rq = static_cast<RecvRing*>(t.Resolve(e.recv_queue));
   if (rq == nullptr) return Silence(r);
+  if (tm != nullptr && ResponderMatchFirstPacket(t, *rq, r, wqe, tm)) return Reply::Of(ReplyCode::kAck);
   *wqe = RecvRingTake(*rq, [&t](fabric::SharedRef ref) { return t.Resolve(ref); });
   if (wqe->limit_crossed && rq->async_fd >= 0) t.Signal(rq->async_fd, rq->async_tag);
   if (!wqe->found)  // IBA 9.7.5.2.8 (RC: RNR NAK) / 9.8.3 (UC: dropped)
     return r.qp_type == kRc ? Reply::Rnr(static_cast<uint8_t>(e.min_rnr_timer & 31)) : Reply::Of(ReplyCode::kDropped);
+  if (tm != nullptr && tm->mode == ReceiveTm::kUnexpected) {
+    auto* table = static_cast<TagTable*>(t.Resolve(rq->tm));
+    tm->sync_req = table != nullptr && TagNoteUnexpected(*table);
+  }
   return Reply::Of(ReplyCode::kAck);
 }
 
-Reply Responder::PlaceReceive(const TargetQp& t, const TakenWqe& wqe, uint64_t offset, const Request& r) {
-  if (r.length == 0) return Reply::Of(ReplyCode::kAck);
+Reply Responder::PlaceReceive(const TargetQp& t, const TakenWqe& wqe, uint64_t offset, const Request& r,
+                              const ReceiveTm* tm) {
+  // A matched message's TMH is not the tag's data: the bytes before `skip` land nowhere.
+  const uint64_t skip = tm != nullptr ? tm->skip() : 0;
+  std::vector<iovec> rest;
+  Request part = r;
+  if (skip > 0) {
+    const uint64_t drop = offset >= skip ? 0 : std::min(skip - offset, r.length);
+    rest = ResponderSkipBytes(r.local, r.local_count, drop);
+    part.local = rest.data();
+    part.local_count = rest.size();
+    part.length = r.length - drop;
+    offset = offset + drop - skip;
+  }
+  if (part.length == 0) return Reply::Of(ReplyCode::kAck);
   ScatterList scatter;
-  const ReplyCode code = Scatter(t, wqe, offset, r.length, false, &scatter);
-  Status s = code == ReplyCode::kAck ? t.Move(true, r.local, r.local_count, scatter.pieces) : Status::Ok();
+  const ReplyCode code = Scatter(t, wqe, offset, part.length, false, &scatter);
+  Status s = code == ReplyCode::kAck ? t.Move(true, part.local, part.local_count, scatter.pieces) : Status::Ok();
   if (code == ReplyCode::kAck && s.ok()) return Reply::Of(ReplyCode::kAck);
   // As Execute: too small a WQE is a length error at the target and an invalid request for the
   // sender; an SGE the target may not write, a protection error there.
   Completion c = ReceiveCompletion(t.endpoint(), wqe, r, 0, false);
+  if (tm != nullptr && tm->mode != ReceiveTm::kNone) c.opcode = tm->mode == ReceiveTm::kNoTag ? wc_opcode::kTmNoTag
+                                                                                                : wc_opcode::kTmRecv;
   FailReceive(t, c, code == ReplyCode::kInvalidRequest ? wc_status::kLocLenErr : wc_status::kLocProtErr);
   return Reply::Of(code == ReplyCode::kAck ? CopyFailed(s) : code);
 }
 
-Reply Responder::CompleteReceive(const TargetQp& t, const TakenWqe& wqe, const Request& r, uint64_t total) {
-  Completion c = ReceiveCompletion(t.endpoint(), wqe, r, total, false);
+Reply Responder::CompleteReceive(const TargetQp& t, const TakenWqe& wqe, const Request& r, uint64_t total,
+                                 const ReceiveTm* tm) {
+  const uint64_t skip = tm != nullptr ? tm->skip() : 0;
+  Completion c = ReceiveCompletion(t.endpoint(), wqe, r, total >= skip ? total - skip : 0, false);
   if (r.opcode == WrOpcode::kSendWithInv) {
     // IBA 10.6.7.2.2, as in Deliver.
     if (!RemoteInvalidate(t.registry(), r.invalidate_rkey, t.process_slot(), t.endpoint().qp_num)) {
@@ -224,7 +303,14 @@ Reply Responder::CompleteReceive(const TargetQp& t, const TakenWqe& wqe, const R
     c.wc_flags |= wc_flag::kWithInv;
     c.imm_data = r.invalidate_rkey;
   }
-  CompleteAtTarget(t, c);
+  if (tm == nullptr || tm->mode == ReceiveTm::kNone) {
+    CompleteAtTarget(t, c);
+    return Reply::Of(ReplyCode::kAck);
+  }
+  ResponderTmCompletion(*tm, &c);
+  const bool matched = tm->mode == ReceiveTm::kMatched || tm->mode == ReceiveTm::kRndvSoftware;
+  const TmInfo info = matched ? TmInfo{tm->tag, tm->app_ctx} : TmInfo{};
+  CompleteAtTarget(t, c, [&info](CqEntry& entry) { entry.tm = info; });
   return Reply::Of(ReplyCode::kAck);
 }
 
@@ -361,7 +447,8 @@ Reply Responder::DeliverMatched(const TargetQp& t, const Request& r, const TagMa
   // cannot (CONSUMED_MSG_SW_RNDV: IBV_WC_TM_RNDV_INCOMPLETE, the RVH and what follows in the
   // tag's buffer).
   if (h.opcode == kTmhRndv) {
-    if (Rendezvous(t, r, w, h)) return Reply::Of(ReplyCode::kAck);
+    Reply done = Reply::Of(ReplyCode::kAck);
+    if (Rendezvous(t, r, w, h, &done)) return done;
     c.status = wc_status::kTmRndvIncomplete;
   }
   ScatterList scatter;
@@ -386,7 +473,8 @@ Reply Responder::DeliverMatched(const TargetQp& t, const Request& r, const TagMa
   return Reply::Of(ReplyCode::kAck);
 }
 
-bool Responder::Rendezvous(const TargetQp& t, const Request& r, const TakenWqe& w, const TmHeader& h) {
+bool Responder::Rendezvous(const TargetQp& t, const Request& r, const TakenWqe& w, const TmHeader& h,
+                           Reply* done) {
   uint8_t head[kTmhBytes + kRvhBytes];
   if (!ResponderPeek(r, head, sizeof(head))) return false;  // no RVH: left to the application
   std::unique_ptr<TargetQp> sender = t.Requester(r.src_qp);
@@ -423,22 +511,14 @@ bool Responder::Rendezvous(const TargetQp& t, const Request& r, const TakenWqe& 
     FailReceive(t, c, status);
     return true;
   }
-  // ...a FIN to the sender, a SEND carrying a TMH (ibv_tmh FIN, its tag and app_ctx), and the
-  // second completion (IBV_WC_TM_DATA_VALID; mlx5's carries no TMH: tag info 0).
-  uint8_t fin_tmh[kTmhBytes];
-  WriteTmh(TmHeader{kTmhFin, h.app_ctx, h.tag}, fin_tmh);
-  iovec fin_bytes{fin_tmh, kTmhBytes};
-  Request fin;
-  fin.qp_type = kRc;
-  fin.src_qp = t.endpoint().qp_num;
-  fin.dest_qp = r.src_qp;
-  fin.local = &fin_bytes;
-  fin.local_count = 1;
-  fin.length = kTmhBytes;
-  if (Reply sent = Execute(*sender, fin); sent.code != ReplyCode::kAck)
-    SV_LOG(kError, "tag matching rendezvous at qp 0x%x: the FIN to qp 0x%x was not received (reply %d)",
-           t.endpoint().qp_num, r.src_qp, static_cast<int>(sent.code));
+  // ...the second completion (IBV_WC_TM_DATA_VALID; mlx5's carries no TMH: tag info 0), and a
+  // FIN to the sender, a SEND carrying a TMH (ibv_tmh FIN, its tag and app_ctx), which the
+  // sender's requester carries after its SEND's completion (Reply::fin).
   CompleteAtTarget(t, c);
+  done->fin = true;
+  done->fin_from_qp = t.endpoint().qp_num;
+  done->fin_app_ctx = h.app_ctx;
+  done->fin_tag = h.tag;
   return true;
 }
 

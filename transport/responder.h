@@ -36,11 +36,18 @@ class Responder {
   // gated as Execute gates it); each packet places its bytes at `offset` of the WQE's buffers
   // (PlaceReceive); the last completes it (CompleteReceive, `total` bytes). A failed placement
   // completes the WQE in error at the target, as Execute does.
-  static Reply BeginReceive(const TargetQp& t, const Request& r, TakenWqe* wqe);
-  static Reply PlaceReceive(const TargetQp& t, const TakenWqe& wqe, uint64_t offset, const Request& r);
+  // With `tm` (an RC SEND), a QP on a TM SRQ matches the first packet's TMH as Deliver does a
+  // whole message (tags of a RoCE peer): the WQE may then be a tag's buffer, and PlaceReceive /
+  // CompleteReceive given the same `tm` skip the TMH and complete as IBV_WC_TM_RECV / _NO_TAG.
+  // A matched RNDV is left to the application (IBV_WC_TM_RNDV_INCOMPLETE, mlx5's software
+  // rendezvous): the READ of the peer's buffer is not made over the wire.
+  static Reply BeginReceive(const TargetQp& t, const Request& r, TakenWqe* wqe, ReceiveTm* tm = nullptr);
+  static Reply PlaceReceive(const TargetQp& t, const TakenWqe& wqe, uint64_t offset, const Request& r,
+                            const ReceiveTm* tm = nullptr);
   // kAck, or kInvalidRequest for a SEND_WITH_INV whose R_Key is no window of the QP (the WQE then
   // completes in error, as in Execute).
-  static Reply CompleteReceive(const TargetQp& t, const TakenWqe& wqe, const Request& r, uint64_t total);
+  static Reply CompleteReceive(const TargetQp& t, const TakenWqe& wqe, const Request& r, uint64_t total,
+                               const ReceiveTm* tm = nullptr);
   // A packet fabric's RDMA WRITE or READ checked whole at its first packet, as a NIC checks
   // va .. va + DMA length before it moves a byte (IBA 9.7.5.1.3; rxe check_rkey): kAck, or the
   // NAK's code, the target QP then in ERR. A READ also needs responder resources (9.7.5.1.4).
@@ -57,9 +64,10 @@ class Responder {
   // the tag's buffer and complete as IBV_WC_TM_RECV with its tag info.
   static Reply DeliverMatched(const TargetQp& t, const Request& r, const TagMatch& m, const TmHeader& h);
   // A matched RNDV (TMH + RVH) where the fabric reaches the requester: READs the buffer the RVH
-  // names into the tag's buffer and SENDs the requester a FIN, as mlx5 hardware does; false
-  // where it cannot (the application then does it: IBV_WC_TM_RNDV_INCOMPLETE).
-  static bool Rendezvous(const TargetQp& t, const Request& r, const TakenWqe& w, const TmHeader& h);
+  // names into the tag's buffer and answers with a FIN in `done` (Reply::fin: the requester
+  // carries it after its SEND's completion), as mlx5 hardware does; false where it cannot (the
+  // application then does it: IBV_WC_TM_RNDV_INCOMPLETE).
+  static bool Rendezvous(const TargetQp& t, const Request& r, const TakenWqe& w, const TmHeader& h, Reply* done);
   // The gates every request passes (transport, DC access, receiving state); false: discarded.
   static bool Admits(const TargetQp& t, const Request& r);
   static Reply Rdma(const TargetQp& t, const Request& r, bool write);

@@ -123,6 +123,7 @@ std::string WindowKey::Bind(const BindRequest& req, const WindowQp& qp) {
   v.pd = type_ == WindowType::kType2 ? (static_cast<uint64_t>(local_.slot()) << 32 | kQpBound | qp.qp_num) : pd_;
   v.addr = mr.addr + (req.addr - mr.iova);
   v.length = req.length;
+  v.owner = local_.slot();
   // ibv_bind_mw(3): with IBV_ACCESS_ZERO_BASED remote addresses are offsets from the start.
   v.iova = (req.access & kZeroBased) ? 0 : req.addr;
   // A window over a shared-backed MR reaches the same file (fabric/host/shared_backing.h): the

@@ -101,9 +101,9 @@ ibv_mr* RegDmMr(ibv_pd* pd, ibv_dm* dm, uint64_t dm_offset, size_t length, unsig
 
 }  // namespace softverbs::abi
 
-// ibv_import_dm(3): a handle of device memory allocated on `context` itself. Unlike PDs and MRs,
-// device memory is not listed in the context's object space (core/object_space.h), so a context
-// imported through ibv_import_device does not find it.
+// ibv_import_dm(3): a handle of device memory listed in the context's object space (its cmd_fd):
+// allocated on this context, or on another context sharing the space through ibv_import_device
+// -- in this process or in the one that passed the cmd_fd (core/dm.h, Import).
 SV_EXPORT ibv_dm* ibv_import_dm(ibv_context* context, uint32_t dm_handle) {
   SvContext* ctx = ToSv(context);
   std::shared_ptr<core::DeviceMemory> memory;
@@ -112,10 +112,11 @@ SV_EXPORT ibv_dm* ibv_import_dm(ibv_context* context, uint32_t dm_handle) {
     auto it = ctx->dms.find(dm_handle);
     if (it != ctx->dms.end()) memory = it->second.lock();
   }
-  if (memory == nullptr)
-    return ReturnNull<ibv_dm>("ibv_import_dm", context->device->name,
-                              Status(ENOENT, "no device memory with handle " + std::to_string(dm_handle) +
-                                                 " on this context"));
+  if (memory == nullptr) {
+    auto imported = core::DeviceMemory::Import(*ctx->core, dm_handle);
+    if (!imported.ok()) return ReturnNull<ibv_dm>("ibv_import_dm", ObjectName("dm", dm_handle), imported.status());
+    memory = std::move(imported.value());
+  }
   ibv_dm* dm = NewHandle(context, std::move(memory), true);
   if (dm == nullptr) return ReturnNull<ibv_dm>("ibv_import_dm", context->device->name, NoMemory("out of memory"));
   return dm;

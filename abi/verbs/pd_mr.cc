@@ -160,8 +160,8 @@ SV_EXPORT ibv_pd* ibv_import_pd(ibv_context* context, uint32_t pd_handle) {
   pd->pd.context = context;
   pd->pd.handle = pd_handle;
   if (pd->core->foreign())
-    SV_LOG(kInfo, "ibv_import_pd(%s): imported from another process; its MRs serve remote access, this process "
-                  "registers no memory on it", Name(&pd->pd).c_str());
+    SV_LOG(kInfo, "ibv_import_pd(%s): imported from another process; MRs registered on it here reach this "
+                  "process's memory, its MRs imported from there reach that process's", Name(&pd->pd).c_str());
   return &pd->pd;
 }
 

@@ -52,6 +52,7 @@ struct KeyEntry {
   std::atomic<uint32_t> seq;
   std::atomic<uint32_t> key;     // the full lkey/rkey; 0 = invalid
   std::atomic<uint32_t> access;  // ibv_access_flags
+  std::atomic<uint32_t> owner;   // process slot whose memory (and arena) the key reaches
   std::atomic<uint64_t> pd;      // host-unique PD handle
   std::atomic<uint64_t> addr;    // owner's virtual address of the first byte
   std::atomic<uint64_t> length;

@@ -7,6 +7,8 @@
 # ibv_*_pingpongs and perftest's RC tests (SEND, WRITE, READ, atomics; bandwidth and latency)
 # complete both ways.
 #
+# Tag matching: a TM SRQ receiving from a RoCE peer matches its tags (wire_tm_peer.py).
+#
 # Regression for issue 11's defect: the RC client's QP is connected to a QP number at a GID of the
 # OTHER namespace, a number its own host also has. It used to be delivered to that local QP (the
 # client reported a throughput having talked to itself, and the server hung): the server must
@@ -224,6 +226,22 @@ perftest ib_send_bw -n 300 -c UD
 perftest ib_write_bw -n 200 -q 4
 perftest ib_send_bw -n 200 -b
 REVERSE=1 perftest ib_read_bw -n 200 -q 2
+
+# Tag matching from a RoCE peer (wire_tm_peer.py): a TM SRQ in namespace a matches the tags of
+# SENDs arriving over the wire from namespace b (eager of one and three packets, unexpected,
+# NO_TAG, a RNDV left to the application), byte for byte.
+tm_dir="$logs/tm"
+mkdir -p "$tm_dir"
+ip netns exec "$ns_a" timeout 30 /usr/bin/python3 "$(dirname "$0")/wire_tm_peer.py" server --dir "$tm_dir" \
+  --ip 10.77.0.1 >"$tm_dir/a.log" 2>&1 &
+tm_server=$!
+ip netns exec "$ns_b" timeout 30 /usr/bin/python3 "$(dirname "$0")/wire_tm_peer.py" client --dir "$tm_dir" \
+  --ip 10.77.0.2 >"$tm_dir/b.log" 2>&1
+tm_crc=$?
+wait "$tm_server"
+tm_src=$?
+check "tag matching over the wire: $(tail -1 "$tm_dir/a.log")" test "$tm_src" -eq 0
+check "tag matching over the wire: $(tail -1 "$tm_dir/b.log")" test "$tm_crc" -eq 0
 
 # An ordinary 1500-byte Ethernet MTU: the port reports IBV_MTU_1024 as rxe does (1500 - 80 bytes
 # of headers, rounded down), so perftest, which takes the port's MTU, sends packets that fit.

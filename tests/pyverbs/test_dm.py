@@ -166,6 +166,58 @@ class DmMrTest(DmTestCase):
             DM(self.ctx, AllocDmAttr(4096, 0, 0), handle=0x7ffffff0)
         self.assertEqual(c.exception.error_code, errno.ENOENT)
 
+    def test_import_dm_through_an_imported_context(self):
+        # ibv_import_dm(3) through a context sharing the cmd_fd (ibv_import_device): the same
+        # memory; a freed DM is unknown there (ENOENT, with a log line naming the handle).
+        import os
+        from pyverbs.device import Context
+        ctx2 = Context(cmd_fd=os.dup(self.ctx.cmd_fd))
+        self.addCleanup(ctx2.close)
+        dm = self.dm(4096)
+        dm.copy_to_dm(100, b'device', 6)
+        imported = DM(ctx2, AllocDmAttr(4096, 0, 0), handle=dm.handle)
+        self.assertEqual(imported.copy_from_dm(100, 6), b'device')
+        imported.copy_to_dm(0, b'back', 4)
+        self.assertEqual(dm.copy_from_dm(0, 4), b'back')
+        self.assertErrno(errno.EFAULT, imported.copy_to_dm, 4093, b'xxxx', 4)
+        imported.unimport()
+        gone = DM(self.ctx, AllocDmAttr(64, 0, 0))
+        handle = gone.handle
+        gone.close()
+        with self.assertRaises(PyverbsRDMAError) as c:
+            DM(ctx2, AllocDmAttr(64, 0, 0), handle=handle)
+        self.assertEqual(c.exception.error_code, errno.ENOENT)
+
+    def test_import_dm_in_another_process(self):
+        # The cmd_fd over SCM_RIGHTS: the child imports the context and the device memory, reads
+        # it, and RDMA WRITEs into it through an MR of its own on the imported DM.
+        import json
+        import os
+        import socket
+        dm = self.dm(8192)
+        data = bytes((i * 7 + 3) & 0xff for i in range(4096))
+        dm.copy_to_dm(0, data, 4096)
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.addCleanup(parent.close)
+        import subprocess
+        proc = subprocess.Popen([base.PYTHON, '-u', '-c', DM_IMPORTER.replace('FD', str(child.fileno()))],
+                                env=base.child_env(), cwd=base.HERE, pass_fds=[child.fileno()],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.addCleanup(base.stop_child, proc)
+        child.close()
+        parent.settimeout(20)
+        socket.send_fds(parent, [json.dumps(dict(handle=dm.handle)).encode()], [os.dup(self.ctx.cmd_fd)])
+        reply = parent.recv(65536)
+        self.assertTrue(reply, f'the importer ended early: {proc.communicate(timeout=10)[1]!r}')
+        out = json.loads(reply)
+        self.assertEqual(bytes.fromhex(out['read']), data)
+        self.assertEqual(out['write'], OK)
+        self.assertEqual(dm.copy_from_dm(4096, 4096), bytes.fromhex(out['written']))
+        self.assertEqual(out['unknown'], errno.ENOENT)
+        _, err = proc.communicate(timeout=20)
+        self.assertEqual(proc.returncode, 0, err)
+        self.assertRegex(err.decode(), r'ibv_import_dm\(dm 0x[0-9a-f]+\).*no device memory with handle \d+')
+
     def test_refusal_log_line(self):
         code = ('import base, os\nos.environ["SOFTVERBS_LOG"] = "error"\nfrom pyverbs.device import DM, AllocDmAttr\n'
                 'dm = DM(base.open_context(), AllocDmAttr(4096, 0, 0))\n'
@@ -176,6 +228,41 @@ class DmMrTest(DmTestCase):
         self.assertIn(f'errno {errno.EFAULT}', r.stdout)
         self.assertRegex(r.stderr, r'ibv_memcpy_to_dm\(dm 0x[0-9a-f]+\): \[4095, \+2\) is outside the 4096 bytes '
                                    r'of device memory')
+
+
+DM_IMPORTER = """
+import json, os, socket
+import base
+os.environ['SOFTVERBS_LOG'] = 'error'  # base clears it for the test process; read at first use
+import pyverbs.enums as e
+from pyverbs.device import Context, DM, AllocDmAttr
+from pyverbs.mr import DMMR
+from pyverbs.pd import PD
+from pyverbs.pyverbs_error import PyverbsRDMAError
+
+sock = socket.socket(fileno=FD)
+msg, fds, _, _ = socket.recv_fds(sock, 65536, 1)
+req = json.loads(msg)
+ctx = Context(cmd_fd=fds[0])
+dm = DM(ctx, AllocDmAttr(8192, 0, 0), handle=req['handle'])
+out = dict(read=dm.copy_from_dm(0, 4096).hex())
+pd = PD(ctx)
+mr = DMMR(pd, 4096, %d, dm, 4096)
+src = base.Buffer(pd, 4096)
+payload = bytes((i * 13 + 5) & 0xff for i in range(4096))
+src.write(payload)
+a, b = base.connected_pair(ctx, pd, e.IBV_QPT_RC)
+a.post_send(base.send_wr(e.IBV_WR_RDMA_WRITE, [src.sge()], wr_id=1, rdma=(mr.rkey, 0)))
+out['write'] = a.poll()[0].status
+out['written'] = payload.hex()
+try:
+    DM(ctx, AllocDmAttr(64, 0, 0), handle=req['handle'] + 100000)
+    out['unknown'] = 0
+except PyverbsRDMAError as ex:
+    out['unknown'] = abs(ex.error_code)
+a.qp.close(); b.qp.close(); mr.close(); dm.unimport()
+sock.sendall(json.dumps(out).encode())
+""" % DM_ACCESS
 
 
 def raw_op(ctx, offset, restype, argtypes):

@@ -131,9 +131,11 @@ class SameProcessImportTest(base.DataTestCase):
 
 
 # The importer: receives the exporter's cmd_fd and handles over the socket `argv[1]`, imports the
-# PD and MR, RDMA WRITEs into the exporter's MR through the imported rkey from memory of its own,
-# and tries what it cannot do with a PD and an MR of another process.
-IMPORTER = textwrap.dedent('''
+# PD and MR, and uses both as on hardware: memory of its own registered on the imported PD is the
+# source of an RDMA WRITE into the exporter's MR (imported rkey) and the target of one from the
+# exporter; a local SGE through the imported lkey gathers the exporter's bytes. What stays
+# refused: a READ scattering into the imported lkey.
+IMPORTER = textwrap.dedent("""
     import json, os, socket, sys
     import base
     os.environ['SOFTVERBS_LOG'] = 'error'  # base clears it for the test process; read at first use
@@ -141,7 +143,6 @@ IMPORTER = textwrap.dedent('''
     from pyverbs.device import Context
     from pyverbs.mr import MR
     from pyverbs.pd import PD
-    from pyverbs.pyverbs_error import PyverbsRDMAError
     from pyverbs.wr import SGE
 
     sock = socket.socket(fileno=int(sys.argv[1]))
@@ -152,33 +153,47 @@ IMPORTER = textwrap.dedent('''
     imr = MR(ipd, handle=req['mr'])
     out = dict(handle=imr.handle, lkey=imr.lkey, rkey=imr.rkey, length=imr.length)
 
-    own_pd = PD(ctx)
-    src = base.Buffer(own_pd, len(req['data']) // 2)
+    # Memory of this process registered on the PD of the other one.
+    src = base.Buffer(ipd, len(req['data']) // 2)
     src.write(bytes.fromhex(req['data']))
-    me = base.Peer(ctx, own_pd, e.IBV_QPT_RC).connect(req['qpn'])
-    sock.sendall(json.dumps(dict(qpn=me.qpn)).encode())
-    sock.recv(16)  # the exporter's QP is connected
+    land = base.Buffer(ipd, 4096)
+    me = base.Peer(ctx, ipd, e.IBV_QPT_RC).connect(req['qpn'])
+    sock.sendall(json.dumps(dict(qpn=me.qpn, rkey=land.rkey, addr=land.addr)).encode())
+    sock.recv(16)  # the exporter's QP is connected and has written into `land`
+    out['landed'] = land.read().hex()
     me.post_send(base.send_wr(e.IBV_WR_RDMA_WRITE, [src.sge()], wr_id=1,
                               rdma=(imr.rkey, req['addr'] + req['offset'])))
     out['write'] = me.poll()[0].status
 
-    try:
-        MR(ipd, 4096, base.ACCESS_ALL)
-        out['reg_mr'] = 0
-    except PyverbsRDMAError as ex:
-        out['reg_mr'] = abs(ex.error_code)
-    # A local SGE through the imported lkey: the exporter's memory is not gathered here.
+    # A local SGE through the imported lkey gathers the exporter's memory (what was just written).
+    own_pd = PD(ctx)
     b, c = base.connected_pair(ctx, ipd, e.IBV_QPT_RC, b_pd=own_pd)
-    dst = base.Buffer(own_pd, 64)
-    b.post_send(base.send_wr(e.IBV_WR_RDMA_WRITE, [SGE(req['addr'], 64, imr.lkey)], wr_id=2,
-                             rdma=(dst.rkey, dst.addr)))
+    dst = base.Buffer(own_pd, 4096)
+    b.post_send(base.send_wr(e.IBV_WR_RDMA_WRITE, [SGE(req['addr'] + req['offset'] + 100, 3000, imr.lkey)],
+                             wr_id=2, rdma=(dst.rkey, dst.addr + 8)))
     out['local_sge'] = b.poll()[0].status
-    out['dst_untouched'] = dst.read() == bytes(64)
-    b.qp.close()  # the one object on the imported PD: then its handle may go
+    out['gathered'] = dst.read(8, 3000).hex()
+    out['gather_bounds'] = dst.read(0, 8) + dst.read(3008) == bytes(4096 - 3000)
+    # A READ would scatter into the exporter's memory: refused, the buffer untouched.
+    b.post_send(base.send_wr(e.IBV_WR_RDMA_READ, [SGE(req['addr'], 64, imr.lkey)], wr_id=3,
+                             rdma=(dst.rkey, dst.addr)))
+    out['read_into_import'] = b.poll()[0].status
+    # Bad input: an SGE that leaves the imported MR is a local protection error, nothing sent.
+    b2, c2 = base.connected_pair(ctx, ipd, e.IBV_QPT_RC, b_pd=own_pd)
+    before = dst.read()
+    b2.post_send(base.send_wr(e.IBV_WR_RDMA_WRITE, [SGE(req['addr'] + imr.length - 10, 64, imr.lkey)], wr_id=4,
+                              rdma=(dst.rkey, dst.addr)))
+    out['beyond_import'] = b2.poll()[0].status
+    out['dst_kept'] = dst.read() == before
+    b.qp.close()
+    b2.qp.close()
+    me.qp.close()
+    src.mr.close()
+    land.mr.close()
     imr.unimport()
     ipd.unimport()
     sock.sendall(json.dumps(out).encode())
-''')
+""")
 
 
 class CrossProcessImportTest(base.DataTestCase):
@@ -202,8 +217,15 @@ class CrossProcessImportTest(base.DataTestCase):
         req = dict(pd=self.pd.handle, mr=buf.mr.handle, qpn=me.qpn, addr=buf.addr, offset=1000,
                    data=data.hex())
         socket.send_fds(parent_sock, [json.dumps(req).encode()], [os.dup(self.ctx.cmd_fd)])
-        child_qpn = json.loads(parent_sock.recv(65536))['qpn']
-        me.connect(child_qpn)
+        child = json.loads(parent_sock.recv(65536))
+        me.connect(child['qpn'])
+        # The exporter writes into the importer's memory registered on the shared PD.
+        mine = Buffer(self.pd, 4096)
+        sent = payload(4096, 8)
+        mine.write(sent)
+        me.post_send(base.send_wr(e.IBV_WR_RDMA_WRITE, [mine.sge()], wr_id=5,
+                                  rdma=(child['rkey'], child['addr'])))
+        self.assertWC(me.poll()[0], wr_id=5, status=OK)
         parent_sock.sendall(b'go')
         reply = parent_sock.recv(65536)
         self.assertTrue(reply, f'the importer ended early: {proc.communicate(timeout=10)[1]!r}')
@@ -211,21 +233,25 @@ class CrossProcessImportTest(base.DataTestCase):
 
         self.assertEqual((out['handle'], out['lkey'], out['rkey'], out['length']),
                          (buf.mr.handle, buf.lkey, buf.rkey, 8192))
+        self.assertEqual(bytes.fromhex(out['landed']), sent)
         self.assertEqual(out['write'], OK)
         self.assertEqual(buf.read(1000, 5000), data)
         self.assertEqual(buf.read(0, 1000), bytes(1000))
         self.assertEqual(buf.read(6000), bytes(8192 - 6000))
         self.assertTrue(buf.guards_intact())
-        # What a PD and an MR of another process cannot do here, refused and said.
-        self.assertEqual(out['reg_mr'], errno.EOPNOTSUPP)
-        self.assertEqual(out['local_sge'], e.IBV_WC_LOC_PROT_ERR)
-        self.assertTrue(out['dst_untouched'])
+        self.assertEqual(out['local_sge'], OK)
+        self.assertEqual(bytes.fromhex(out['gathered']), data[100:3100])
+        self.assertTrue(out['gather_bounds'])
+        self.assertEqual(out['read_into_import'], e.IBV_WC_LOC_PROT_ERR)
+        self.assertEqual(buf.read(0, 64), bytes(64))
+        self.assertEqual(out['beyond_import'], e.IBV_WC_LOC_PROT_ERR)
+        self.assertTrue(out['dst_kept'])
         _, err = proc.communicate(timeout=20)
         self.assertEqual(proc.returncode, 0, err)
         err = err.decode()
-        self.assertRegex(err, r'ibv_reg_mr\w*\(pd 0x[0-9a-f]+\).*imported from another process')
         self.assertNotIn('not freed', err)
-        self.assertRegex(err, r'lkey 0x[0-9a-f]+ is an MR of process slot \d+ \(imported, ibv_import_mr\)')
+        self.assertRegex(err, r'lkey 0x[0-9a-f]+ is an MR of process slot \d+ \(imported, ibv_import_mr\): '
+                              r'a READ or atomic writes this process')
 
         # The exporter's objects are untouched by the import and the unimport.
         dst = Buffer(self.pd, 64)

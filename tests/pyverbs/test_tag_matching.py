@@ -109,6 +109,7 @@ class TmTestCase(base.SoftverbsTestCase):
         self.src.write(data)
         self.client.post_send(base.send_wr(sges=[self.src.sge(0, len(data))], wr_id=0x77))
         wcs = self.client.poll(1 + also)
+        self.client_wcs = wcs
         sends = [wc for wc in wcs if wc.opcode == e.IBV_WC_SEND]
         self.assertEqual(len(sends), 1, [base.wc_str(wc) for wc in wcs])
         self.assertEqual(sends[0].status, e.IBV_WC_SUCCESS, base.wc_str(sends[0]))
@@ -365,9 +366,9 @@ class TmRendezvousTest(TmTestCase):
         dest = base.Buffer(self.pd, 2048)
         self.add(0x77, dest, wr_id=7)
         self.expect_op(e.IBV_WC_TM_ADD, 7)
-        # The FIN reaches the sender while its ibv_post_send carries the RNDV message, so it
-        # comes before the SEND's completion (on mlx5 after it): see docs/support-matrix.md.
         fins = self.rndv(0x77, data, fin=1)
+        # mlx5's order on the sender's one CQ: the SEND's completion, then the FIN's receive.
+        self.assertEqual([wc.opcode for wc in self.client_wcs], [e.IBV_WC_SEND, e.IBV_WC_RECV])
         # mlx5 (cq.c): a first completion when the tag is consumed (IBV_WC_TM_MATCH, with the tag
         # info), a second when the READ has placed the data (IBV_WC_TM_DATA_VALID, tag info 0 as
         # rdma-core's test_tm_rndv expects).
@@ -383,6 +384,35 @@ class TmRendezvousTest(TmTestCase):
         wc = fins[0]
         self.assertEqual((wc.status, wc.opcode, wc.wr_id, wc.byte_len), (e.IBV_WC_SUCCESS, e.IBV_WC_RECV, 0xf1, TMH))
         self.assertEqual(fin.read(0, TMH), tmh(e.IBV_TMH_FIN, 0x77, 3))
+
+    def test_rdma_core_tm_rndv_sequence(self):
+        # The logic of rdma-core's tests/test_tag_matching.py test_tm_rndv: tags 1..8 added, then
+        # RNDVs sent for them in reverse order; after each, one poll of the client's CQ (the
+        # SEND), one of the server's (TM_RECV with TM_MATCH and the tag), one of the client's
+        # that must be the FIN's IBV_WC_RECV, one of the server's (TM_RECV, TM_DATA_VALID).
+        data = base.Buffer(self.pd, 1024)
+        payload = bytes((i * 7 + 1) & 0xff for i in range(1024))
+        data.write(payload)
+        fin = base.Buffer(self.pd, 64)
+        dests = {}
+        for tag in range(1, self.MAX_TAGS + 1):
+            dests[tag] = base.Buffer(self.pd, 1024)
+            self.add(tag, dests[tag], wr_id=tag)
+            self.expect_op(e.IBV_WC_TM_ADD, tag)
+        for tag in reversed(range(1, self.MAX_TAGS + 1)):
+            self.client.post_recv(fin.sge(), wr_id=tag)
+            self.src.write(tmh(e.IBV_TMH_RNDV, tag) + rvh(data.addr, data.rkey, 1024))
+            self.client.post_send(base.send_wr(sges=[self.src.sge(0, 64)], wr_id=0x5e))
+            wc = self.client.poll()[0]
+            self.assertEqual((wc.status, wc.opcode), (e.IBV_WC_SUCCESS, e.IBV_WC_SEND), base.wc_str(wc))
+            first = poll_ex(self.scq)
+            self.assertEqual((first['opcode'], first['flags'] & 0x70, first['tag']),
+                             (e.IBV_WC_TM_RECV, e.IBV_WC_TM_MATCH, tag))
+            wc = self.client.poll()[0]
+            self.assertEqual((wc.status, wc.opcode, wc.wr_id), (e.IBV_WC_SUCCESS, e.IBV_WC_RECV, tag))
+            second = poll_ex(self.scq)
+            self.assertEqual((second['opcode'], second['flags'] & 0x70), (e.IBV_WC_TM_RECV, e.IBV_WC_TM_DATA_VALID))
+            self.assertEqual(dests[tag].read(), payload)
 
     def test_bad_rkey_in_the_rvh(self):
         data = base.Buffer(self.pd, 256)

@@ -119,7 +119,7 @@ void Packet::SendPacket() {
   const Request r = RequestOf();
   if (info_.starts_message()) {
     if (!w_.wqe_held) {
-      const Reply begin = Responder::BeginReceive(t_, r, &w_.wqe);
+      const Reply begin = Responder::BeginReceive(t_, r, &w_.wqe, &w_.tm);
       if (begin.code == ReplyCode::kRnr) return Ack(static_cast<uint8_t>(syndrome::kRnr | begin.rnr_timer), p_.hdr.bth.psn);
       if (begin.code != ReplyCode::kAck) return;  // not receiving: silence
       w_.wqe_held = 1;
@@ -127,13 +127,13 @@ void Packet::SendPacket() {
     w_.message = kSendInProgress;
     w_.offset = 0;
   }
-  if (const Reply placed = Responder::PlaceReceive(t_, w_.wqe, w_.offset, r); placed.code != ReplyCode::kAck) {
+  if (const Reply placed = Responder::PlaceReceive(t_, w_.wqe, w_.offset, r, &w_.tm); placed.code != ReplyCode::kAck) {
     w_.wqe_held = 0;  // completed in error at the target
     return Nak(placed.code);
   }
   w_.offset += r.length;
   if (info_.ends_message()) {
-    const Reply done = Responder::CompleteReceive(t_, w_.wqe, r, w_.offset);
+    const Reply done = Responder::CompleteReceive(t_, w_.wqe, r, w_.offset, &w_.tm);
     w_.wqe_held = 0;
     w_.message = 0;
     if (done.code != ReplyCode::kAck) return Nak(done.code);

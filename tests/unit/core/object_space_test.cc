@@ -7,13 +7,17 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "core/dm.h"
 #include "core/mkey.h"
 #include "core/mr.h"
 #include "tests/unit/core/test_context.h"
+#include "transport/key_table.h"
 
 namespace softverbs::core {
 namespace {
@@ -69,6 +73,25 @@ TEST(ObjectSpaceTest, PdHandlesOnTheSameHomeEntryAreAllFound) {
   ASSERT_TRUE(space.AddPd({d, 4}).ok());  // reuses the hole
   EXPECT_EQ(space.FindPd(d)->host_id, 4u);
   EXPECT_EQ(space.FindPd(c)->host_id, 3u);
+}
+
+TEST(ObjectSpaceTest, DeviceMemoryIsListedForEveryMappingUntilRemoved) {
+  auto a = ObjectSpace::Create();
+  ASSERT_TRUE(a.ok());
+  std::shared_ptr<ObjectSpace> b = ObjectSpaceOpenDup(*a.value());
+  ASSERT_NE(b, nullptr);
+  const uint32_t h = 7, same_home = 7 + ObjectSpace::kDmEntries;
+  ASSERT_TRUE(a.value()->AddDm({h, 0xabc, 12, 34, 56, 4096}).ok());
+  ASSERT_TRUE(a.value()->AddDm({same_home, 0xdef, 13, 35, 57, 8192}).ok());
+  std::optional<DmRecord> r = b->FindDm(h);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(std::make_tuple(r->owner, r->fd, r->dev, r->ino, r->length),
+            std::make_tuple(0xabcull, 12, 34ull, 56ull, 4096ull));
+  b->RemoveDm(h);  // a hole before same_home must not hide it
+  EXPECT_FALSE(a.value()->FindDm(h).has_value());
+  ASSERT_TRUE(a.value()->FindDm(same_home).has_value());
+  EXPECT_EQ(a.value()->FindDm(same_home)->length, 8192u);
+  EXPECT_FALSE(a.value()->FindDm(h + 1).has_value());
 }
 
 TEST(ObjectSpaceTest, OpenRefusesWhatIsNotACmdFdAndKeepsIt) {
@@ -183,26 +206,60 @@ TEST_F(ImportTest, MrOfAnotherObjectSpaceIsUnknown) {
   EXPECT_EQ(ImportMr(other, mr.value()->lkey()).status().code(), ENOENT);
 }
 
-TEST_F(ImportTest, NoMemoryOfThisProcessOnAPdOfAnother) {
-  // A PD listed by another process (its host id carries that process's slot).
+TEST_F(ImportTest, MemoryOfThisProcessOnAPdOfAnother) {
+  // A PD listed by another process (its host id carries that process's slot): MRs registered on
+  // it here reach this process's memory (the key's owner), under that PD's id.
   const uint32_t handle = context_->NewHandle();
   const uint64_t other_slot = context_->local().slot() + 1;
-  ASSERT_TRUE(context_->object_space().AddPd({handle, other_slot << 32 | 77}).ok());
+  const uint64_t host_id = other_slot << 32 | 77;
+  ASSERT_TRUE(context_->object_space().AddPd({handle, host_id}).ok());
   auto foreign = Pd::Import(*context_, handle);
   ASSERT_TRUE(foreign.ok());
   EXPECT_TRUE(foreign.value()->foreign());
-  auto mr = Mr::Register(*foreign.value(), Layout());
-  EXPECT_EQ(mr.status().code(), EOPNOTSUPP);
-  EXPECT_NE(mr.status().rule().find("imported from another process"), std::string::npos);
-  EXPECT_EQ(Mr::AllocateNull(*foreign.value()).status().code(), EOPNOTSUPP);
-  EXPECT_EQ(Mkey::Create(*foreign.value(), 4).status().code(), EOPNOTSUPP);
+  {
+    auto mr = Mr::Register(*foreign.value(), Layout());
+    ASSERT_TRUE(mr.ok()) << mr.status().rule();
+    transport::KeyView k;
+    ASSERT_TRUE(transport::KeyPin::Peek(context_->registry(), mr.value()->lkey(), &k));
+    EXPECT_EQ(k.owner, context_->local().slot());
+    EXPECT_EQ(k.pd, host_id);
+    auto null_mr = Mr::AllocateNull(*foreign.value());
+    EXPECT_TRUE(null_mr.ok());
+    auto mkey = Mkey::Create(*foreign.value(), 4);
+    EXPECT_TRUE(mkey.ok());
+    // An MR of this process's own PD moves onto it too.
+    auto own = Mr::Register(*pd_, Layout());
+    ASSERT_TRUE(own.ok());
+    EXPECT_TRUE(own.value()->Reregister(rereg::kChangePd, foreign.value().get(), MrLayout{}).ok());
+    EXPECT_EQ(&own.value()->pd(), foreign.value().get());
+    ASSERT_TRUE(transport::KeyPin::Peek(context_->registry(), own.value()->lkey(), &k));
+    EXPECT_EQ(k.owner, context_->local().slot());
+    EXPECT_EQ(k.pd, host_id);
+  }
   EXPECT_EQ(foreign.value()->users().count(), 0);
-  // Nor is an MR moved onto it.
-  auto own = Mr::Register(*pd_, Layout());
-  ASSERT_TRUE(own.ok());
-  EXPECT_EQ(own.value()->Reregister(rereg::kChangePd, foreign.value().get(), MrLayout{}).code(), EOPNOTSUPP);
-  EXPECT_EQ(&own.value()->pd(), pd_.get());
   context_->object_space().RemovePd(handle);
+}
+
+TEST_F(ImportTest, DeviceMemoryImportsThroughASharedSpaceOnly) {
+  auto dm = DeviceMemory::Allocate(*context_, 4096, 0);
+  ASSERT_TRUE(dm.ok()) << dm.status().rule();
+  ASSERT_TRUE(dm.value()->CopyTo(10, "softverbs", 9).ok());
+  auto imported = DeviceMemory::Import(*context_, dm.value()->handle());
+  ASSERT_TRUE(imported.ok()) << imported.status().rule();
+  EXPECT_NE(imported.value()->base(), dm.value()->base());  // a mapping of its own
+  char got[9];
+  ASSERT_TRUE(imported.value()->CopyFrom(got, 10, 9).ok());
+  EXPECT_EQ(std::string(got, 9), "softverbs");
+  EXPECT_EQ(imported.value()->length(), 4096u);
+  // Another space does not list it; a freed DM is forgotten (its importers keep their mapping).
+  auto elsewhere = Context::Open();
+  ASSERT_TRUE(elsewhere.ok());
+  EXPECT_EQ(DeviceMemory::Import(*elsewhere.value(), dm.value()->handle()).status().code(), ENOENT);
+  const uint32_t handle = dm.value()->handle();
+  dm.value().reset();
+  EXPECT_EQ(DeviceMemory::Import(*context_, handle).status().code(), ENOENT);
+  ASSERT_TRUE(imported.value()->CopyFrom(got, 10, 9).ok());
+  EXPECT_EQ(std::string(got, 9), "softverbs");
 }
 
 }  // namespace
