@@ -6,6 +6,7 @@
 #include "base/log.h"
 #include "transport/codes.h"
 #include "transport/indirect_key.h"
+#include "transport/signature_access.h"
 #include "transport/key_table.h"
 #include "transport/mcast_table.h"
 #include "transport/progress_thread.h"
@@ -427,6 +428,16 @@ bool Requester::WriteLocal(const Pending& p, uint64_t offset, std::span<const ui
       continue;
     }
     const uint64_t n = std::min<uint64_t>(s.length - offset, bytes.size() - done);
+    // Into a signature mkey: the wire bytes are checked and converted (signature_access.h).
+    const SigAccessResult sig = SigAccess(local_.registry(), s.lkey, s.addr + offset, n, rule,
+                                          [this](fabric::SharedRef ref) { return local_.At(ref); }, SigMoveLocal,
+                                          /*scatter=*/true, const_cast<uint8_t*>(bytes.data() + done));
+    if (sig == SigAccessResult::kRefused) return false;
+    if (sig == SigAccessResult::kDone) {
+      done += n;
+      offset = 0;
+      continue;
+    }
     PinnedPieces pieces;
     if (!ResolveKey(local_.registry(), s.lkey, s.addr + offset, n, n, rule,
                     [this](fabric::SharedRef ref) { return local_.At(ref); }, &pieces))
@@ -470,16 +481,20 @@ void Requester::Resume() {
 Verdict Requester::ExecuteUmr(const SendWr& wr) {
   UmrRequest req;
   memcpy(&req, wr.inline_data, sizeof req);
-  if (wr.inline_length != sizeof req + static_cast<uint64_t>(req.entries) * sizeof(LayoutEntry))
+  const bool sig_present = (req.set & kUmrSetSignature) != 0;
+  const uint64_t entry_bytes = static_cast<uint64_t>(req.entries) * sizeof(LayoutEntry);
+  if (wr.inline_length != sizeof req + entry_bytes + (sig_present ? sizeof(SigConfig) : 0))
     return completer_.Fail(wr, wc_status::kLocQpOpErr);  // not what the builders write: a malformed WQE
   std::vector<LayoutEntry> entries(req.entries);
-  if (req.entries) memcpy(entries.data(), wr.inline_data + sizeof req, req.entries * sizeof(LayoutEntry));
+  if (req.entries) memcpy(entries.data(), wr.inline_data + sizeof req, entry_bytes);
+  SigConfig sig;
+  if (sig_present) memcpy(static_cast<void*>(&sig), wr.inline_data + sizeof req + entry_bytes, sizeof sig);
   // The builder checked the mkey when it was posted; it may have been destroyed since, which
   // makes the UMR a local protection error (the mkey is not valid for this QP).
   std::shared_ptr<IndirectKey> mkey = IndirectKey::Find(req.mkey);
   if (mkey == nullptr || mkey->pd() != config_.pd || req.entries > mkey->max_entries())
     return completer_.Fail(wr, wc_status::kLocProtErr);
-  mkey->Configure(req, entries.data());
+  mkey->Configure(req, entries.data(), sig_present ? &sig : nullptr);
   completer_.Finish(wr, wc_status::kSuccess, 0);
   return {};
 }
@@ -522,7 +537,20 @@ uint32_t Requester::GatherLocal(const SendWr& wr, PinnedPieces& pieces, uint64_t
   for (uint32_t i = 0; i < wr.num_sge; ++i) {
     const Sge& s = wr.sge[i];
     if (s.length == 0) continue;
-    if (!ResolveKey(local_.registry(), s.lkey, s.addr, s.length, s.length, rule,
+    // From a signature mkey: the message carries its wire view (signature_access.h).
+    SigAccessResult sig = SigAccessResult::kNotSignature;
+    if (!writes) {
+      uint8_t* wire = pieces.Bounce(s.length);
+      sig = SigAccess(local_.registry(), s.lkey, s.addr, s.length, rule,
+                      [this](fabric::SharedRef ref) { return local_.At(ref); }, SigMoveLocal, /*scatter=*/false, wire);
+      if (sig == SigAccessResult::kDone) pieces.Add({wire, s.length});
+    }
+    if (sig == SigAccessResult::kDone) {
+      *total += s.length;
+      continue;
+    }
+    if (sig == SigAccessResult::kRefused ||
+        !ResolveKey(local_.registry(), s.lkey, s.addr, s.length, s.length, rule,
                     [this](fabric::SharedRef ref) { return local_.At(ref); }, &pieces)) {
       RequesterExplainForeignLkey(local_.registry(), config_.completer.qp_num, config_.pd, config_.process_slot,
                                   s.lkey);
