@@ -17,6 +17,7 @@ import base
 import pyverbs.enums as e
 import pyverbs.providers.mlx5.mlx5_enums as dve
 import test_mlx5_mkey_configure as cfg
+from agent import Agent
 from pyverbs.providers.mlx5.mlx5dv_mkey import (Mlx5Mkey, Mlx5MkeyConfAttr, Mlx5SigBlockAttr, Mlx5SigBlockDomain,
                                                 Mlx5SigCrc, Mlx5SigT10Dif)
 from pyverbs.pyverbs_error import PyverbsRDMAError
@@ -226,6 +227,55 @@ class WireBytesTest(SigTestCase):
         self.assertWC(base.poll(self.cq)[0], status=OK)
         self.assertEqual(self.send_from(mkey, 512), data)
         self.assertWC(self.peer_read(mkey, 0, 516), status=e.IBV_WC_REM_ACCESS_ERR)
+
+
+class OtherProcessTest(SigTestCase):
+    """The mkey's owner here, the initiator in another process (agent.py): the conversion runs
+    there, on this process's memory and this mkey's error slot."""
+
+    def test_read_write_and_send_from_another_process(self):
+        child = Agent()
+        self.addCleanup(child.close)
+        info = child.call('qp', qpt=e.IBV_QPT_RC, size=2048)
+        self.qp = self.mlx5_qp(mr_ops=cfg.CONFIGURE)
+        base.connect_qp(self.ctx, self.qp, info['qpn'])
+        cid = info['id']
+        child.call('connect', id=cid, remote_qpn=self.qp.qp_num)
+
+        def child_ok(**expected):
+            [wc] = child.call('poll', id=cid, n=1)
+            for k, v in dict(status=OK, **expected).items():
+                self.assertEqual(wc[k], v, (k, wc))
+
+        data = cfg.mk.payload(1024, 21)
+        self.mem.write(data)
+        mkey = self.sig_mkey(1024, wire=t10_domain(), check_mask=T10_ALL)
+        with self.subTest('RDMA READ of the wire view'):
+            child.call('post_send', id=cid, opcode=e.IBV_WR_RDMA_READ, wr_id=1, offset=0, length=1040,
+                       rkey=mkey.rkey, raddr=0)
+            child_ok()
+            self.assertEqual(bytes.fromhex(child.call('read', id=cid, offset=0, length=1040)),
+                             data[:512] + dif(data[:512], 0xFFFF, 0xABCD, 0x01234567) +
+                             data[512:] + dif(data[512:], 0xFFFF, 0xABCD, 0x01234568))
+        new = cfg.mk.payload(512, 22)
+        with self.subTest('RDMA WRITE of block 1 with a bad reference tag'):
+            wire = new + dif(new, 0xFFFF, 0xABCD, 0x01234567)  # block 1 expects ...68
+            child.call('write', id=cid, offset=0, data=wire.hex())
+            child.call('post_send', id=cid, opcode=e.IBV_WR_RDMA_WRITE, wr_id=2, offset=0, length=520,
+                       rkey=mkey.rkey, raddr=520)
+            child_ok()
+            self.assertEqual(self.mem.read(0, 1024), data[:512] + new)
+            err = self.check(mkey, dve.MLX5DV_MKEY_SIG_BLOCK_BAD_REFTAG)
+            self.assertEqual((err.sig_err.expected_value, err.sig_err.offset), (0x01234568, 520))
+        with self.subTest('SEND into a receive through the mkey'):
+            wire = new + dif(new, 0xFFFF, 0xABCD, 0x01234567)
+            child.call('write', id=cid, offset=0, data=wire.hex())
+            self.qp.post_recv(base.recv_wr([SGE(0, 520, mkey.lkey)], wr_id=3))
+            child.call('post_send', id=cid, opcode=e.IBV_WR_SEND, wr_id=3, offset=0, length=520)
+            child_ok()
+            self.assertWC(base.poll(self.cq)[0], status=OK, byte_len=520)
+            self.assertEqual(self.mem.read(0, 512), new)
+            self.check(mkey)
 
 
 class SigRefusalTest(SigTestCase):
