@@ -428,20 +428,19 @@ bool Requester::WriteLocal(const Pending& p, uint64_t offset, std::span<const ui
       continue;
     }
     const uint64_t n = std::min<uint64_t>(s.length - offset, bytes.size() - done);
-    // Into a signature mkey: the wire bytes are checked and converted (signature_access.h).
-    const SigAccessResult sig = SigAccess(local_.registry(), s.lkey, s.addr + offset, n, rule,
-                                          [this](fabric::SharedRef ref) { return local_.At(ref); }, SigMoveLocal,
-                                          /*scatter=*/true, const_cast<uint8_t*>(bytes.data() + done));
-    if (sig == SigAccessResult::kRefused) return false;
-    if (sig == SigAccessResult::kDone) {
+    PinnedPieces pieces;
+    if (!ResolveKey(local_.registry(), s.lkey, s.addr + offset, n, n, rule,
+                    [this](fabric::SharedRef ref) { return local_.At(ref); }, &pieces)) {
+      // A signature mkey refuses plain accesses: the wire bytes are checked and converted
+      // (signature_access.h).
+      if (SigAccess(local_.registry(), s.lkey, s.addr + offset, n, rule,
+                    [this](fabric::SharedRef ref) { return local_.At(ref); }, SigMoveLocal, /*scatter=*/true,
+                    const_cast<uint8_t*>(bytes.data() + done)) != SigAccessResult::kDone)
+        return false;
       done += n;
       offset = 0;
       continue;
     }
-    PinnedPieces pieces;
-    if (!ResolveKey(local_.registry(), s.lkey, s.addr + offset, n, n, rule,
-                    [this](fabric::SharedRef ref) { return local_.At(ref); }, &pieces))
-      return false;
     for (size_t k = 0; k < pieces.size(); ++k) {
       memcpy(pieces.data()[k].iov_base, bytes.data() + done, pieces.data()[k].iov_len);
       done += pieces.data()[k].iov_len;
@@ -523,6 +522,18 @@ Verdict Requester::ExecuteLocalOp(const SendWr& wr) {
   return {};
 }
 
+bool Requester::GatherSignature(const Sge& s, const KeyRule& rule, PinnedPieces& pieces) {
+  // A signature mkey refuses plain accesses (ResolveKey): the message carries its wire view,
+  // made in a buffer the pieces keep (signature_access.h).
+  uint8_t* wire = pieces.Bounce(s.length);
+  if (SigAccess(local_.registry(), s.lkey, s.addr, s.length, rule,
+                [this](fabric::SharedRef ref) { return local_.At(ref); }, SigMoveLocal, /*scatter=*/false,
+                wire) != SigAccessResult::kDone)
+    return false;
+  pieces.Add({wire, s.length});
+  return true;
+}
+
 uint32_t Requester::GatherLocal(const SendWr& wr, PinnedPieces& pieces, uint64_t* total) {
   // Inline bytes were copied at post time; otherwise the SGEs are checked against this process's
   // keys (IBA 10.6.3.1), each resolved into pieces (one per SGE, or several through an indirect key).
@@ -537,21 +548,9 @@ uint32_t Requester::GatherLocal(const SendWr& wr, PinnedPieces& pieces, uint64_t
   for (uint32_t i = 0; i < wr.num_sge; ++i) {
     const Sge& s = wr.sge[i];
     if (s.length == 0) continue;
-    // From a signature mkey: the message carries its wire view (signature_access.h).
-    SigAccessResult sig = SigAccessResult::kNotSignature;
-    if (!writes) {
-      uint8_t* wire = pieces.Bounce(s.length);
-      sig = SigAccess(local_.registry(), s.lkey, s.addr, s.length, rule,
-                      [this](fabric::SharedRef ref) { return local_.At(ref); }, SigMoveLocal, /*scatter=*/false, wire);
-      if (sig == SigAccessResult::kDone) pieces.Add({wire, s.length});
-    }
-    if (sig == SigAccessResult::kDone) {
-      *total += s.length;
-      continue;
-    }
-    if (sig == SigAccessResult::kRefused ||
-        !ResolveKey(local_.registry(), s.lkey, s.addr, s.length, s.length, rule,
-                    [this](fabric::SharedRef ref) { return local_.At(ref); }, &pieces)) {
+    if (!ResolveKey(local_.registry(), s.lkey, s.addr, s.length, s.length, rule,
+                    [this](fabric::SharedRef ref) { return local_.At(ref); }, &pieces) &&
+        !(!writes && GatherSignature(s, rule, pieces))) {
       RequesterExplainForeignLkey(local_.registry(), config_.completer.qp_num, config_.pd, config_.process_slot,
                                   s.lkey);
       return wc_status::kLocProtErr;

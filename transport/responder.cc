@@ -473,13 +473,12 @@ ReplyCode Responder::Scatter(const TargetQp& t, const TakenWqe& w, uint64_t skip
     const uint64_t take = std::min<uint64_t>(s.length - start, need - room);
     room += take;
     if (!peek_only) {
-      if (ResponderIsSigKey(t, s.lkey)) {  // scattered by ResponderSigReceive
-        out->signature = true;
-        continue;
-      }
       if (!ResolveKey(t.registry(), s.lkey, s.addr + start, s.length - start, take, rule,
-                      [&t](fabric::SharedRef ref) { return t.Resolve(ref); }, &out->pieces))
-        return ReplyCode::kRemoteOp;
+                      [&t](fabric::SharedRef ref) { return t.Resolve(ref); }, &out->pieces)) {
+        // A signature mkey refuses plain accesses: ResponderSigReceive scatters the message.
+        if (!ResponderIsSigKey(t, s.lkey)) return ReplyCode::kRemoteOp;
+        out->signature = true;
+      }
       continue;
     }
     KeyView k;
@@ -507,18 +506,14 @@ Reply Responder::Rdma(const TargetQp& t, const Request& r, bool write) {
     return Reply::Of(ReplyCode::kInvalidRequest);
   }
   if (r.length == 0) return Reply::Of(ReplyCode::kAck);  // IBA 9.4.3.1 / 9.4.4: a zero-length transfer checks no R_Key
-  // Through a signature mkey the bytes are converted between its wire view and its memory.
-  if (const uint32_t access = write ? kRemoteWrite : kRemoteRead; e.access & access) {
-    const SigAccessResult sig = ResponderSigRdma(t, r, write, access);
-    if (sig == SigAccessResult::kDone) return Reply::Of(ReplyCode::kAck);
-    if (sig == SigAccessResult::kRefused) {
-      FailTarget(t);
-      return Reply::Of(ReplyCode::kRemoteAccess);
-    }
-  }
   PinnedPieces remote;
   if (ReplyCode code = CheckRemote(t, r.rkey, r.remote_addr, r.length, write ? kRemoteWrite : kRemoteRead, &remote);
       code != ReplyCode::kAck) {
+    // A signature mkey refuses plain accesses: its bytes are converted between its wire view
+    // and its memory (responder_signature.h).
+    if (code == ReplyCode::kRemoteAccess &&
+        ResponderSigRdma(t, r, write, write ? kRemoteWrite : kRemoteRead) == SigAccessResult::kDone)
+      return Reply::Of(ReplyCode::kAck);
     FailTarget(t);
     return Reply::Of(code);
   }

@@ -44,6 +44,7 @@ void Spread(const uint8_t* bytes, uint64_t length, const iovec* v, size_t n) {
 
 SigAccessResult ResponderSigRdma(const TargetQp& t, const Request& r, bool write, uint32_t access) {
   const QpEndpoint& e = t.endpoint();
+  if (!(e.access & access)) return SigAccessResult::kRefused;  // the QP's rights first (IBA 10.6.3)
   const KeyRule rule{t.process_slot(), e.pd, access, write, /*remote=*/true, e.qp_num};
   auto at = [&t](fabric::SharedRef ref) { return t.Resolve(ref); };
   auto move = [&t](bool w, uint8_t* buffer, uint64_t n, const PinnedPieces& pieces) {

@@ -13,7 +13,7 @@
 namespace softverbs::transport {
 
 // RDMA WRITE (`write`) or READ of `r` at `t` when its rkey is a signature mkey; kNotSignature
-// otherwise. The QP's own access rights were checked by the caller.
+// otherwise. Called when the plain check of the rkey failed (a signature mkey refuses it).
 SigAccessResult ResponderSigRdma(const TargetQp& t, const Request& r, bool write, uint32_t access);
 
 // Whether `lkey` names a signature mkey of the target (a receive into it is scattered by
