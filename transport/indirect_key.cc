@@ -60,7 +60,7 @@ bool ResolveIndirect(fabric::HostRegistry& registry, const KeyView& k, const voi
   // A key with a signature is reached through its memory view only (signature_access.h): its
   // accesses convert bytes between the domains.
   const bool signature = LayoutSignature(const_cast<void*>(layout))->config.active != 0;
-  if (signature != rule.memory_view && signature) return false;
+  if (signature && !rule.memory_view) return false;
   // Beyond the layout's end is out of the key's bounds, like any key (IBA 10.6.3.1 / 9.7.5.1.3).
   if ((!signature && h.total_length != k.length) || !RangeWithin(0, h.total_length, addr, length)) return false;
   bool ok = true;

@@ -206,18 +206,28 @@ static_assert(core::sig::kRefRemap == MLX5DV_SIG_T10DIF_FLAG_REF_REMAP &&
 static_assert(core::sig::kBlock512 == MLX5DV_BLOCK_SIZE_512 && core::sig::kBlock4160 == MLX5DV_BLOCK_SIZE_4160);
 static_assert(core::sig::kAttrCopyMask == MLX5DV_SIG_BLOCK_ATTR_FLAG_COPY_MASK);
 
+// An enum field as the application stored it: any value may arrive, and loading one the enum
+// does not name through the enum type is undefined behaviour.
+template <typename E>
+uint32_t RawEnum(const E& e) {
+  static_assert(sizeof(E) == sizeof(uint32_t));
+  uint32_t v;
+  memcpy(&v, &e, sizeof v);
+  return v;
+}
+
 core::SigDomainSpec DomainSpec(const mlx5dv_sig_block_domain* d) {
   core::SigDomainSpec out;
   if (d == nullptr) return out;
   out.present = true;
-  out.type = d->sig_type;
-  out.block_size = d->block_size;
+  out.type = RawEnum(d->sig_type);
+  out.block_size = RawEnum(d->block_size);
   out.comp_mask = d->comp_mask;
-  if (d->sig_type == MLX5DV_SIG_TYPE_CRC && d->sig.crc != nullptr) {
-    out.crc_type = d->sig.crc->type;
+  if (out.type == MLX5DV_SIG_TYPE_CRC && d->sig.crc != nullptr) {
+    out.crc_type = RawEnum(d->sig.crc->type);
     out.seed = d->sig.crc->seed;
-  } else if (d->sig_type == MLX5DV_SIG_TYPE_T10DIF && d->sig.dif != nullptr) {
-    out.bg_type = d->sig.dif->bg_type;
+  } else if (out.type == MLX5DV_SIG_TYPE_T10DIF && d->sig.dif != nullptr) {
+    out.bg_type = RawEnum(d->sig.dif->bg_type);
     out.bg = d->sig.dif->bg;
     out.app_tag = d->sig.dif->app_tag;
     out.ref_tag = d->sig.dif->ref_tag;
