@@ -33,6 +33,7 @@ void PinnedPieces::Clear() {
   pieces_.clear();
   pins_.clear();
   bounces_.clear();
+  landings_.clear();
 }
 
 uint8_t* PinnedPieces::Bounce(size_t n) {

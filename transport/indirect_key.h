@@ -109,6 +109,16 @@ class PinnedPieces {
   // A buffer of n bytes that lives as long as this list (the wire view of a signature key,
   // signature_access.h, is such a piece).
   uint8_t* Bounce(size_t n);
+  // A bounce that stands for [addr, +length) of signature mkey `lkey` in a write into this
+  // process (an RDMA READ's local SGE): converted into the mkey once the bytes are there.
+  struct SigLanding {
+    uint32_t lkey;
+    uint64_t addr;
+    uint64_t length;
+    uint8_t* bytes;
+  };
+  void AddSigLanding(const SigLanding& l) { landings_.push_back(l); }
+  const std::vector<SigLanding>& sig_landings() const { return landings_; }
 
  private:
   // Made and dropped per work request: most have one or two SGEs, so the first few live here
@@ -116,6 +126,7 @@ class PinnedPieces {
   InlinedVector<iovec, 4> pieces_;
   InlinedVector<KeyPin, 4> pins_;
   std::vector<std::unique_ptr<uint8_t[]>> bounces_;
+  std::vector<SigLanding> landings_;
 };
 
 // What an access through a key must satisfy (IBA 10.6.3): the key belongs to `owner_slot`'s

@@ -524,13 +524,33 @@ Verdict Requester::ExecuteLocalOp(const SendWr& wr) {
 
 bool Requester::GatherSignature(const Sge& s, const KeyRule& rule, PinnedPieces& pieces) {
   // A signature mkey refuses plain accesses (ResolveKey): the message carries its wire view,
-  // made in a buffer the pieces keep (signature_access.h).
+  // made in a buffer the pieces keep (signature_access.h). An RDMA READ's response lands in
+  // such a buffer and is converted into the mkey when the READ is answered (LandSignatures).
   uint8_t* wire = pieces.Bounce(s.length);
+  if (rule.writes) {
+    KeyView k;
+    if (!KeyPin::Peek(local_.registry(), s.lkey, &k) || !k.indirect() || !KeyAdmits(k, rule) ||
+        !KeyCovers(k, s.addr, s.length))
+      return false;
+    pieces.AddSigLanding({s.lkey, s.addr, s.length, wire});
+    pieces.Add({wire, s.length});
+    return true;
+  }
   if (SigAccess(local_.registry(), s.lkey, s.addr, s.length, rule,
                 [this](fabric::SharedRef ref) { return local_.At(ref); }, SigMoveLocal, /*scatter=*/false,
                 wire) != SigAccessResult::kDone)
     return false;
   pieces.Add({wire, s.length});
+  return true;
+}
+
+bool Requester::LandSignatures(const PinnedPieces& pieces) {
+  const KeyRule rule{config_.process_slot, config_.pd, kLocalWrite, true};
+  for (const PinnedPieces::SigLanding& l : pieces.sig_landings())
+    if (SigAccess(local_.registry(), l.lkey, l.addr, l.length, rule,
+                  [this](fabric::SharedRef ref) { return local_.At(ref); }, SigMoveLocal, /*scatter=*/true,
+                  l.bytes) != SigAccessResult::kDone)
+      return false;
   return true;
 }
 
@@ -550,7 +570,7 @@ uint32_t Requester::GatherLocal(const SendWr& wr, PinnedPieces& pieces, uint64_t
     if (s.length == 0) continue;
     if (!ResolveKey(local_.registry(), s.lkey, s.addr, s.length, s.length, rule,
                     [this](fabric::SharedRef ref) { return local_.At(ref); }, &pieces) &&
-        !(!writes && GatherSignature(s, rule, pieces))) {
+        !(!IsAtomic(wr.opcode) && GatherSignature(s, rule, pieces))) {
       RequesterExplainForeignLkey(local_.registry(), config_.completer.qp_num, config_.pd, config_.process_slot,
                                   s.lkey);
       return wc_status::kLocProtErr;
@@ -656,6 +676,8 @@ Verdict Requester::Execute(Pending& p, uint32_t budget) {
     return {Verdict::kInFlight};
   }
   if (p.in_flight) return {Verdict::kRetry, p.due};  // a part not sent: the ACK timeout decides
+  if (reply.code == ReplyCode::kAck && !pieces.sig_landings().empty() && !LandSignatures(pieces))
+    return completer_.Fail(wr, wc_status::kLocProtErr);
   if (reply.code == ReplyCode::kAck && IsAtomic(wr.opcode)) {
     // The original value (AtomicAckETH); its 8 bytes may span pieces of an indirect local key.
     const auto* from = reinterpret_cast<const uint8_t*>(&reply.original);

@@ -208,6 +208,18 @@ class WireBytesTest(SigTestCase):
         self.assertEqual(err.sig_err.actual_value, crc16_t10dif(bad, 0xFFFF))
         self.assertEqual(self.mem.read(0, 512), bad)
 
+    def test_rdma_read_response_lands_through_the_mkey(self):
+        # The mkey as an RDMA READ's local SGE: the response's wire field is checked and stripped.
+        data = cfg.mk.payload(512, 12)
+        mkey = self.sig_mkey(512, wire=t10_domain(), check_mask=T10_ALL)
+        for app, want in ((0xABCD, dve.MLX5DV_MKEY_NO_ERR), (0x4321, dve.MLX5DV_MKEY_SIG_BLOCK_BAD_APPTAG)):
+            self.pbuf.write(data + dif(data, 0xFFFF, app, 0x01234567))
+            self.qp.post_send(base.send_wr(e.IBV_WR_RDMA_READ, [SGE(0, 520, mkey.lkey)],
+                                           rdma=(self.pbuf.rkey, self.pbuf.addr)))
+            self.assertWC(base.poll(self.cq)[0], status=OK, opcode=e.IBV_WC_RDMA_READ)
+            self.assertEqual(self.mem.read(0, 512), data)
+            self.check(mkey, want)
+
     def test_rdma_write_generates_the_memory_field(self):
         # Wire without a signature, memory with T10-DIF (insert on the way into memory).
         data = cfg.mk.payload(1024, 10)
