@@ -10,7 +10,7 @@
 
 namespace softverbs::core {
 
-Result<std::unique_ptr<Mkey>> Mkey::Create(Pd& pd, uint32_t max_entries) {
+Result<std::unique_ptr<Mkey>> Mkey::Create(Pd& pd, uint32_t max_entries, bool signature) {
   if (max_entries == 0) return Invalid("max_entries is 0");
   const uint32_t rounded = (max_entries + 3) & ~3u;
   if (rounded > kMaxEntries)
@@ -18,7 +18,7 @@ Result<std::unique_ptr<Mkey>> Mkey::Create(Pd& pd, uint32_t max_entries) {
   auto key = transport::IndirectKey::Create(pd.context().local(), pd.host_id(), rounded);
   if (!key.ok()) return key.status();
   pd.users().Acquire();
-  return std::unique_ptr<Mkey>(new Mkey(pd, std::move(key.value())));
+  return std::unique_ptr<Mkey>(new Mkey(pd, std::move(key.value()), signature));
 }
 
 Mkey::~Mkey() {
@@ -94,9 +94,23 @@ Result<std::vector<uint8_t>> Mkey::BuildUmr(const Pd& qp_pd, const UmrSpec& spec
     h.repeat_count = req.repeat_count;
     if (!transport::ComputeLayoutLengths(h, spec.entries.data())) return Invalid("the layout's total length overflows");
   }
-  std::vector<uint8_t> payload(sizeof req + n * sizeof(transport::LayoutEntry));
+  transport::SigConfig sig;
+  if (spec.set_sig) {
+    // mlx5_send_wr_set_mkey_sig_block: EINVAL on an mkey without a signature context.
+    if (!signature_)
+      return Invalid("the mkey was created without MLX5DV_MKEY_INIT_ATTR_FLAGS_BLOCK_SIGNATURE "
+                     "(mlx5dv_wr_set_mkey_sig_block(3))");
+    auto config = SigConfigOf(spec.sig);
+    if (!config.ok()) return config.status();
+    sig = *config;
+    req.set |= transport::kUmrSetSignature;
+  }
+  if (spec.reset_sig && signature_) req.set |= transport::kUmrResetSignature;
+  const size_t entry_bytes = n * sizeof(transport::LayoutEntry);
+  std::vector<uint8_t> payload(sizeof req + entry_bytes + (spec.set_sig ? sizeof sig : 0));
   memcpy(payload.data(), &req, sizeof req);
-  if (n) memcpy(payload.data() + sizeof req, spec.entries.data(), n * sizeof(transport::LayoutEntry));
+  if (n) memcpy(payload.data() + sizeof req, spec.entries.data(), entry_bytes);
+  if (spec.set_sig) memcpy(payload.data() + sizeof req + entry_bytes, static_cast<const void*>(&sig), sizeof sig);
   return payload;
 }
 

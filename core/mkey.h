@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "core/mkey_signature.h"
 #include "core/pd.h"
 #include "transport/indirect_key.h"
 
@@ -22,6 +23,10 @@ struct UmrSpec {
   bool interleaved = false;  // mlx5dv_mr_interleaved entries (else SGEs, repeat_count 1)
   uint32_t repeat_count = 1;
   std::vector<transport::LayoutEntry> entries;
+  // mlx5dv_wr_set_mkey_sig_block (set_sig) and MLX5DV_MKEY_CONF_FLAG_RESET_SIG_ATTR (reset_sig).
+  bool set_sig = false;
+  SigBlockSpec sig;
+  bool reset_sig = false;
 };
 
 class Mkey {
@@ -30,8 +35,9 @@ class Mkey {
   static constexpr uint32_t kMaxEntries = 4096;
 
   // An indirect mkey of `pd` for up to `max_entries` entries (rounded up to a multiple of 4,
-  // as mlx5 does: "it will be greater than or equal to the value requested").
-  static Result<std::unique_ptr<Mkey>> Create(Pd& pd, uint32_t max_entries);
+  // as mlx5 does: "it will be greater than or equal to the value requested"); `signature`:
+  // MLX5DV_MKEY_INIT_ATTR_FLAGS_BLOCK_SIGNATURE, it may take a block signature.
+  static Result<std::unique_ptr<Mkey>> Create(Pd& pd, uint32_t max_entries, bool signature = false);
   ~Mkey();
 
   // Checks a UMR for QP PD `qp_pd` and returns its payload (transport::UmrRequest + entries).
@@ -39,14 +45,19 @@ class Mkey {
 
   uint32_t key() const { return key_->key(); }
   uint32_t max_entries() const { return key_->max_entries(); }
+  bool signature() const { return signature_; }
+  // mlx5dv_mkey_check(3): the first signature error since the last check, cleared.
+  transport::SigError TakeSigError() const { return key_->TakeSigError(); }
   Pd& pd() const { return *pd_; }
 
  private:
   Status CheckAccess(uint32_t access) const;
   Status CheckLayout(const UmrSpec& spec) const;
-  Mkey(Pd& pd, std::shared_ptr<transport::IndirectKey> key) : pd_(&pd), key_(std::move(key)) {}
+  Mkey(Pd& pd, std::shared_ptr<transport::IndirectKey> key, bool signature)
+      : pd_(&pd), key_(std::move(key)), signature_(signature) {}
   Pd* pd_;
   std::shared_ptr<transport::IndirectKey> key_;
+  bool signature_;
 };
 
 }  // namespace softverbs::core

@@ -59,7 +59,8 @@ uint64_t SigGuard(const SigDomain& d, const uint8_t* data) {
   return 0;
 }
 
-// The field domain `d` writes after block `index` whose data is `data`.
+}  // namespace
+
 void SigGenerate(const SigDomain& d, uint64_t index, const uint8_t* data, uint8_t* field) {
   if (d.kind == SigKind::kT10Dif) {
     SigPutBe(SigGuard(d, data), 2, field);
@@ -70,6 +71,8 @@ void SigGenerate(const SigDomain& d, uint64_t index, const uint8_t* data, uint8_
   }
 }
 
+namespace {
+
 // `v` (a part of the field n bytes wide starting at field byte `first`) with the bytes that
 // `mask` leaves out cleared: bit 7 - i of check_mask selects field byte i.
 uint64_t SigMasked(uint64_t v, size_t first, size_t n, size_t width, uint8_t mask) {
@@ -79,7 +82,8 @@ uint64_t SigMasked(uint64_t v, size_t first, size_t n, size_t width, uint8_t mas
   return v & keep;
 }
 
-// Checks the field of input block `index` (starting at byte `offset` of the stream).
+}  // namespace
+
 SigError SigCheck(const SigDomain& d, uint8_t mask, uint64_t index, uint64_t offset, const uint8_t* data,
                   const uint8_t* field) {
   SigError e;
@@ -106,8 +110,6 @@ SigError SigCheck(const SigDomain& d, uint8_t mask, uint64_t index, uint64_t off
     e.kind = SigErrorKind::kRefTag, e.actual = ref, e.expected = want_ref;
   return e;
 }
-
-}  // namespace
 
 uint32_t SigCrc32(uint32_t seed, const uint8_t* data, size_t n) { return SigReflectedCrc(kSigCrc32Table, seed, data, n); }
 uint32_t SigCrc32c(uint32_t seed, const uint8_t* data, size_t n) {

@@ -62,6 +62,13 @@ struct SigError {
   uint64_t offset = 0;    // byte offset, in the input stream, of the failing block
 };
 
+// The field domain `d` writes after its block `index` whose data (block_size bytes) is `data`.
+void SigGenerate(const SigDomain& d, uint64_t index, const uint8_t* data, uint8_t* field);
+// Checks `field`, the field of block `index` whose data is `data` (that block starting at byte
+// `offset` of the stream), on the bytes `check_mask` selects: the first failed check, or kNone.
+SigError SigCheck(const SigDomain& d, uint8_t check_mask, uint64_t index, uint64_t offset, const uint8_t* data,
+                  const uint8_t* field);
+
 // Converts whole blocks of `in` (laid out as domain `from`) into `out` (laid out as domain
 // `to`; both domains use the same block_size when both carry a signature, as mlx5 requires for
 // a conversion). Each input field is checked on the bytes `check_mask` selects (the table of

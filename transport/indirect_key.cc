@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <unordered_map>
 
 #include "fabric/host/process_token.h"
@@ -39,6 +40,7 @@ void PinnedPieces::Clear() {
   pieces_.clear();
   pins_.clear();
   held_.clear();
+  landings_.clear();
 }
 
 bool AddNullPieces(const KeyView& k, uint64_t use, const KeyRule& rule, PinnedPieces* out) {
@@ -57,9 +59,13 @@ bool ResolveIndirect(fabric::HostRegistry& registry, const KeyView& k, const voi
   // The key is pinned: its owner cannot rewrite the layout until the pin is released.
   LayoutHeader h;
   memcpy(&h, layout, sizeof h);
-  const auto* entries = reinterpret_cast<const LayoutEntry*>(static_cast<const uint8_t*>(layout) + sizeof h);
+  const LayoutEntry* entries = LayoutEntries(layout);
+  // A key with a signature is reached through its memory view only (signature_access.h): its
+  // accesses convert bytes between the domains.
+  const bool signature = LayoutSignature(const_cast<void*>(layout))->config.active != 0;
+  if (signature && !rule.memory_view) return false;
   // Beyond the layout's end is out of the key's bounds, like any key (IBA 10.6.3.1 / 9.7.5.1.3).
-  if (h.total_length != k.length || !RangeWithin(0, h.total_length, addr, length)) return false;
+  if ((!signature && h.total_length != k.length) || !RangeWithin(0, h.total_length, addr, length)) return false;
   bool ok = true;
   // Each piece is checked against its underlying key, which
   // this access pins once however many pieces use it.
@@ -146,6 +152,7 @@ Result<std::shared_ptr<IndirectKey>> IndirectKey::Create(fabric::LocalProcess& l
     local.Free(*block, LayoutBytes(max_entries));
     return key.status();
   }
+  new (LayoutSignature(local.At(*block))) SigState();  // no signature until a UMR sets one
   std::shared_ptr<IndirectKey> k(new IndirectKey(local, pd, max_entries, key->slot, key->key, *block));
   // Not published until its first UMR: until then every access through it fails.
   std::lock_guard lock(Keys().mu);
@@ -170,27 +177,39 @@ std::shared_ptr<IndirectKey> IndirectKey::Find(uint32_t key) {
   return it == Keys().keys.end() ? nullptr : it->second.lock();
 }
 
-void IndirectKey::Configure(const UmrRequest& req, const LayoutEntry* entries) {
+void IndirectKey::Configure(const UmrRequest& req, const LayoutEntry* entries, const SigConfig* sig) {
   std::lock_guard lock(mu_);
   // Accesses through the old layout finish before it changes (as ibv_rereg_mr).
   WithdrawKey(local_.registry(), slot_);
-  auto* base = static_cast<uint8_t*>(local_.At(block_));
+  void* block = local_.At(block_);
+  auto* base = static_cast<uint8_t*>(block);
+  SigState* state = LayoutSignature(block);
   LayoutHeader h;
   if (req.set & kUmrSetLayout) {
     h.entries = req.entries;
     h.repeat_count = req.repeat_count;
     ComputeLayoutLengths(h, entries);
     memcpy(base, &h, sizeof h);
-    memcpy(base + sizeof h, entries, req.entries * sizeof(LayoutEntry));
+    memcpy(const_cast<LayoutEntry*>(LayoutEntries(block)), entries, req.entries * sizeof(LayoutEntry));
     has_layout_ = true;
   } else if (has_layout_) {
     memcpy(&h, base, sizeof h);  // the layout stays (mlx5dv_wr_mkey_configure(3))
   } else {
     memcpy(base, &h, sizeof h);  // no layout yet: the key covers nothing
   }
+  if (req.set & kUmrResetSignature) state->config = SigConfig{};
+  if ((req.set & kUmrSetSignature) && sig != nullptr) state->config = *sig;
   if (req.set & kUmrSetAccess) access_ = req.access;
+  // The key's length is what its accesses address: the wire view of a signature key.
+  const uint64_t length =
+      state->config.active ? SigGeometryOf(state->config).WireLength(h.total_length) : h.total_length;
   const uint64_t ref = static_cast<uint64_t>(block_.segment) << 32 | block_.offset;
-  PublishKey(local_.registry(), slot_, KeyView{key_, access_ | kIndirectKey, pd_, ref, h.total_length, 0, local_.slot()});
+  PublishKey(local_.registry(), slot_, KeyView{key_, access_ | kIndirectKey, pd_, ref, length, 0, local_.slot()});
+}
+
+SigError IndirectKey::TakeSigError() {
+  std::lock_guard lock(mu_);
+  return SigTakeError(LayoutSignature(local_.At(block_))->error);
 }
 
 }  // namespace softverbs::transport

@@ -22,6 +22,7 @@
 #include "base/status.h"
 #include "fabric/host/host_directory.h"
 #include "transport/key_table.h"
+#include "transport/signature_key.h"
 #include "transport/work_request.h"
 
 namespace softverbs::transport {
@@ -38,7 +39,8 @@ struct LayoutEntry {
 };
 static_assert(sizeof(LayoutEntry) == 24);
 
-// The layout in the owner's arena: the header, then `entries` LayoutEntry.
+// The layout in the owner's arena: the header, its signature (signature_key.h), then `entries`
+// LayoutEntry.
 // mlx5dv_wr_post(3): "The data as described by struct mlx5dv_mr_interleaved will hold real data
 // defined by bytes_count and then a padding of bytes_skip ... This single layout representation
 // is repeated by repeat_count". So repetition r of entry i starts at addr_i + r * (count_i +
@@ -52,7 +54,17 @@ struct LayoutHeader {
 static_assert(sizeof(LayoutHeader) == 24);
 
 // Bytes a layout of `max_entries` entries occupies in the arena.
-inline size_t LayoutBytes(uint32_t max_entries) { return sizeof(LayoutHeader) + max_entries * sizeof(LayoutEntry); }
+inline size_t LayoutBytes(uint32_t max_entries) {
+  return sizeof(LayoutHeader) + sizeof(SigState) + max_entries * sizeof(LayoutEntry);
+}
+// The parts of a layout block.
+inline SigState* LayoutSignature(void* block) {
+  return reinterpret_cast<SigState*>(static_cast<uint8_t*>(block) + sizeof(LayoutHeader));
+}
+inline const LayoutEntry* LayoutEntries(const void* block) {
+  return reinterpret_cast<const LayoutEntry*>(static_cast<const uint8_t*>(block) + sizeof(LayoutHeader) +
+                                              sizeof(SigState));
+}
 
 // Fills `h`'s lengths from its entries and repeat count; false if they overflow 64 bits.
 bool ComputeLayoutLengths(LayoutHeader& h, const LayoutEntry* entries);
@@ -86,8 +98,9 @@ class PinnedPieces {
  public:
   void Add(iovec piece);
   void Keep(KeyPin&& pin);
-  // `n` bytes this list owns until cleared: a piece copied from another process's memory
-  // (transport/imported_key.h).
+  // `n` bytes this list owns until cleared (nullptr if there is no memory for them): a piece
+  // copied from another process's memory (transport/imported_key.h), the wire view of a
+  // signature key (signature_access.h).
   uint8_t* Hold(size_t n);
   // A pin this list holds on `key`, or nullptr.
   const KeyPin* Find(uint32_t key) const;
@@ -97,6 +110,16 @@ class PinnedPieces {
   size_t pin_count() const { return pins_.size(); }
   const KeyPin& pin(size_t i) const { return pins_.data()[i]; }
   void Clear();
+  // A bounce that stands for [addr, +length) of signature mkey `lkey` in a write into this
+  // process (an RDMA READ's local SGE): converted into the mkey once the bytes are there.
+  struct SigLanding {
+    uint32_t lkey;
+    uint64_t addr;
+    uint64_t length;
+    uint8_t* bytes;
+  };
+  void AddSigLanding(const SigLanding& l) { landings_.push_back(l); }
+  const std::vector<SigLanding>& sig_landings() const { return landings_; }
 
  private:
   // Made and dropped per work request: most have one or two SGEs, so the first few live here
@@ -104,12 +127,15 @@ class PinnedPieces {
   InlinedVector<iovec, 4> pieces_;
   InlinedVector<KeyPin, 4> pins_;
   std::vector<std::unique_ptr<uint8_t[]>> held_;
+  std::vector<SigLanding> landings_;
 };
 
 // What an access through a key must satisfy (IBA 10.6.3): the key belongs to `owner_slot`'s
 // process and to PD `pd`, and grants `access` (ibv_access_flags; 0 for a local read). `writes`:
 // the bytes are written, so each underlying MR of an indirect key must grant LOCAL_WRITE too.
 // `remote`: an rkey arriving at QP `qp_num` -- only such accesses may use a memory window.
+// `memory_view`: the access addresses a signature key's memory domain (signature_access.h);
+// otherwise a key with a signature admits no access here (its bytes need converting).
 struct KeyRule {
   uint32_t owner_slot = 0;
   uint64_t pd = 0;
@@ -117,6 +143,7 @@ struct KeyRule {
   bool writes = false;
   bool remote = false;
   uint32_t qp_num = 0;
+  bool memory_view = false;
 };
 
 // The owner, PD and access checks of `rule` on key `k` (bounds: KeyCovers).
@@ -204,9 +231,13 @@ class IndirectKey {
   static std::shared_ptr<IndirectKey> Find(uint32_t key);
 
   // Executes a UMR: withdraws the key (waiting for accesses in flight), applies what `req.set`
-  // names -- the access flags, the layout (`entries`, req.entries of them) -- keeping the rest of
-  // the previous configuration, and publishes the key again. The caller checked the entries.
-  void Configure(const struct UmrRequest& req, const LayoutEntry* entries);
+  // names -- the access flags, the layout (`entries`, req.entries of them), the signature
+  // (`sig`) -- keeping the rest of the previous configuration, and publishes the key again. The
+  // caller checked the entries.
+  void Configure(const struct UmrRequest& req, const LayoutEntry* entries, const SigConfig* sig);
+
+  // The first signature error since the last call, cleared (mlx5dv_mkey_check(3)).
+  SigError TakeSigError();
 
   uint32_t key() const { return key_; }
   uint64_t pd() const { return pd_; }
@@ -235,6 +266,10 @@ class IndirectKey {
 // _interleaved set both.
 inline constexpr uint32_t kUmrSetAccess = 1u << 0;
 inline constexpr uint32_t kUmrSetLayout = 1u << 1;
+// mlx5dv_wr_set_mkey_sig_block: a SigConfig follows the entries. MLX5DV_MKEY_CONF_FLAG_RESET_SIG_ATTR
+// (kUmrResetSignature): the signature is cleared first.
+inline constexpr uint32_t kUmrSetSignature = 1u << 2;
+inline constexpr uint32_t kUmrResetSignature = 1u << 3;
 struct UmrRequest {
   uint32_t mkey = 0;
   uint32_t access = 0;

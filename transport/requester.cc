@@ -7,6 +7,7 @@
 #include "transport/codes.h"
 #include "transport/imported_key.h"
 #include "transport/indirect_key.h"
+#include "transport/signature_access.h"
 #include "transport/key_table.h"
 #include "transport/mcast_table.h"
 #include "transport/progress_thread.h"
@@ -432,8 +433,17 @@ bool Requester::WriteLocal(const Pending& p, uint64_t offset, std::span<const ui
     const uint64_t n = std::min<uint64_t>(s.length - offset, bytes.size() - done);
     PinnedPieces pieces;
     if (!ResolveKey(local_.registry(), s.lkey, s.addr + offset, n, n, rule,
-                    [this](fabric::SharedRef ref) { return local_.At(ref); }, &pieces))
-      return false;
+                    [this](fabric::SharedRef ref) { return local_.At(ref); }, &pieces)) {
+      // A signature mkey refuses plain accesses: the wire bytes are checked and converted
+      // (signature_access.h).
+      if (SigAccess(local_.registry(), s.lkey, s.addr + offset, n, rule,
+                    [this](fabric::SharedRef ref) { return local_.At(ref); }, SigMoveLocal, /*scatter=*/true,
+                    const_cast<uint8_t*>(bytes.data() + done)) != SigAccessResult::kDone)
+        return false;
+      done += n;
+      offset = 0;
+      continue;
+    }
     for (size_t k = 0; k < pieces.size(); ++k) {
       memcpy(pieces.data()[k].iov_base, bytes.data() + done, pieces.data()[k].iov_len);
       done += pieces.data()[k].iov_len;
@@ -473,16 +483,20 @@ void Requester::Resume() {
 Verdict Requester::ExecuteUmr(const SendWr& wr) {
   UmrRequest req;
   memcpy(&req, wr.inline_data, sizeof req);
-  if (wr.inline_length != sizeof req + static_cast<uint64_t>(req.entries) * sizeof(LayoutEntry))
+  const bool sig_present = (req.set & kUmrSetSignature) != 0;
+  const uint64_t entry_bytes = static_cast<uint64_t>(req.entries) * sizeof(LayoutEntry);
+  if (wr.inline_length != sizeof req + entry_bytes + (sig_present ? sizeof(SigConfig) : 0))
     return completer_.Fail(wr, wc_status::kLocQpOpErr);  // not what the builders write: a malformed WQE
   std::vector<LayoutEntry> entries(req.entries);
-  if (req.entries) memcpy(entries.data(), wr.inline_data + sizeof req, req.entries * sizeof(LayoutEntry));
+  if (req.entries) memcpy(entries.data(), wr.inline_data + sizeof req, entry_bytes);
+  SigConfig sig;
+  if (sig_present) memcpy(static_cast<void*>(&sig), wr.inline_data + sizeof req + entry_bytes, sizeof sig);
   // The builder checked the mkey when it was posted; it may have been destroyed since, which
   // makes the UMR a local protection error (the mkey is not valid for this QP).
   std::shared_ptr<IndirectKey> mkey = IndirectKey::Find(req.mkey);
   if (mkey == nullptr || mkey->pd() != config_.pd || req.entries > mkey->max_entries())
     return completer_.Fail(wr, wc_status::kLocProtErr);
-  mkey->Configure(req, entries.data());
+  mkey->Configure(req, entries.data(), sig_present ? &sig : nullptr);
   completer_.Finish(wr, wc_status::kSuccess, 0);
   return {};
 }
@@ -511,6 +525,39 @@ Verdict Requester::ExecuteLocalOp(const SendWr& wr) {
   return {};
 }
 
+bool Requester::GatherSignature(const Sge& s, const KeyRule& rule, PinnedPieces& pieces) {
+  // A signature mkey refuses plain accesses (ResolveKey): the message carries its wire view,
+  // made in a buffer the pieces keep (signature_access.h). An RDMA READ's response lands in
+  // such a buffer and is converted into the mkey when the READ is answered (LandSignatures).
+  uint8_t* wire = pieces.Hold(s.length);
+  if (wire == nullptr) return false;
+  if (rule.writes) {
+    KeyView k;
+    if (!KeyPin::Peek(local_.registry(), s.lkey, &k) || !k.indirect() || !KeyAdmits(k, rule) ||
+        !KeyCovers(k, s.addr, s.length))
+      return false;
+    pieces.AddSigLanding({s.lkey, s.addr, s.length, wire});
+    pieces.Add({wire, s.length});
+    return true;
+  }
+  if (SigAccess(local_.registry(), s.lkey, s.addr, s.length, rule,
+                [this](fabric::SharedRef ref) { return local_.At(ref); }, SigMoveLocal, /*scatter=*/false,
+                wire) != SigAccessResult::kDone)
+    return false;
+  pieces.Add({wire, s.length});
+  return true;
+}
+
+bool Requester::LandSignatures(const PinnedPieces& pieces) {
+  const KeyRule rule{config_.process_slot, config_.pd, kLocalWrite, true};
+  for (const PinnedPieces::SigLanding& l : pieces.sig_landings())
+    if (SigAccess(local_.registry(), l.lkey, l.addr, l.length, rule,
+                  [this](fabric::SharedRef ref) { return local_.At(ref); }, SigMoveLocal, /*scatter=*/true,
+                  l.bytes) != SigAccessResult::kDone)
+      return false;
+  return true;
+}
+
 uint32_t Requester::GatherLocal(const SendWr& wr, PinnedPieces& pieces, uint64_t* total) {
   // Inline bytes were copied at post time; otherwise the SGEs are checked against this process's
   // keys (IBA 10.6.3.1), each resolved into pieces (one per SGE, or several through an indirect key).
@@ -527,7 +574,7 @@ uint32_t Requester::GatherLocal(const SendWr& wr, PinnedPieces& pieces, uint64_t
     if (s.length == 0) continue;
     if (!ResolveKey(local_.registry(), s.lkey, s.addr, s.length, s.length, rule,
                     [this](fabric::SharedRef ref) { return local_.At(ref); }, &pieces) &&
-        !GatherImported(s, writes, pieces)) {
+        !(!IsAtomic(wr.opcode) && GatherSignature(s, rule, pieces)) && !GatherImported(s, writes, pieces)) {
       RequesterExplainForeignLkey(local_.registry(), config_.completer.qp_num, config_.pd, config_.process_slot,
                                   s.lkey, writes);
       return wc_status::kLocProtErr;
@@ -645,6 +692,8 @@ Verdict Requester::Execute(Pending& p, uint32_t budget) {
     return {Verdict::kInFlight};
   }
   if (p.in_flight) return {Verdict::kRetry, p.due};  // a part not sent: the ACK timeout decides
+  if (reply.code == ReplyCode::kAck && !pieces.sig_landings().empty() && !LandSignatures(pieces))
+    return completer_.Fail(wr, wc_status::kLocProtErr);
   if (reply.code == ReplyCode::kAck && IsAtomic(wr.opcode)) {
     // The original value (AtomicAckETH); its 8 bytes may span pieces of an indirect local key.
     const auto* from = reinterpret_cast<const uint8_t*>(&reply.original);

@@ -29,6 +29,7 @@
 namespace softverbs::transport {
 
 class PinnedPieces;
+struct KeyRule;
 
 // The QP attributes the requester works with; the core refreshes them on every ibv_modify_qp.
 struct RequesterConfig {
@@ -131,6 +132,11 @@ class Requester final : private ReplySink {
   uint32_t GatherLocal(const SendWr& wr, PinnedPieces& pieces, uint64_t* total);
   bool GatherImported(const Sge& s, bool writes, PinnedPieces& pieces);
   void CarryFin(const Reply& reply);
+  // The wire view of SGE `s` when its lkey is a signature mkey, added to `pieces`; false if not
+  // one or the access is refused.
+  bool GatherSignature(const Sge& s, const KeyRule& rule, PinnedPieces& pieces);
+  // Converts the READ response bytes that landed in the buffers of signature mkeys into them.
+  bool LandSignatures(const PinnedPieces& pieces);
   // The Request `wr` makes (local side in `pieces`); `ud` receives a UD send's addressing.
   Request BuildRequest(const SendWr& wr, const PinnedPieces& pieces, uint64_t total, Addressing* ud) const;
   // Runs the queue: the head's timeout, then every work request that may be carried now;

@@ -11,6 +11,7 @@
 #include "transport/dc_access.h"
 #include "transport/grh.h"
 #include "transport/key_table.h"
+#include "transport/responder_signature.h"
 #include "transport/window_key.h"
 
 namespace softverbs::transport {
@@ -423,7 +424,14 @@ Reply Responder::Deliver(const TargetQp& t, const Request& r, const uint8_t* grh
     CompleteAtTarget(t, c, [&](CqEntry& entry) { FillLanding(entry, gather.data(), gather.size(), scatter); });
     return Reply::Of(ReplyCode::kAck);
   }
-  if (Status s = need > 0 ? t.Move(true, gather.data(), gather.size(), scatter.pieces) : Status::Ok(); !s.ok()) {
+  if (scatter.signature) {
+    // A signature mkey in the scatter list: the message is converted as it lands.
+    if (!ResponderSigReceive(t, w, gather.data(), gather.size(), need)) {
+      FailReceive(t, c, wc_status::kLocProtErr);
+      return Reply::Of(ReplyCode::kRemoteOp);
+    }
+  } else if (Status s = need > 0 ? t.Move(true, gather.data(), gather.size(), scatter.pieces) : Status::Ok();
+             !s.ok()) {
     if (s.code() == ESRCH) return Silence(r);
     FailReceive(t, c, wc_status::kLocProtErr);
     return Reply::Of(ReplyCode::kRemoteOp);
@@ -452,7 +460,8 @@ Reply Responder::DeliverMatched(const TargetQp& t, const Request& r, const TagMa
     c.status = wc_status::kTmRndvIncomplete;
   }
   ScatterList scatter;
-  const ReplyCode code = need > 0 ? Scatter(t, w, 0, need, false, &scatter) : ReplyCode::kAck;
+  ReplyCode code = need > 0 ? Scatter(t, w, 0, need, false, &scatter) : ReplyCode::kAck;
+  if (scatter.signature) code = ReplyCode::kRemoteOp;  // a tag's buffer is an MR (ibv_post_srq_ops(3))
   if (code != ReplyCode::kAck) {
     SV_LOG(kError, "SEND to qp 0x%x: the %llu bytes after the TMH do not fit the buffer of tag 0x%llx "
            "(handle %u): IBV_WC_%s at the target", t.endpoint().qp_num, static_cast<unsigned long long>(need),
@@ -493,6 +502,7 @@ bool Responder::Rendezvous(const TargetQp& t, const Request& r, const TakenWqe& 
   ScatterList dst;
   PinnedPieces src;
   ReplyCode code = len > 0 ? Scatter(t, w, 0, len, false, &dst) : ReplyCode::kAck;
+  if (dst.signature) code = ReplyCode::kRemoteOp;
   uint32_t status = code == ReplyCode::kAck ? wc_status::kSuccess
                     : code == ReplyCode::kInvalidRequest ? wc_status::kLocLenErr : wc_status::kLocProtErr;
   if (status == wc_status::kSuccess && len > 0 &&
@@ -529,6 +539,7 @@ ReplyCode Responder::Scatter(const TargetQp& t, const TakenWqe& w, uint64_t skip
   const QpEndpoint& e = t.endpoint();
   out->pieces.Clear();
   out->indirect = false;
+  out->signature = false;
   const KeyRule rule{t.process_slot(), e.pd, kLocalWrite, true};
   uint64_t room = 0;
   for (uint32_t i = 0; i < w.num_sge && room < need; ++i) {
@@ -543,8 +554,11 @@ ReplyCode Responder::Scatter(const TargetQp& t, const TakenWqe& w, uint64_t skip
     room += take;
     if (!peek_only) {
       if (!ResolveKey(t.registry(), s.lkey, s.addr + start, s.length - start, take, rule,
-                      [&t](fabric::SharedRef ref) { return t.Resolve(ref); }, &out->pieces))
-        return ReplyCode::kRemoteOp;
+                      [&t](fabric::SharedRef ref) { return t.Resolve(ref); }, &out->pieces)) {
+        // A signature mkey refuses plain accesses: ResponderSigReceive scatters the message.
+        if (!ResponderIsSigKey(t, s.lkey)) return ReplyCode::kRemoteOp;
+        out->signature = true;
+      }
       continue;
     }
     KeyView k;
@@ -575,6 +589,11 @@ Reply Responder::Rdma(const TargetQp& t, const Request& r, bool write) {
   PinnedPieces remote;
   if (ReplyCode code = CheckRemote(t, r.rkey, r.remote_addr, r.length, write ? kRemoteWrite : kRemoteRead, &remote);
       code != ReplyCode::kAck) {
+    // A signature mkey refuses plain accesses: its bytes are converted between its wire view
+    // and its memory (responder_signature.h).
+    if (code == ReplyCode::kRemoteAccess &&
+        ResponderSigRdma(t, r, write, write ? kRemoteWrite : kRemoteRead) == SigAccessResult::kDone)
+      return Reply::Of(ReplyCode::kAck);
     FailTarget(t);
     return Reply::Of(code);
   }

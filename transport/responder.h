@@ -23,6 +23,7 @@ struct ScatterList {
   PinnedPieces pieces;     // no pins when only checked (peek_only)
   uint32_t lkey[kMaxSge];  // peek_only: the key of each piece (one per SGE)
   bool indirect = false;   // peek_only: an SGE names an indirect key (not checked: never landed)
+  bool signature = false;  // an SGE names a signature mkey: left out of `pieces` (ResponderSigReceive)
 };
 
 class Responder {

@@ -2,7 +2,7 @@
 // of the same QP (abi/verbs/qp_ex.cc). mlx5dv_wr_set_dc_addr(_stream) gives a DCI's current work
 // request its destination (and stream); mlx5dv_wr_mr_list / mlx5dv_wr_mr_interleaved and
 // mlx5dv_wr_mkey_configure with its access/layout setters configure an indirect mkey (a UMR work
-// request). The signature setter refuses (no BLOCK_SIGNATURE mkeys), as do crypto, raw-WQE and memcpy. Compiled into
+// request), with a block signature on BLOCK_SIGNATURE mkeys (core/mkey_signature.h). Crypto, raw-WQE and memcpy refuse. Compiled into
 // libibverbs.so.1 (provider.h).
 #include <cstring>
 
@@ -126,7 +126,8 @@ void MkeyConfigure(mlx5dv_qp_ex* q, mlx5dv_mkey* mkey, uint8_t num_setters, mlx5
   SvMkey* sv = BeginUmr(qp, v, MLX5DV_QP_EX_WITH_MKEY_CONFIGURE, mkey);
   if (sv == nullptr) return;
   // mlx5 (mlx5_send_wr_mkey_configure) refuses unknown conf_flags and any comp_mask with
-  // EOPNOTSUPP. RESET_SIG_ATTR on an mkey without signature changes nothing.
+  // EOPNOTSUPP. RESET_SIG_ATTR clears the signature of a BLOCK_SIGNATURE mkey and changes
+  // nothing on another.
   if (attr == nullptr) return Refuse(qp, Invalid(v + ": attr is NULL"));
   if ((attr->conf_flags & ~static_cast<uint32_t>(MLX5DV_MKEY_CONF_FLAG_RESET_SIG_ATTR)) || attr->comp_mask != 0)
     return Refuse(qp, NotSupported(v + ": conf_flags " + Hex(attr->conf_flags) + " / comp_mask " +
@@ -135,6 +136,7 @@ void MkeyConfigure(mlx5dv_qp_ex* q, mlx5dv_mkey* mkey, uint8_t num_setters, mlx5
   qp->mkey_config.mkey = mkey;
   qp->mkey_config.num_setters = num_setters;
   qp->mkey_config.open = true;
+  qp->mkey_config.spec.reset_sig = (attr->conf_flags & MLX5DV_MKEY_CONF_FLAG_RESET_SIG_ATTR) != 0;
   if (num_setters == 0) FinishMkeyConfig(qp);
 }
 
@@ -193,12 +195,77 @@ void SetMkeyLayoutInterleaved(mlx5dv_qp_ex* q, uint32_t repeat_count, uint16_t n
   SetLayout(q, "mlx5dv_wr_set_mkey_layout_interleaved", true, repeat_count, std::move(entries));
 }
 
-// mlx5 (mlx5_send_wr_set_mkey_sig_block) refuses the setter with EINVAL on an mkey created
-// without MLX5DV_MKEY_INIT_ATTR_FLAGS_BLOCK_SIGNATURE -- the only kind mlx5dv_create_mkey makes here.
-void SetMkeySigBlock(mlx5dv_qp_ex* q, const mlx5dv_sig_block_attr*) {
-  if (OpenConfig(q, "mlx5dv_wr_set_mkey_sig_block") == nullptr) return;
-  Refuse(ToSv(q), Invalid("mlx5dv_wr_set_mkey_sig_block: the mkey was created without "
-                          "MLX5DV_MKEY_INIT_ATTR_FLAGS_BLOCK_SIGNATURE (mlx5dv_wr_set_mkey_sig_block(3) Notes)"));
+// The values core/mkey_signature.h mirrors.
+static_assert(core::sig::kTypeT10Dif == MLX5DV_SIG_TYPE_T10DIF && core::sig::kTypeCrc == MLX5DV_SIG_TYPE_CRC);
+static_assert(core::sig::kCrc32 == MLX5DV_SIG_CRC_TYPE_CRC32 && core::sig::kCrc32c == MLX5DV_SIG_CRC_TYPE_CRC32C &&
+              core::sig::kCrc64Xp10 == MLX5DV_SIG_CRC_TYPE_CRC64_XP10);
+static_assert(core::sig::kBgCrc == MLX5DV_SIG_T10DIF_CRC && core::sig::kBgCsum == MLX5DV_SIG_T10DIF_CSUM);
+static_assert(core::sig::kRefRemap == MLX5DV_SIG_T10DIF_FLAG_REF_REMAP &&
+              core::sig::kAppEscape == MLX5DV_SIG_T10DIF_FLAG_APP_ESCAPE &&
+              core::sig::kAppRefEscape == MLX5DV_SIG_T10DIF_FLAG_APP_REF_ESCAPE);
+static_assert(core::sig::kBlock512 == MLX5DV_BLOCK_SIZE_512 && core::sig::kBlock4160 == MLX5DV_BLOCK_SIZE_4160);
+static_assert(core::sig::kAttrCopyMask == MLX5DV_SIG_BLOCK_ATTR_FLAG_COPY_MASK);
+
+// An enum field as the application stored it: any value may arrive, and loading one the enum
+// does not name through the enum type is undefined behaviour.
+template <typename E>
+uint32_t RawEnum(const E& e) {
+  static_assert(sizeof(E) == sizeof(uint32_t));
+  uint32_t v;
+  memcpy(&v, &e, sizeof v);
+  return v;
+}
+
+core::SigDomainSpec DomainSpec(const mlx5dv_sig_block_domain* d) {
+  core::SigDomainSpec out;
+  if (d == nullptr) return out;
+  out.present = true;
+  out.type = RawEnum(d->sig_type);
+  out.block_size = RawEnum(d->block_size);
+  out.comp_mask = d->comp_mask;
+  if (out.type == MLX5DV_SIG_TYPE_CRC && d->sig.crc != nullptr) {
+    out.crc_type = RawEnum(d->sig.crc->type);
+    out.seed = d->sig.crc->seed;
+  } else if (out.type == MLX5DV_SIG_TYPE_T10DIF && d->sig.dif != nullptr) {
+    out.bg_type = RawEnum(d->sig.dif->bg_type);
+    out.bg = d->sig.dif->bg;
+    out.app_tag = d->sig.dif->app_tag;
+    out.ref_tag = d->sig.dif->ref_tag;
+    out.flags = d->sig.dif->flags;
+  } else {
+    out.type = UINT32_MAX;  // no parameters: refused as an unknown type
+  }
+  return out;
+}
+
+// mlx5dv_wr_set_mkey_sig_block(3): the signature of the mkey being configured. The rules
+// (mlx5's EINVAL cases, what softverbs does not compute) are core/mkey_signature.h's; an mkey
+// without MLX5DV_MKEY_INIT_ATTR_FLAGS_BLOCK_SIGNATURE is refused with EINVAL, as mlx5 does.
+void SetMkeySigBlock(mlx5dv_qp_ex* q, const mlx5dv_sig_block_attr* attr) {
+  const char* v = "mlx5dv_wr_set_mkey_sig_block";
+  SvQp::MkeyConfig* c = OpenConfig(q, v);
+  if (c == nullptr) return;
+  SvQp* qp = ToSv(q);
+  SvMkey* sv = FindMkey(c->mkey);
+  if (sv == nullptr) return Refuse(qp, Invalid(std::string(v) + ": the mkey was destroyed meanwhile"));
+  if (!sv->core->signature())
+    return Refuse(qp, Invalid(std::string(v) + ": the mkey was created without "
+                              "MLX5DV_MKEY_INIT_ATTR_FLAGS_BLOCK_SIGNATURE (mlx5dv_wr_set_mkey_sig_block(3) Notes)"));
+  if (c->spec.set_sig) return Refuse(qp, Invalid(std::string(v) + " called twice for one mlx5dv_wr_mkey_configure"));
+  if (attr == nullptr) return Refuse(qp, Invalid(std::string(v) + ": attr is NULL"));
+  core::SigBlockSpec spec;
+  spec.mem = DomainSpec(attr->mem);
+  spec.wire = DomainSpec(attr->wire);
+  spec.flags = attr->flags;
+  spec.check_mask = attr->check_mask;
+  spec.copy_mask = attr->copy_mask;
+  spec.comp_mask = attr->comp_mask;
+  // Checked now, as mlx5 does in the setter: ibv_wr_complete returns the errno.
+  if (auto config = core::SigConfigOf(spec); !config.ok())
+    return Refuse(qp, Status(config.status().code(), std::string(v) + ": " + config.status().rule()));
+  c->spec.set_sig = true;
+  c->spec.sig = spec;
+  SetterDone(q);
 }
 void SetMkeyCrypto(mlx5dv_qp_ex* q, const mlx5dv_crypto_attr*) {
   Refuse(ToSv(q), NotSupported("mlx5dv_wr_set_mkey_crypto: crypto mkeys are not offered (no crypto engine)"));

@@ -41,20 +41,20 @@ mlx5dv_mkey* CreateMkey(mlx5dv_mkey_init_attr* attr) {
   if (attr == nullptr || attr->pd == nullptr)
     return ReturnNull<mlx5dv_mkey>(kVerb, "attr", Invalid("mkey_init_attr or its pd is NULL"));
   const std::string object = Name(attr->pd);
-  // Only MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT mkeys exist here: signature, crypto, update-tag and
-  // remote-invalidate offloads are not modelled. (Signatures are computed by
-  // transport/block_signature.h, but no data path applies them yet: the copies between
-  // processes move bytes unchanged, so a BLOCK_SIGNATURE mkey would silently skip its checks.)
+  // Indirect mkeys, with a block signature context if asked (core/mkey_signature.h); crypto,
+  // update-tag and remote-invalidate offloads are not modelled.
   if (!(attr->create_flags & MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT))
     return ReturnNull<mlx5dv_mkey>(kVerb, object,
                                    Invalid("create_flags lacks MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT: only "
                                            "indirect mkeys are created (mlx5dv_create_mkey(3))"));
-  if (attr->create_flags & ~static_cast<uint32_t>(MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT))
+  constexpr uint32_t kOffered = MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT | MLX5DV_MKEY_INIT_ATTR_FLAGS_BLOCK_SIGNATURE;
+  if (attr->create_flags & ~kOffered)
     return ReturnNull<mlx5dv_mkey>(kVerb, object,
-                                   NotSupported("create_flags " + Hex(attr->create_flags) +
-                                                ": block signature, crypto, update tag and remote "
-                                                "invalidate mkeys are not offered (sig_caps and crypto_caps are 0)"));
-  auto core = core::Mkey::Create(*ToSv(attr->pd)->core, attr->max_entries);
+                                   NotSupported("create_flags " + Hex(attr->create_flags & ~kOffered) +
+                                                ": crypto, update tag and remote invalidate mkeys are not "
+                                                "offered (crypto_caps is 0)"));
+  const bool signature = (attr->create_flags & MLX5DV_MKEY_INIT_ATTR_FLAGS_BLOCK_SIGNATURE) != 0;
+  auto core = core::Mkey::Create(*ToSv(attr->pd)->core, attr->max_entries, signature);
   if (!core.ok()) return ReturnNull<mlx5dv_mkey>(kVerb, object, core.status());
   auto* sv = new SvMkey;
   sv->core = std::move(core.value());
@@ -82,18 +82,31 @@ int DestroyMkey(mlx5dv_mkey* mkey) {
   return 0;
 }
 
-// mlx5dv_mkey_check(3): "0 on success or the value of errno on failure". The check reports the
-// signature errors of a MLX5DV_MKEY_INIT_ATTR_FLAGS_BLOCK_SIGNATURE mkey; mlx5 (_mlx5dv_mkey_check)
-// returns EINVAL for an mkey without a signature context -- every mkey softverbs creates.
+// mlx5dv_mkey_check(3): "0 on success or the value of errno on failure". mlx5
+// (_mlx5dv_mkey_check) returns EINVAL for an mkey without a signature context; otherwise the
+// first error since the last check ("kept there until application software queries it"), cleared.
 int MkeyCheck(mlx5dv_mkey* mkey, mlx5dv_mkey_err* err_info, size_t) {
   constexpr const char* kVerb = "mlx5dv_mkey_check";
   if (mkey == nullptr || err_info == nullptr)
     return ReturnErrno(kVerb, "mkey NULL", Invalid("mkey or err_info is NULL"));
-  if (FindMkey(mkey) == nullptr)
+  SvMkey* sv = FindMkey(mkey);
+  if (sv == nullptr)
     return ReturnErrno(kVerb, Name(mkey), Invalid("not an mkey of mlx5dv_create_mkey (or destroyed already)"));
-  return ReturnErrno(kVerb, Name(mkey),
-                     Invalid("the mkey was created without MLX5DV_MKEY_INIT_ATTR_FLAGS_BLOCK_SIGNATURE: it has no "
-                             "signature errors to report (mlx5dv_mkey_check(3))"));
+  if (!sv->core->signature())
+    return ReturnErrno(kVerb, Name(mkey),
+                       Invalid("the mkey was created without MLX5DV_MKEY_INIT_ATTR_FLAGS_BLOCK_SIGNATURE: it has no "
+                               "signature errors to report (mlx5dv_mkey_check(3))"));
+  const transport::SigError e = sv->core->TakeSigError();
+  switch (e.kind) {
+    case transport::SigErrorKind::kNone: err_info->err_type = MLX5DV_MKEY_NO_ERR; return 0;
+    case transport::SigErrorKind::kGuard: err_info->err_type = MLX5DV_MKEY_SIG_BLOCK_BAD_GUARD; break;
+    case transport::SigErrorKind::kRefTag: err_info->err_type = MLX5DV_MKEY_SIG_BLOCK_BAD_REFTAG; break;
+    case transport::SigErrorKind::kAppTag: err_info->err_type = MLX5DV_MKEY_SIG_BLOCK_BAD_APPTAG; break;
+  }
+  err_info->err.sig.actual_value = e.actual;
+  err_info->err.sig.expected_value = e.expected;
+  err_info->err.sig.offset = e.offset;
+  return 0;
 }
 
 }  // namespace softverbs::abi

@@ -3,6 +3,7 @@
 // reset and mlx5dv_map_ah_to_qp.
 // Compiled into libibverbs.so.1.
 #include "abi/mlx5dv/provider.h"
+#include "core/mkey_signature.h"
 
 #include <cstring>
 
@@ -44,8 +45,12 @@ int QueryDevice(ibv_context*, mlx5dv_context* out) {
   if (asked & MLX5DV_CONTEXT_MASK_DC_ODP_CAPS)
     out->dc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ |
                        IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
-  // No BLOCK_SIGNATURE mkeys (mlx5dv_create_mkey refuses them): no block signature offload.
-  if (asked & MLX5DV_CONTEXT_MASK_SIGNATURE_OFFLOAD) out->sig_caps = {};
+  // Block signatures computed in software (core/mkey_signature.h): every block size, T10-DIF
+  // with CRC or checksum guards, CRC32 and CRC32C; not CRC64_XP10.
+  if (asked & MLX5DV_CONTEXT_MASK_SIGNATURE_OFFLOAD) {
+    const core::SigCaps caps = core::SignatureCaps();
+    out->sig_caps = {caps.block_size, caps.block_prot, caps.t10dif_bg, caps.crc_type};
+  }
   // DCI streams (transport/dci_streams.h): every 16-bit stream_id may be a stream of its own.
   if (asked & MLX5DV_CONTEXT_MASK_DCI_STREAMS)
     out->dci_streams_caps = {core::DeviceLimits::kMaxLogDciStreams, core::DeviceLimits::kMaxLogDciErrored};

@@ -24,7 +24,7 @@ SV_MLX5_NULL(mlx5dv_create_wq, struct ibv_wq, struct ibv_context*, struct ibv_wq
 
 // mlx5dv_wr_post(3) documents no failure: rdma-core only casts. A QP without ibv_qp_ex ops gets
 // NULL + EINVAL rather than a table the caller would jump through.
-// support: mlx5dv_qp_ex_from_ibv_qp_ex | implemented | wr_set_dc_addr(_stream: per-stream error isolation), wr_mr_list, wr_mr_interleaved, wr_mkey_configure + set_mkey_access_flags/_layout_list/_layout_interleaved (UMR: IBV_SEND_INLINE, completes MLX5DV_WC_UMR); set_mkey_sig_block EINVAL (no signature mkeys), crypto/raw/memcpy builders refuse the batch
+// support: mlx5dv_qp_ex_from_ibv_qp_ex | implemented | wr_set_dc_addr(_stream: per-stream error isolation), wr_mr_list, wr_mr_interleaved, wr_mkey_configure + set_mkey_access_flags/_layout_list/_layout_interleaved (UMR: IBV_SEND_INLINE, completes MLX5DV_WC_UMR); set_mkey_sig_block (BLOCK_SIGNATURE mkeys: CRC32/CRC32C/T10-DIF; CRC64_XP10 EOPNOTSUPP), crypto/raw/memcpy builders refuse the batch
 SV_EXPORT struct mlx5dv_qp_ex* mlx5dv_qp_ex_from_ibv_qp_ex(struct ibv_qp_ex* qp) {
   return sv_private_mlx5_provider()->qp_ex_from_ibv_qp_ex(qp);
 }

@@ -4,7 +4,8 @@ its setters (access flags, an SGE list or interleaved layout); the WR completes 
 (IBV_WC_DRIVER1) and traffic through the mkey is byte-exact (the model of test_mlx5_mkey). A
 configuration changes only what its setters set. Then the refusals -- setters miscounted,
 repeated or without a builder, a layout beyond the mkey's entries, signature setters and checks
-on an mkey without BLOCK_SIGNATURE -- each with its errno and one log line.
+on an mkey without BLOCK_SIGNATURE (signature mkeys themselves: test_mlx5_sig) -- each with its
+errno and one log line.
 """
 import errno
 import textwrap
@@ -183,10 +184,10 @@ class ConfigureRefusalTest(ConfigureTestCase):
         self.assertNoCompletion(self.cq)
         self.configured(mkey, layout)
 
-    def test_block_signature_mkeys_are_not_offered(self):
+    def test_crypto_mkeys_are_not_offered(self):
+        # (BLOCK_SIGNATURE mkeys are: test_mlx5_sig.)
         self.assertRDMAError(errno.EOPNOTSUPP, Mlx5Mkey, self.pd,
-                             dve.MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT | dve.MLX5DV_MKEY_INIT_ATTR_FLAGS_BLOCK_SIGNATURE,
-                             4)
+                             dve.MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT | dve.MLX5DV_MKEY_INIT_ATTR_FLAGS_CRYPTO, 4)
 
     def test_refusal_log_line(self):
         # Not importing base in the child: it clears SOFTVERBS_LOG (test_refusals_log does the same).

@@ -141,7 +141,7 @@ class IndirectKeyTest : public core::CoreTest {
     if (!payload.ok()) return payload.status();
     UmrRequest req;
     memcpy(&req, payload->data(), sizeof req);
-    IndirectKey::Find(mkey.key())->Configure(req, reinterpret_cast<const LayoutEntry*>(payload->data() + sizeof req));
+    IndirectKey::Find(mkey.key())->Configure(req, reinterpret_cast<const LayoutEntry*>(payload->data() + sizeof req), nullptr);
     return Status::Ok();
   }
   bool Resolve(uint32_t key, uint64_t addr, uint64_t length, const KeyRule& rule, std::vector<uint8_t>* bytes) {
