@@ -529,13 +529,13 @@ bool Requester::GatherSignature(const Sge& s, const KeyRule& rule, PinnedPieces&
   // A signature mkey refuses plain accesses (ResolveKey): the message carries its wire view,
   // made in a buffer the pieces keep (signature_access.h). An RDMA READ's response lands in
   // such a buffer and is converted into the mkey when the READ is answered (LandSignatures).
+  // Only an mkey can be one: anything else is refused before a buffer of its length is made.
+  KeyView k;
+  if (!KeyPin::Peek(local_.registry(), s.lkey, &k) || !k.indirect()) return false;
   uint8_t* wire = pieces.Hold(s.length);
   if (wire == nullptr) return false;
   if (rule.writes) {
-    KeyView k;
-    if (!KeyPin::Peek(local_.registry(), s.lkey, &k) || !k.indirect() || !KeyAdmits(k, rule) ||
-        !KeyCovers(k, s.addr, s.length))
-      return false;
+    if (!KeyAdmits(k, rule) || !KeyCovers(k, s.addr, s.length)) return false;
     pieces.AddSigLanding({s.lkey, s.addr, s.length, wire});
     pieces.Add({wire, s.length});
     return true;
@@ -593,6 +593,9 @@ bool Requester::GatherImported(const Sge& s, bool writes, PinnedPieces& pieces) 
   // An MR imported from another process (ibv_import_mr(3)): its bytes are copied from there now,
   // on every (re)send, as a NIC reads the exporter's pages when it sends.
   if (writes || s.length > (1ull << 31)) return false;
+  // Another process's key only: anything else is refused before a buffer of its length is made.
+  KeyView k;
+  if (!KeyPin::Peek(local_.registry(), s.lkey, &k) || k.owner_process_slot() == config_.process_slot) return false;
   uint8_t* copy = pieces.Hold(s.length);
   if (copy == nullptr ||
       !ReadImportedKey(local_.registry(), s.lkey, config_.pd, config_.process_slot, s.addr, s.length, copy))
