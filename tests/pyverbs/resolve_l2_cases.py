@@ -1,7 +1,7 @@
 """ibv_resolve_eth_l2_from_gid(3) against a real neighbour (issue 13): run by test_resolve_l2.py
 inside a user + network namespace of its own (`unshare -rn`). Not collected on its own.
 
-The pair: `sva` (10.67.0.1) here and its veth peer `svb` (10.67.0.2) moved into a second network
+The pair: `sva` (10.67.0.1, fd67::1) here and its veth peer `svb` (10.67.0.2, fd67::2) in a second network
 namespace, held by a `unshare -n sleep` child (killed by PID at the end), so that 10.67.0.2 is a
 neighbour that answers ARP and not an address of this host. ARP retries every 100 ms on sva, so
 an address nobody holds fails in a fraction of a second (the library's own bound is 3 s).
@@ -9,6 +9,7 @@ an address nobody holds fails in a fraction of a second (the library's own bound
 import ctypes
 import os
 import re
+import socket
 import subprocess
 import time
 import unittest
@@ -22,6 +23,7 @@ from cm_ctypes import AhAttr, Gid  # noqa: E402
 
 EINVAL, EHOSTUNREACH = 22, 113
 IP_A, IP_B, IP_NOBODY = '10.67.0.1', '10.67.0.2', '10.67.0.99'
+IP6_A, IP6_B = 'fd67::1', 'fd67::2'
 lib = raw.lib
 lib.ibv_resolve_eth_l2_from_gid.restype = ctypes.c_int
 lib.ibv_resolve_eth_l2_from_gid.argtypes = [ctypes.c_void_p, ctypes.POINTER(AhAttr), ctypes.c_char_p,
@@ -57,6 +59,8 @@ class ResolveL2Test(unittest.TestCase):
         sh('ip', 'link', 'set', 'sva', 'up')
         sh('ip', 'addr', 'add', IP_B + '/24', 'dev', 'svb', peer=cls.peer)
         sh('ip', 'link', 'set', 'svb', 'up', peer=cls.peer)
+        sh('ip', 'addr', 'add', IP6_A + '/64', 'dev', 'sva', 'nodad')
+        sh('ip', 'addr', 'add', IP6_B + '/64', 'dev', 'svb', 'nodad', peer=cls.peer)
         with open('/proc/sys/net/ipv4/neigh/sva/retrans_time_ms', 'w') as f:
             f.write('100')
         cls.ctx = raw.RawContext()
@@ -93,6 +97,15 @@ class ResolveL2Test(unittest.TestCase):
         self.assertEqual(vid, 0xffff)  # sva has no VLAN
         self.assertLess(time.monotonic() - start, 3)
         self.assertEqual(self.resolve(v4_gid(IP_B))[:3], (0, mac, 0xffff))  # now from the table
+
+    def test_ipv6_neighbour_and_link_local(self):
+        sgid6 = self.gid_index(socket.inet_pton(socket.AF_INET6, IP6_A))
+        peer_mac = mac_of('svb', self.peer)
+        self.assertEqual(self.resolve(socket.inet_pton(socket.AF_INET6, IP6_B), sgid6)[:3], (0, peer_mac, 0xffff))
+        # svb's link-local address (modified EUI-64 of its MAC) gives its MAC without asking.
+        eui = bytes([peer_mac[0] ^ 2]) + peer_mac[1:3] + b'\xff\xfe' + peer_mac[3:]
+        self.assertEqual(self.resolve(bytes.fromhex('fe800000000000000000000000000000')[:8] + eui, sgid6)[:2],
+                         (0, peer_mac))
 
     def test_local_gid_is_the_interfaces_own_mac(self):
         self.assertEqual(self.resolve(v4_gid(IP_A))[:2], (0, mac_of('sva')))
