@@ -136,7 +136,8 @@ Result<Route> RouteTo(const IpAddress& dst, int oif) {
     route.local = a_r->rtm_type == RTN_LOCAL;
     int len = static_cast<int>(RTM_PAYLOAD(answer));
     for (auto* a = RTM_RTA(a_r); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
-      if (a->rta_type == RTA_GATEWAY && RTA_PAYLOAD(a) == dst.size()) memcpy(route.next_hop.bytes, RTA_DATA(a), dst.size());
+      if (a->rta_type == RTA_GATEWAY && RTA_PAYLOAD(a) == dst.size())
+        memcpy(route.next_hop.bytes, RTA_DATA(a), dst.size());
       if (a->rta_type == RTA_OIF && RTA_PAYLOAD(a) == sizeof(int)) memcpy(&route.oif, RTA_DATA(a), sizeof(int));
     }
   });
@@ -170,7 +171,10 @@ Result<Neighbour> LookUpNeighbour(const IpAddress& addr, int oif) {
     int len = static_cast<int>(NLMSG_PAYLOAD(h, sizeof(ndmsg)));
     for (auto* a = reinterpret_cast<rtattr*>(const_cast<ndmsg*>(n) + 1); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
       if (a->rta_type == NDA_DST) here.found = addr.Equals(RTA_DATA(a), RTA_PAYLOAD(a));
-      if (a->rta_type == NDA_LLADDR && RTA_PAYLOAD(a) == 6) memcpy(here.mac.data(), RTA_DATA(a), 6), here.has_mac = true;
+      if (a->rta_type == NDA_LLADDR && RTA_PAYLOAD(a) == 6) {
+        memcpy(here.mac.data(), RTA_DATA(a), 6);
+        here.has_mac = true;
+      }
     }
     if (here.found) out = here;
   });

@@ -1,9 +1,9 @@
 """ibv_resolve_eth_l2_from_gid(3) against a real neighbour (issue 13): run by test_resolve_l2.py
 inside a user + network namespace of its own (`unshare -rn`). Not collected on its own.
 
-The pair: `sva` (10.67.0.1, fd67::1) here and its veth peer `svb` (10.67.0.2, fd67::2) in a second network
-namespace, held by a `unshare -n sleep` child (killed by PID at the end), so that 10.67.0.2 is a
-neighbour that answers ARP and not an address of this host. ARP retries every 100 ms on sva, so
+The pair: `sva` (10.67.0.1, fd67::1) here and its veth peer `svb` (10.67.0.2, fd67::2) in a
+second network namespace, held by a `unshare -n sleep` child (killed by PID at the end), so that
+svb is a neighbour that answers ARP / ND and not an address of this host. ARP retries every 100 ms on sva, so
 an address nobody holds fails in a fraction of a second (the library's own bound is 3 s).
 """
 import ctypes
