@@ -6,12 +6,14 @@
 #include <rdma/ib_user_verbs.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 
 #include "abi/common/errno_convention.h"
 #include "abi/verbs/objects.h"
 #include "base/log.h"
+#include "fabric/raw/neighbour.h"
 
 using namespace softverbs;
 using namespace softverbs::abi;
@@ -232,6 +234,22 @@ extern "C" __attribute__((visibility("default"))) void sv_ibv_register_driver(co
 }
 __asm__(".symver sv_ibv_register_driver, ibv_register_driver@IBVERBS_1.1");
 
-SV_EXPORT int ibv_resolve_eth_l2_from_gid(ibv_context*, ibv_ah_attr*, uint8_t*, uint16_t*) {
-  return ReturnErrno("ibv_resolve_eth_l2_from_gid", "", Unsupported("L2 address resolution (no Ethernet frames)"));
+// libibverbs verbs.c: an ibv_query_gid failure is returned as is (-1, errno set); every later
+// failure as a negative errno (-EINVAL for addresses it cannot use, -EHOSTUNREACH when the
+// neighbour does not resolve within its 3 s, NEIGH_GET_DEFAULT_TIMEOUT_MS).
+SV_EXPORT int ibv_resolve_eth_l2_from_gid(ibv_context* context, ibv_ah_attr* attr, uint8_t* eth_mac, uint16_t* vid) {
+  const char* verb = "ibv_resolve_eth_l2_from_gid";
+  if (context == nullptr || attr == nullptr || eth_mac == nullptr)
+    return ReturnNegErrno(verb, "", Invalid("context, ah_attr and eth_mac are required"));
+  if (!attr->is_global) return ReturnNegErrno(verb, "", Invalid("ah_attr.is_global is 0: there is no dgid to resolve"));
+  ibv_gid sgid;
+  if (int err = ibv_query_gid(context, attr->port_num, attr->grh.sgid_index, &sgid); err != 0) return err;
+  fabric::raw::GidBytes src, dst;
+  memcpy(src.data(), sgid.raw, 16);
+  memcpy(dst.data(), attr->grh.dgid.raw, 16);
+  Result<fabric::raw::L2Address> l2 = fabric::raw::ResolveL2(src, dst, std::chrono::milliseconds(3000));
+  if (!l2.ok()) return ReturnNegErrno(verb, "sgid_index " + std::to_string(attr->grh.sgid_index), l2.status());
+  memcpy(eth_mac, l2->mac.data(), 6);
+  if (vid != nullptr) *vid = l2->vid;
+  return 0;
 }
