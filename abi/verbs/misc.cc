@@ -241,7 +241,7 @@ SV_EXPORT int ibv_resolve_eth_l2_from_gid(ibv_context* context, ibv_ah_attr* att
   const char* verb = "ibv_resolve_eth_l2_from_gid";
   if (context == nullptr || attr == nullptr || eth_mac == nullptr)
     return ReturnNegErrno(verb, "", Invalid("context, ah_attr and eth_mac are required"));
-  if (!attr->is_global) return ReturnNegErrno(verb, "", Invalid("ah_attr.is_global is 0: there is no dgid to resolve"));
+  // attr->is_global is not looked at: libibverbs reads attr->grh whatever it says.
   ibv_gid sgid;
   if (int err = ibv_query_gid(context, attr->port_num, attr->grh.sgid_index, &sgid); err != 0) return err;
   fabric::raw::GidBytes src, dst;
