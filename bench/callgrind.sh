@@ -5,7 +5,7 @@
 # (fabric/host/peer_process.h).
 #   bench/callgrind.sh [build/lib] [perftest args...]   (default: ib_write_lat -s 8 -n 20000)
 # Prints the inclusive instructions per iteration of the softverbs functions above 1 % of the
-# post; the raw profile is left in bench/results/callgrind.out for callgrind_annotate. Every
+# post; the raw profile is left in bench/results/callgrind.out (not tracked) for callgrind_annotate. Every
 # process started here is waited for by PID; the host registry of the run is removed at the end.
 set -u
 cd "$(dirname "$0")/.."
