@@ -479,6 +479,18 @@ def run_python(code, timeout=30, **env_overrides):
                           capture_output=True, text=True, timeout=timeout, cwd=HERE)
 
 
+def refused_once(test, code, marker):
+    """Runs `code` (which prints 'refused' when the call it makes fails) in a child with
+    SOFTVERBS_LOG=error; asserts the refusal and exactly one log line containing `marker`,
+    and returns that line."""
+    r = run_python(code, SOFTVERBS_LOG='error')
+    test.assertEqual(r.returncode, 0, r.stderr)
+    test.assertIn('refused', r.stdout)
+    lines = [l for l in r.stderr.splitlines() if marker in l]
+    test.assertEqual(len(lines), 1, r.stderr)
+    return lines[0]
+
+
 class LineReader:
     """Reads lines from a child's stdout with a deadline, so no test can hang on a child."""
 
