@@ -31,8 +31,8 @@ constexpr auto kAcq = std::memory_order_acquire;
 
 }  // namespace
 
-bool OnDemandPresent(fabric::HostRegistry& registry, const KeyView& k, uint64_t host_addr, uint64_t length,
-                     bool writes) {
+bool OnDemandPresentSlow(fabric::HostRegistry& registry, const KeyView& k, uint64_t host_addr, uint64_t length,
+                         bool writes) {
   if (!k.on_demand() || length == 0) return true;
   const fabric::ProcessToken owner(registry.processes().slot(k.owner_process_slot()).owner.load(kAcq));
   if (owner.empty()) return false;

@@ -86,8 +86,12 @@ inline bool KeyCovers(const KeyView& k, uint64_t addr, uint64_t length) {
 // trades a system call per access for never pinning. Non-ODP keys: always true. Known limit: a
 // page the application unmaps between this check and the copy (while its own operation on it
 // is in flight) is not caught when the memory is this process's (memcpy, not process_vm_*).
-bool OnDemandPresent(fabric::HostRegistry& registry, const KeyView& k, uint64_t host_addr, uint64_t length,
-                     bool writes);
+bool OnDemandPresentSlow(fabric::HostRegistry& registry, const KeyView& k, uint64_t host_addr, uint64_t length,
+                         bool writes);
+inline bool OnDemandPresent(fabric::HostRegistry& registry, const KeyView& k, uint64_t host_addr, uint64_t length,
+                            bool writes) {
+  return !k.on_demand() || OnDemandPresentSlow(registry, k, host_addr, length, writes);  // (a call per ODP access only)
+}
 
 // Key index in the host table: keys are (slot + 1) << 8 | variant.
 inline uint32_t KeySlot(uint32_t key) { return (key >> 8) - 1; }
@@ -142,7 +146,9 @@ class KeyPin {
   KeyPin& operator=(KeyPin&& o) noexcept;
   KeyPin(const KeyPin&) = delete;
   KeyPin& operator=(const KeyPin&) = delete;
-  ~KeyPin() { Release(); }
+  ~KeyPin() {
+    if (*this) Release();
+  }
 
   // Pins `key` if it names a live registration; otherwise an empty pin.
   static KeyPin Acquire(fabric::HostRegistry& registry, uint32_t key);

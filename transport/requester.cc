@@ -167,21 +167,23 @@ Status Requester::Post(const SendWr& wr, uint32_t qp_state) {
   if (queue_.size() >= config_.max_send_wr)
     return Status(ENOMEM, "the send queue is full (" + std::to_string(config_.max_send_wr) + " WRs waiting)");
   Pending p;
-  p.wr = wr;
   p.retry = completer_.Budget();
-  // Nothing waits before it: executed here and now, without entering the queue.
-  if (qp_state == kRts && queue_.empty() && Paced(p)) {
-    const Verdict v = Execute(p, kMaxInFlightPsns);  // (an empty queue: the whole window)
+  // Nothing waits before it: executed here and now, without entering the queue (and without
+  // copying the WR: it is copied only if it has to wait).
+  if (qp_state == kRts && queue_.empty() && Paced(wr)) {
+    const Verdict v = Execute(wr, p, kMaxInFlightPsns);  // (an empty queue: the whole window)
     if (v.kind == Verdict::kFailed) stopped_ = true;
     if (v.kind == Verdict::kCompleted || v.kind == Verdict::kFailed || v.kind == Verdict::kStreamFailed)
       return Status::Ok();
     // In flight, or RNR / no answer: it waits in the queue like the rest.
+    p.wr = wr;
     p.in_flight = v.kind == Verdict::kInFlight;
     p.due = p.in_flight ? Clock::now() + AckTimeout(config_.completer.timeout) : v.retry_at;
     Enqueue(std::move(p));
     ProgressThread::Get().Schedule(this, queue_.front().due);
     return Status::Ok();
   }
+  p.wr = wr;
   // SQD: accepted, executed once the QP is back in RTS; SQE: the send queue is stopped. A WR
   // the pacer holds back waits in the queue too (delayed, never failed).
   Enqueue(std::move(p));
@@ -252,10 +254,10 @@ void Requester::RunQueue() {
   if (!queue_.empty() && !stopped_) ProgressThread::Get().Schedule(this, NextDue());
 }
 
-bool Requester::Paced(const Pending& p) {
-  if (!pacer_.limited() || IsLocalOp(p.wr.opcode)) return true;
+bool Requester::Paced(const SendWr& wr) {
+  if (!pacer_.limited() || IsLocalOp(wr.opcode)) return true;
   const Clock::time_point now = pacing_clock_();
-  const uint64_t bytes = RequesterPayloadOf(p.wr);
+  const uint64_t bytes = RequesterPayloadOf(wr);
   if (!pacer_.MayGo(bytes, now)) {
     pace_until_ = std::min(pace_until_, pacer_.ReadyAt(bytes));
     return false;
@@ -297,14 +299,14 @@ void Requester::CarryQueued() {
     if (sliced && psns >= kMaxInFlightPsns) return;  // the window is full until an ACK comes
     // Packet pacing, last (it takes the message's bytes from the bucket): a message leaves when
     // the bucket allows; a later part of one already carried was paid for with its first.
-    if (!resume && !Paced(p)) return;
+    if (!resume && !Paced(p.wr)) return;
     const uint32_t budget = sliced ? static_cast<uint32_t>(kMaxInFlightPsns - psns) : UINT32_MAX;
     // A head whose last attempt got no answer has waited its timeout: the completer decides
     // whether it is tried again.
     Verdict v{Verdict::kRetry, Clock::now()};
     if (!resume && p.retry.awaiting_timeout) v = TimedOut(p);
     const uint32_t sent_before = p.sent;
-    if (v.kind == Verdict::kRetry) v = Execute(p, budget);
+    if (v.kind == Verdict::kRetry) v = Execute(p.wr, p, budget);
     if (v.kind == Verdict::kInFlight) {
       if (!resume) {
         p.in_flight = true;
@@ -337,9 +339,9 @@ bool Requester::MayStart(const Pending& p, size_t i, uint64_t psns, uint32_t rd_
   return i == 0 || !(local_op || OnHost(p.wr));
 }
 
-bool Requester::Sliced(const Pending& p) const {
-  if (config_.completer.type != kRc || config_.dc_initiator || OnHost(p.wr)) return false;
-  switch (p.wr.opcode) {
+bool Requester::Sliced(const SendWr& wr) const {
+  if (config_.completer.type != kRc || config_.dc_initiator || OnHost(wr)) return false;
+  switch (wr.opcode) {
     case WrOpcode::kSend:
     case WrOpcode::kSendWithImm:
     case WrOpcode::kSendWithInv:
@@ -650,8 +652,7 @@ bool Requester::OnHost(const SendWr& wr) const {
   return config_.dc_initiator ? wr.dc.on_host : config_.dest_on_host;
 }
 
-Verdict Requester::Execute(Pending& p, uint32_t budget) {
-  const SendWr& wr = p.wr;
+Verdict Requester::Execute(const SendWr& wr, Pending& p, uint32_t budget) {
   if (wr.opcode == WrOpcode::kDriver1) return ExecuteUmr(wr);
   if (wr.opcode == WrOpcode::kBindMw || wr.opcode == WrOpcode::kLocalInv) return ExecuteLocalOp(wr);
   PinnedPieces pieces;
@@ -672,7 +673,7 @@ Verdict Requester::Execute(Pending& p, uint32_t budget) {
     next_psn_ = static_cast<uint32_t>((next_psn_ + packets) & 0xffffff);
   }
   r.psn = p.psn;
-  const bool sliced = Sliced(p);
+  const bool sliced = Sliced(wr);
   if (sliced) {
     r.first_packet = p.sent;
     r.packets = std::min(budget, p.packets - p.sent);

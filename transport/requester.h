@@ -118,9 +118,11 @@ class Requester final : private ReplySink {
   // packets from p.sent on (a part); a part beyond the first whose local side fails now
   // (its MR withdrawn) is not carried and not completed: `p` waits for its timeout, and fails
   // in order when it heads the queue.
-  Completer::Verdict Execute(Pending& p, uint32_t budget);
+  // `wr` is `p.wr` for a queued WR; the caller's own WR when it runs at once (not copied).
+  Completer::Verdict Execute(const SendWr& wr, Pending& p, uint32_t budget);
   // `p` is a SEND or WRITE that the window carries in parts (RC to another host).
-  bool Sliced(const Pending& p) const;
+  bool Sliced(const SendWr& wr) const;
+  bool Sliced(const Pending& p) const { return Sliced(p.wr); }
   // The PSNs `p` (in flight) holds in the window.
   static uint32_t Outstanding(const Pending& p, bool sliced) { return sliced ? p.sent - p.acked : p.packets; }
   // A UMR (kDriver1): configures an indirect mkey of this process (transport/indirect_key.h).
@@ -149,7 +151,7 @@ class Requester final : private ReplySink {
   bool MayStart(const Pending& p, size_t i, uint64_t psns, uint32_t rd_atomic) const;
   // Pacing: whether `p`, not carried yet, may leave now; if so its bytes are taken from the
   // bucket, if not pace_until_ says when it may.
-  bool Paced(const Pending& p);
+  bool Paced(const SendWr& wr);
   // When the progress thread should run the queue next (time_point::max(): never).
   std::chrono::steady_clock::time_point NextDue() const;
   // Applies a verdict about the queue's head; false if the queue must wait.

@@ -54,28 +54,45 @@ Result<HostTarget> HostTarget::FindEntry(fabric::LocalProcess& local, fabric::Qp
     if (e == nullptr) return Status(ENOENT, "the QP's endpoint is unreachable");
     auto* word = Pin(local, e, qpn);
     if (word == nullptr) return Status(ENOENT, "no QP with that number");
-    return HostTarget(local, process_slot, qpn, nullptr, e, word);
+    return HostTarget(local, process_slot, qpn, nullptr, nullptr, e, word);
   }
-  std::shared_ptr<fabric::Peer> peer;
   const uint64_t token = registry.processes().slot(process_slot).owner.load(std::memory_order_acquire);
+  std::shared_ptr<fabric::Peer> owned;
+  fabric::Peer* peer = nullptr;
+  QpEndpoint* e = nullptr;
   if (hint != nullptr && hint->peer != nullptr && hint->token == token) {
-    peer = hint->peer;
+    peer = hint->peer.get();
+    // The same QP of the same process as last time: its block resolves to the same address.
+    if (hint->qpn == qpn && hint->process_slot == process_slot && hint->block == block) e = hint->endpoint;
   } else {
     auto found = local.PeerAt(process_slot);
     if (!found.ok()) return Status(ENOENT, "the QP's process is gone: " + found.status().rule());
-    peer = std::move(found.value());
-    if (hint != nullptr) *hint = {token, peer};
+    owned = std::move(found.value());
+    peer = owned.get();
+    if (hint != nullptr) {
+      *hint = PeerHint{};
+      hint->token = token;
+      hint->peer = owned;
+    }
   }
   // A process that died keeps its registry entries until they are reclaimed, and its memory
   // mapped here stays writable (a shared-backed registration, a landing in its CQ ring): its
   // QPs must stop answering as a dead NIC peer's do (issue 17 items 2 and 3).
   if (!peer->AliveRecently()) return Status(ENOENT, "the QP's process died");
-  auto at = peer->At(block, registry);
-  if (!at.ok()) return Status(ENOENT, "the QP's endpoint is unreachable: " + at.status().rule());
-  auto* e = static_cast<QpEndpoint*>(at.value());
+  if (e == nullptr) {
+    auto at = peer->At(block, registry);
+    if (!at.ok()) return Status(ENOENT, "the QP's endpoint is unreachable: " + at.status().rule());
+    e = static_cast<QpEndpoint*>(at.value());
+    if (hint != nullptr) {
+      hint->qpn = qpn;
+      hint->process_slot = process_slot;
+      hint->block = block;
+      hint->endpoint = e;
+    }
+  }
   auto* word = Pin(local, e, qpn);
   if (word == nullptr) return Status(ENOENT, "no QP with that number");
-  return HostTarget(local, process_slot, qpn, std::move(peer), e, word);
+  return HostTarget(local, process_slot, qpn, std::move(owned), peer, e, word);
 }
 
 bool HostTarget::Revoked(const PinnedPieces& remote) const {
@@ -87,7 +104,7 @@ bool HostTarget::Revoked(const PinnedPieces& remote) const {
 
 Status HostTarget::CopyV(bool write, const iovec* local, size_t nl, const iovec* remote, size_t nr) const {
   std::shared_ptr<fabric::Peer> self;
-  fabric::Peer* peer = peer_.get();
+  fabric::Peer* peer = peer_;
   if (peer == nullptr) {
     auto found = local_->PeerAt(local_->slot());
     if (!found.ok()) return found.status();
@@ -114,7 +131,7 @@ Status HostTarget::Move(bool write, const iovec* local, size_t nl, const PinnedP
 Status HostTarget::MoveBounded(bool write, const iovec* local, size_t nl, const PinnedPieces& remote) const {
   auto revoked = [this, &remote] { return Revoked(remote); };
   fabric::BackingMaps& maps = fabric::BackingMaps::ForThisProcess();
-  if (MappedPieces mapped; mapped.Map(local_->registry(), maps, peer_.get(), remote)) {
+  if (MappedPieces mapped; mapped.Map(local_->registry(), maps, peer_, remote)) {
     Status s = CopyBounded(local, nl, mapped.data(), mapped.size(),
                            [write](const iovec* l, size_t ln, const iovec* m, size_t mn) {
                              return CopyMapped(write, l, ln, m, mn);
@@ -149,7 +166,7 @@ Result<uint64_t> HostTarget::AtomicUpdate(const PinnedPieces& remote, uint64_t (
   // The word through a mapping of the target's shared backing, if it has one (the same lock).
   MappedPieces mapped;
   fabric::BackingMaps& maps = fabric::BackingMaps::ForThisProcess();
-  if (mapped.Map(local_->registry(), maps, peer_.get(), remote)) {
+  if (mapped.Map(local_->registry(), maps, peer_, remote)) {
     // Under the SIGBUS guard (the file may have shrunk): plain data only inside it.
     struct Rmw {
       uint64_t* word;

@@ -21,13 +21,22 @@ namespace softverbs::transport {
 struct PeerHint {
   uint64_t token = 0;  // the process slot owner's token the peer belongs to
   std::shared_ptr<fabric::Peer> peer;
+  // The last QP found through this hint, as it was then: found again while its registry entry
+  // still names the same process (`token`), block and number -- a link sends to one QP over and
+  // over, and resolving its block in the peer's arena is the costly part of a lookup. Checked
+  // on every use; the pin taken afterwards decides, as without the hint.
+  uint32_t qpn = 0;
+  uint32_t process_slot = 0;
+  fabric::SharedRef block{};
+  QpEndpoint* endpoint = nullptr;
 };
 
 class HostTarget final : public TargetQp {
  public:
   HostTarget(HostTarget&& o) noexcept
-      : local_(o.local_), process_slot_(o.process_slot_), qpn_(o.qpn_), peer_(std::move(o.peer_)),
-        endpoint_(std::exchange(o.endpoint_, nullptr)), users_word_(std::exchange(o.users_word_, nullptr)) {}
+      : local_(o.local_), process_slot_(o.process_slot_), qpn_(o.qpn_), owned_peer_(std::move(o.owned_peer_)),
+        peer_(o.peer_), endpoint_(std::exchange(o.endpoint_, nullptr)),
+        users_word_(std::exchange(o.users_word_, nullptr)) {}
   HostTarget& operator=(HostTarget&&) = delete;
   HostTarget(const HostTarget&) = delete;
   ~HostTarget() override { Release(); }
@@ -55,9 +64,12 @@ class HostTarget final : public TargetQp {
   std::unique_ptr<TargetQp> Requester(uint32_t qpn) const override;
 
  private:
-  HostTarget(fabric::LocalProcess& local, uint32_t slot, uint32_t qpn, std::shared_ptr<fabric::Peer> peer,
-             QpEndpoint* e, std::atomic<uint64_t>* word)
-      : local_(&local), process_slot_(slot), qpn_(qpn), peer_(std::move(peer)), endpoint_(e), users_word_(word) {}
+  // `peer` is kept alive by `owned` or, when found through a PeerHint, by the hint (which
+  // outlives the target: HostLink::Carry).
+  HostTarget(fabric::LocalProcess& local, uint32_t slot, uint32_t qpn, std::shared_ptr<fabric::Peer> owned,
+             fabric::Peer* peer, QpEndpoint* e, std::atomic<uint64_t>* word)
+      : local_(&local), process_slot_(slot), qpn_(qpn), owned_peer_(std::move(owned)), peer_(peer), endpoint_(e),
+        users_word_(word) {}
   // Move's copy, in bounded chunks that stop when the access is revoked (ECANCELED).
   Status MoveBounded(bool write, const iovec* local, size_t nl, const PinnedPieces& remote) const;
   void Release() {
@@ -79,7 +91,8 @@ class HostTarget final : public TargetQp {
   fabric::LocalProcess* local_;
   uint32_t process_slot_;
   uint32_t qpn_;
-  std::shared_ptr<fabric::Peer> peer_;  // null: the target is in this process
+  std::shared_ptr<fabric::Peer> owned_peer_;  // empty when the hint it was found by holds the peer
+  fabric::Peer* peer_;                       // null: the target is in this process
   QpEndpoint* endpoint_;
   std::atomic<uint64_t>* users_word_;  // this process's word of the endpoint's `users` line
 };

@@ -117,9 +117,13 @@ Status CopyMapped(bool write, const iovec* local, size_t nl, const iovec* mapped
 
 Status CopyBoundedImpl(const iovec* local, size_t nl, const iovec* remote, size_t nr, ChunkCopyFn copy, void* cctx,
                        RevokedFn revoked, void* rctx) {
-  const Status cancelled(ECANCELED, "the access was revoked while it copied (a key it uses was withdrawn, or "
-                                    "the target QP destroyed)");
-  if (revoked(rctx)) return cancelled;
+  // (Made only when it happens: a Status carries its rule as a string, and building one per
+  // access was a heap allocation per work request.)
+  auto cancelled = [] {
+    return Status(ECANCELED, "the access was revoked while it copied (a key it uses was withdrawn, or the target QP "
+                             "destroyed)");
+  };
+  if (revoked(rctx)) return cancelled();
   size_t total = 0;
   for (size_t i = 0; i < nr; ++i) total += remote[i].iov_len;
   if (total <= kCopyChunkBytes && nl <= kMaxIov && nr <= kMaxIov) return copy(cctx, local, nl, remote, nr);
@@ -128,7 +132,7 @@ Status CopyBoundedImpl(const iovec* local, size_t nl, const iovec* remote, size_
   std::vector<iovec> lv, rv;
   size_t li = 0, lo = 0, ri = 0, ro = 0;
   for (bool first = true; li < nl && ri < nr; first = false) {
-    if (!first && revoked(rctx)) return cancelled;
+    if (!first && revoked(rctx)) return cancelled();
     lv.clear();
     rv.clear();
     size_t bytes = 0;
