@@ -28,12 +28,16 @@ std::unique_ptr<TargetQp> HostTarget::Requester(uint32_t qpn) const {
 }
 
 Result<HostTarget> HostTarget::Find(fabric::LocalProcess& local, uint32_t qpn, PeerHint* hint) {
+  if (hint != nullptr && hint->entry != nullptr && hint->qpn == qpn) return FindEntry(local, *hint->entry, qpn, hint);
   fabric::HostRegistry& registry = local.registry();
   // QP numbers are host-table slots plus 0x100 (core::QpnOfSlot). A number from a peer beyond
   // the table's extent was never a QP, and reading its slot would allocate a page of the sparse
   // registry (docs/data-path.md, "Sized by use").
   if (qpn < 0x100 || qpn - 0x100 >= registry.qps().extent()) return Status(ENOENT, "no such QP number");
-  return FindEntry(local, fabric::EntryOf<fabric::QpEntry>(registry.qps().slot(qpn - 0x100)), qpn, hint);
+  fabric::QpEntry& entry = fabric::EntryOf<fabric::QpEntry>(registry.qps().slot(qpn - 0x100));
+  auto found = FindEntry(local, entry, qpn, hint);
+  if (found.ok() && hint != nullptr && hint->qpn == qpn) hint->entry = &entry;
+  return found;
 }
 
 Result<HostTarget> HostTarget::FindXrcSrq(fabric::LocalProcess& local, uint32_t srqn) {
@@ -84,6 +88,7 @@ Result<HostTarget> HostTarget::FindEntry(fabric::LocalProcess& local, fabric::Qp
     if (!at.ok()) return Status(ENOENT, "the QP's endpoint is unreachable: " + at.status().rule());
     e = static_cast<QpEndpoint*>(at.value());
     if (hint != nullptr) {
+      hint->entry = nullptr;  // (Find sets it once this lookup succeeds)
       hint->qpn = qpn;
       hint->process_slot = process_slot;
       hint->block = block;

@@ -26,6 +26,7 @@ struct PeerHint {
   // over, and resolving its block in the peer's arena is the costly part of a lookup. Checked
   // on every use; the pin taken afterwards decides, as without the hint.
   uint32_t qpn = 0;
+  fabric::QpEntry* entry = nullptr;  // its registry entry (entries never move)
   uint32_t process_slot = 0;
   fabric::SharedRef block{};
   QpEndpoint* endpoint = nullptr;
