@@ -13,6 +13,7 @@
 #include "core/xrc_qp.h"
 #include "core/raw_qp.h"
 #include "core/wq.h"
+#include "fabric/host/hazard_lines.h"
 #include "fabric/host/pin_line.h"
 #include "fabric/host/process_token.h"
 #include "fabric/raw/packet_socket.h"
@@ -296,7 +297,11 @@ Qp::~Qp() {
   // Deliveries in flight finish before the QP's memory and buffers are given back. Those of
   // senders that died are dropped at once; a live one (a stopped process too) is waited for,
   // logged with its pid: it could still write when it resumes (issue 17 items 1 and 5).
-  fabric::PinWait w = fabric::WaitUnpinned(context_.registry(), e.users, "ibv_destroy_qp(qp " + Hex(qpn_) + ")");
+  const std::string what = "ibv_destroy_qp(qp " + Hex(qpn_) + ")";
+  fabric::PinWait w = fabric::WaitUnpinned(context_.registry(), e.users, what);
+  // Senders with a hazard line announce the QP there instead of pinning it (transport/host/
+  // host_target.cc, HostTarget::Pin).
+  w.dead_cleared += fabric::WaitUnannounced(context_.registry(), fabric::QpHazardValue(qpn_), what).dead_cleared;
   if (w.dead_cleared != 0)
     SV_LOG(kInfo, "ibv_destroy_qp(qp 0x%x): dropped %u delivery(ies) of dead sender(s)", qpn_, w.dead_cleared);
   // Now that no delivery can add one, the QP's unpolled completions leave its CQs, as mlx5 does

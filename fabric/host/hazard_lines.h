@@ -30,6 +30,14 @@ struct alignas(64) HazardLine {
 };
 static_assert(sizeof(HazardLine) == 64);
 
+// What a line announces: a memory key as its slot + 1 (below 2^17), a QP an initiator is
+// delivering to as kQpHazard | its number (QP numbers are below 2^24). One line holds both, so
+// a work request's lkey, target QP and rkey are announced by stores to one line this thread
+// alone writes (the QP's PinLine, which every sender to it shares, stays for threads without
+// a line).
+inline constexpr uint32_t kQpHazard = 0x80000000u;
+inline uint32_t QpHazardValue(uint32_t qpn) { return kQpHazard | qpn; }
+
 // This thread's line among `local`'s, claimed at first use and given back when the thread
 // exits; nullptr when every line of the process is taken (the caller pins as before).
 HazardLine* ThisThreadHazards(LocalProcess& local);

@@ -11,14 +11,24 @@
 
 namespace softverbs::transport {
 
-std::atomic<uint64_t>* HostTarget::Pin(fabric::LocalProcess& local, QpEndpoint* e, uint32_t qpn) {
-  // Pin first, then check: the owner clears qp_num (and fences) before it waits for the pins to
-  // drain. The pin is counted per process, so one of a process that dies here is dropped by the
-  // owner at once instead of stalling ibv_destroy_qp (issue 17 item 5).
+HostTarget::Hold HostTarget::Pin(fabric::LocalProcess& local, QpEndpoint* e, uint32_t qpn, bool qp) {
+  // Hold first, then check: the owner clears qp_num (a full barrier) before it waits for the
+  // holds to drain, so either this sees the number gone or the owner sees the hold. An
+  // announcement is a store to this thread's own line; a pin is a compare-and-swap on a line
+  // every sender to the QP shares. A pin is counted per process, so one of a process that dies
+  // here is dropped by the owner at once instead of stalling ibv_destroy_qp (issue 17 item 5);
+  // an announcement of a dead process likewise.
+  if (fabric::HazardLine* line = qp ? fabric::ThisThreadHazards(local) : nullptr) {
+    if (std::atomic<uint32_t>* entry = fabric::Announce(*line, fabric::QpHazardValue(qpn))) {
+      if (std::atomic_ref<uint32_t>(e->qp_num).load(std::memory_order_seq_cst) == qpn) return {nullptr, entry};
+      fabric::Retract(entry);
+      return {};
+    }
+  }
   std::atomic<uint64_t>* word = fabric::Pin(local.registry(), e->users, local.pinner_id());
-  if (std::atomic_ref<uint32_t>(e->qp_num).load(std::memory_order_seq_cst) == qpn) return word;
+  if (std::atomic_ref<uint32_t>(e->qp_num).load(std::memory_order_seq_cst) == qpn) return {word, nullptr};
   fabric::Unpin(word, local.pinner_id());
-  return nullptr;
+  return {};
 }
 
 std::unique_ptr<TargetQp> HostTarget::Requester(uint32_t qpn) const {
@@ -28,14 +38,14 @@ std::unique_ptr<TargetQp> HostTarget::Requester(uint32_t qpn) const {
 }
 
 Result<HostTarget> HostTarget::Find(fabric::LocalProcess& local, uint32_t qpn, PeerHint* hint) {
-  if (hint != nullptr && hint->entry != nullptr && hint->qpn == qpn) return FindEntry(local, *hint->entry, qpn, hint);
+  if (hint != nullptr && hint->entry != nullptr && hint->qpn == qpn) return FindEntry(local, *hint->entry, qpn, hint, /*qp=*/true);
   fabric::HostRegistry& registry = local.registry();
   // QP numbers are host-table slots plus 0x100 (core::QpnOfSlot). A number from a peer beyond
   // the table's extent was never a QP, and reading its slot would allocate a page of the sparse
   // registry (docs/data-path.md, "Sized by use").
   if (qpn < 0x100 || qpn - 0x100 >= registry.qps().extent()) return Status(ENOENT, "no such QP number");
   fabric::QpEntry& entry = fabric::EntryOf<fabric::QpEntry>(registry.qps().slot(qpn - 0x100));
-  auto found = FindEntry(local, entry, qpn, hint);
+  auto found = FindEntry(local, entry, qpn, hint, /*qp=*/true);
   if (found.ok() && hint != nullptr && hint->qpn == qpn) hint->entry = &entry;
   return found;
 }
@@ -44,11 +54,12 @@ Result<HostTarget> HostTarget::FindXrcSrq(fabric::LocalProcess& local, uint32_t 
   // SRQ numbers are SRQ-table slots plus 1 (core/srq.h); bounded by the extent as QP numbers.
   fabric::HostRegistry& registry = local.registry();
   if (srqn == 0 || srqn - 1 >= registry.srqs().extent()) return Status(ENOENT, "no such SRQ number");
-  return FindEntry(local, fabric::EntryOf<fabric::QpEntry>(registry.srqs().slot(srqn - 1)), srqn, nullptr);
+  return FindEntry(local, fabric::EntryOf<fabric::QpEntry>(registry.srqs().slot(srqn - 1)), srqn, nullptr,
+                   /*qp=*/false);
 }
 
 Result<HostTarget> HostTarget::FindEntry(fabric::LocalProcess& local, fabric::QpEntry& entry, uint32_t qpn,
-                                         PeerHint* hint) {
+                                         PeerHint* hint, bool qp) {
   fabric::HostRegistry& registry = local.registry();
   if (entry.qp_num.load(std::memory_order_acquire) != qpn) return Status(ENOENT, "no QP with that number");
   const uint32_t process_slot = entry.process_slot.load(std::memory_order_relaxed);
@@ -56,9 +67,9 @@ Result<HostTarget> HostTarget::FindEntry(fabric::LocalProcess& local, fabric::Qp
   if (process_slot == local.slot()) {
     auto* e = static_cast<QpEndpoint*>(local.At(block));
     if (e == nullptr) return Status(ENOENT, "the QP's endpoint is unreachable");
-    auto* word = Pin(local, e, qpn);
-    if (word == nullptr) return Status(ENOENT, "no QP with that number");
-    return HostTarget(local, process_slot, qpn, nullptr, nullptr, e, word);
+    const Hold hold = Pin(local, e, qpn, qp);
+    if (!hold) return Status(ENOENT, "no QP with that number");
+    return HostTarget(local, process_slot, qpn, nullptr, nullptr, e, hold);
   }
   const uint64_t token = registry.processes().slot(process_slot).owner.load(std::memory_order_acquire);
   std::shared_ptr<fabric::Peer> owned;
@@ -95,9 +106,9 @@ Result<HostTarget> HostTarget::FindEntry(fabric::LocalProcess& local, fabric::Qp
       hint->endpoint = e;
     }
   }
-  auto* word = Pin(local, e, qpn);
-  if (word == nullptr) return Status(ENOENT, "no QP with that number");
-  return HostTarget(local, process_slot, qpn, std::move(owned), peer, e, word);
+  const Hold hold = Pin(local, e, qpn, qp);
+  if (!hold) return Status(ENOENT, "no QP with that number");
+  return HostTarget(local, process_slot, qpn, std::move(owned), peer, e, hold);
 }
 
 bool HostTarget::Revoked(const PinnedPieces& remote) const {

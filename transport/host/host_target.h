@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "base/status.h"
+#include "fabric/host/hazard_lines.h"
 #include "fabric/host/host_directory.h"
 #include "fabric/host/pin_line.h"
 #include "transport/qp_endpoint.h"
@@ -37,7 +38,7 @@ class HostTarget final : public TargetQp {
   HostTarget(HostTarget&& o) noexcept
       : local_(o.local_), process_slot_(o.process_slot_), qpn_(o.qpn_), owned_peer_(std::move(o.owned_peer_)),
         peer_(o.peer_), endpoint_(std::exchange(o.endpoint_, nullptr)),
-        users_word_(std::exchange(o.users_word_, nullptr)) {}
+        users_word_(std::exchange(o.users_word_, nullptr)), hazard_(std::exchange(o.hazard_, nullptr)) {}
   HostTarget& operator=(HostTarget&&) = delete;
   HostTarget(const HostTarget&) = delete;
   ~HostTarget() override { Release(); }
@@ -67,23 +68,34 @@ class HostTarget final : public TargetQp {
  private:
   // `peer` is kept alive by `owned` or, when found through a PeerHint, by the hint (which
   // outlives the target: HostLink::Carry).
+  // How the target is held while it is used: one of a word of the endpoint's `users` line, or
+  // an entry of this thread's hazard line (fabric/host/hazard_lines.h).
+  struct Hold {
+    std::atomic<uint64_t>* word = nullptr;
+    std::atomic<uint32_t>* hazard = nullptr;
+    explicit operator bool() const { return word != nullptr || hazard != nullptr; }
+  };
   HostTarget(fabric::LocalProcess& local, uint32_t slot, uint32_t qpn, std::shared_ptr<fabric::Peer> owned,
-             fabric::Peer* peer, QpEndpoint* e, std::atomic<uint64_t>* word)
+             fabric::Peer* peer, QpEndpoint* e, Hold hold)
       : local_(&local), process_slot_(slot), qpn_(qpn), owned_peer_(std::move(owned)), peer_(peer), endpoint_(e),
-        users_word_(word) {}
+        users_word_(hold.word), hazard_(hold.hazard) {}
   // Move's copy, in bounded chunks that stop when the access is revoked (ECANCELED).
   Status MoveBounded(bool write, const iovec* local, size_t nl, const PinnedPieces& remote) const;
   void Release() {
     if (users_word_ != nullptr) fabric::Unpin(users_word_, local_->pinner_id());
+    if (hazard_ != nullptr) fabric::Retract(hazard_);
     users_word_ = nullptr;
+    hazard_ = nullptr;
     endpoint_ = nullptr;
   }
   // The object of `entry` (numbered `number`) in its owner's arena, pinned.
+  // `qp`: a QP (held by announcement when it can be); an XRC SRQ's endpoint is pinned.
   static Result<HostTarget> FindEntry(fabric::LocalProcess& local, fabric::QpEntry& entry, uint32_t number,
-                                      PeerHint* hint);
-  // Pins `e` (its `users` line, per process: fabric/host/pin_line.h) for the life of this target;
-  // nullptr if it no longer is QP `qpn`.
-  static std::atomic<uint64_t>* Pin(fabric::LocalProcess& local, QpEndpoint* e, uint32_t qpn);
+                                      PeerHint* hint, bool qp);
+  // Holds `e` for the life of this target -- announced in this thread's hazard line (a QP, when
+  // the thread has a line with room), else pinned on its `users` line (per process:
+  // fabric/host/pin_line.h); empty if it no longer is number `qpn`. ibv_destroy_qp waits for both.
+  static Hold Pin(fabric::LocalProcess& local, QpEndpoint* e, uint32_t qpn, bool qp);
   // Copies into / out of the target process's memory (process_vm_writev / readv).
   Status CopyV(bool write, const iovec* local, size_t nl, const iovec* remote, size_t nr) const;
   // A copy in progress must stop: a key it holds was withdrawn, or the QP is being destroyed.
@@ -95,7 +107,8 @@ class HostTarget final : public TargetQp {
   std::shared_ptr<fabric::Peer> owned_peer_;  // empty when the hint it was found by holds the peer
   fabric::Peer* peer_;                       // null: the target is in this process
   QpEndpoint* endpoint_;
-  std::atomic<uint64_t>* users_word_;  // this process's word of the endpoint's `users` line
+  std::atomic<uint64_t>* users_word_;  // this process's word of the endpoint's `users` line, or
+  std::atomic<uint32_t>* hazard_;      // the entry of this thread's hazard line announcing it
 };
 
 }  // namespace softverbs::transport
