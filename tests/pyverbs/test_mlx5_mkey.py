@@ -69,10 +69,11 @@ class Layout:
         return [bytes(a) for a in after]
 
 
-def refusal_child(send_ops_flag, max_entries, post):
+def refusal_child(send_ops_flag, max_entries, post,
+                  mkey_flags='MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT'):
     """The code of a child process for base.refused_once: it opens softverbs0, makes a PD, a CQ, an
     MR of 64 bytes, an RC QP with the mlx5 send op `send_ops_flag` (a name in mlx5_enums) and an
-    indirect mkey of `max_entries`, starts an inline WR, runs `post` (code using qp, mkey, mr)
+    mkey of `max_entries` (indirect unless `mkey_flags`, names in mlx5_enums joined by |), starts an inline WR, runs `post` (code using qp, mkey, mr)
     and prints the refusal of wr_complete. It does not import base: base clears SOFTVERBS_LOG
     (test_refusals_log does the same)."""
     setup = textwrap.dedent('''
@@ -83,7 +84,8 @@ def refusal_child(send_ops_flag, max_entries, post):
         from pyverbs.mr import MR
         from pyverbs.pd import PD
         from pyverbs.providers.mlx5.mlx5dv import Mlx5DVQPInitAttr, Mlx5QP
-        from pyverbs.providers.mlx5.mlx5dv_mkey import Mlx5Mkey, Mlx5MkeyConfAttr
+        from pyverbs.providers.mlx5.mlx5dv_mkey import (Mlx5Mkey, Mlx5MkeyConfAttr, Mlx5SigBlockAttr,
+                                                        Mlx5SigBlockDomain, Mlx5SigCrc)
         from pyverbs.qp import QPCap, QPInitAttrEx
         from pyverbs.wr import SGE
         ctx = Context(name='softverbs0')
@@ -95,10 +97,11 @@ def refusal_child(send_ops_flag, max_entries, post):
                             send_ops_flags=e.IBV_QP_EX_WITH_SEND)
         qp = Mlx5QP(ctx, attr, Mlx5DVQPInitAttr(comp_mask=dve.MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS,
                                                 send_ops_flags=dve.{send_ops}))
-        mkey = Mlx5Mkey(pd, dve.MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT, {max_entries})
+        mkey = Mlx5Mkey(pd, {mkey_flags}, {max_entries})
         qp.wr_start()
         qp.wr_flags = e.IBV_SEND_INLINE
-    ''').format(send_ops=send_ops_flag, max_entries=max_entries)
+    ''').format(send_ops=send_ops_flag, max_entries=max_entries,
+                  mkey_flags=' | '.join('dve.' + f.strip() for f in mkey_flags.split('|')))
     finish = textwrap.dedent('''
         try:
             qp.wr_complete()
