@@ -71,11 +71,11 @@ class Layout:
 
 def refusal_child(send_ops_flag, max_entries, post,
                   mkey_flags='MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT'):
-    """The code of a child process for base.refused_once: it opens softverbs0, makes a PD, a CQ, an
-    MR of 64 bytes, an RC QP with the mlx5 send op `send_ops_flag` (a name in mlx5_enums) and an
-    mkey of `max_entries` (indirect unless `mkey_flags`, names in mlx5_enums joined by |), starts an inline WR, runs `post` (code using qp, mkey, mr)
-    and prints the refusal of wr_complete. It does not import base: base clears SOFTVERBS_LOG
-    (test_refusals_log does the same)."""
+    """The code of a child process for base.refused_once: it opens softverbs0, makes a PD, a CQ,
+    an MR of 64 bytes, an RC QP with the mlx5 send op `send_ops_flag` (a name in mlx5_enums) and
+    an mkey of `max_entries` (`mkey_flags`: names in mlx5_enums joined by |), starts an inline
+    WR, runs `post` (code using qp, mkey, mr) and prints the refusal of wr_complete. It does not
+    import base: base clears SOFTVERBS_LOG (test_refusals_log does the same)."""
     setup = textwrap.dedent('''
         import pyverbs.enums as e
         import pyverbs.providers.mlx5.mlx5_enums as dve
@@ -101,7 +101,7 @@ def refusal_child(send_ops_flag, max_entries, post,
         qp.wr_start()
         qp.wr_flags = e.IBV_SEND_INLINE
     ''').format(send_ops=send_ops_flag, max_entries=max_entries,
-                  mkey_flags=' | '.join('dve.' + f.strip() for f in mkey_flags.split('|')))
+                mkey_flags=' | '.join('dve.' + f.strip() for f in mkey_flags.split('|')))
     finish = textwrap.dedent('''
         try:
             qp.wr_complete()
