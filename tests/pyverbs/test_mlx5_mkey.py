@@ -69,6 +69,48 @@ class Layout:
         return [bytes(a) for a in after]
 
 
+def refusal_child(send_ops_flag, max_entries, post,
+                  mkey_flags='MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT'):
+    """The code of a child process for base.refused_once: it opens softverbs0, makes a PD, a CQ,
+    an MR of 64 bytes, an RC QP with the mlx5 send op `send_ops_flag` (a name in mlx5_enums) and
+    an mkey of `max_entries` (`mkey_flags`: names in mlx5_enums joined by |), starts an inline
+    WR, runs `post` (code using qp, mkey, mr) and prints the refusal of wr_complete. It does not
+    import base: base clears SOFTVERBS_LOG (test_refusals_log does the same)."""
+    setup = textwrap.dedent('''
+        import pyverbs.enums as e
+        import pyverbs.providers.mlx5.mlx5_enums as dve
+        from pyverbs.cq import CQ
+        from pyverbs.device import Context
+        from pyverbs.mr import MR
+        from pyverbs.pd import PD
+        from pyverbs.providers.mlx5.mlx5dv import Mlx5DVQPInitAttr, Mlx5QP
+        from pyverbs.providers.mlx5.mlx5dv_mkey import (Mlx5Mkey, Mlx5MkeyConfAttr, Mlx5SigBlockAttr,
+                                                        Mlx5SigBlockDomain, Mlx5SigCrc)
+        from pyverbs.qp import QPCap, QPInitAttrEx
+        from pyverbs.wr import SGE
+        ctx = Context(name='softverbs0')
+        pd = PD(ctx)
+        cq = CQ(ctx, 16, None, None, 0)
+        mr = MR(pd, 64, e.IBV_ACCESS_LOCAL_WRITE)
+        attr = QPInitAttrEx(qp_type=e.IBV_QPT_RC, pd=pd, scq=cq, rcq=cq, cap=QPCap(),
+                            comp_mask=e.IBV_QP_INIT_ATTR_PD | e.IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+                            send_ops_flags=e.IBV_QP_EX_WITH_SEND)
+        qp = Mlx5QP(ctx, attr, Mlx5DVQPInitAttr(comp_mask=dve.MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS,
+                                                send_ops_flags=dve.{send_ops}))
+        mkey = Mlx5Mkey(pd, {mkey_flags}, {max_entries})
+        qp.wr_start()
+        qp.wr_flags = e.IBV_SEND_INLINE
+    ''').format(send_ops=send_ops_flag, max_entries=max_entries,
+                mkey_flags=' | '.join('dve.' + f.strip() for f in mkey_flags.split('|')))
+    finish = textwrap.dedent('''
+        try:
+            qp.wr_complete()
+        except Exception as ex:
+            print('refused', ex)
+    ''')
+    return setup + textwrap.dedent(post).strip() + '\n' + finish
+
+
 class MkeyTestCase(base.DataTestCase):
 
     def setUp(self):
@@ -82,6 +124,13 @@ class MkeyTestCase(base.DataTestCase):
         cap = QPCap(max_send_wr=64, max_recv_wr=64, max_send_sge=4, max_recv_sge=4)
         return Mlx5QP(self.ctx, dc.qp_attr(e.IBV_QPT_RC, self.pd, self.cq, send_ops=QP_OPS, cap=cap),
                       dc.dv_attr(send_ops_flags=mr_ops))
+
+    def connected_peer(self, qp=None):
+        """A peer RC QP in this process, connected both ways with `qp` (the test's QP by default)."""
+        qp = qp or self.qp
+        peer = base.Peer(self.ctx, self.pd, e.IBV_QPT_RC).connect(qp.qp_num)
+        base.connect_qp(self.ctx, qp, peer.qpn)
+        return peer
 
     def mkey(self, max_entries=4):
         return Mlx5Mkey(self.pd, dve.MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT, max_entries)
@@ -125,9 +174,7 @@ class LocalTest(MkeyTestCase):
         return self.peer_of(self.qp)
 
     def peer_of(self, qp):
-        p = base.Peer(self.ctx, self.pd, e.IBV_QPT_RC).connect(qp.qp_num)
-        base.connect_qp(self.ctx, qp, p.qpn)
-        return p, Buffer(self.pd, 512)
+        return self.connected_peer(qp), Buffer(self.pd, 512)
 
     def check_all_ops(self, interleaved):
         peer, pbuf = self.peer()  # a UMR is posted in RTS, like any work request
@@ -362,8 +409,7 @@ class RefusalTest(MkeyTestCase):
 
     def setUp(self):
         super().setUp()
-        self.peer = base.Peer(self.ctx, self.pd, e.IBV_QPT_RC).connect(self.qp.qp_num)
-        base.connect_qp(self.ctx, self.qp, self.peer.qpn)
+        self.peer = self.connected_peer()
 
     def refused_umr(self, code, mkey, layout, **kw):
         with self.assertRaises(PyverbsRDMAError) as cm:
@@ -404,36 +450,8 @@ class RefusalTest(MkeyTestCase):
         self.assertRDMAError(errno.EOPNOTSUPP, self.mlx5_qp, mr_ops=dve.MLX5DV_QP_EX_WITH_MEMCPY)
 
     def test_refusal_log_line(self):
-        # Not importing base: it clears SOFTVERBS_LOG (test_refusals_log does the same).
-        code = textwrap.dedent('''
-            import ctypes
-            import pyverbs.enums as e
-            import pyverbs.providers.mlx5.mlx5_enums as dve
-            from pyverbs.cq import CQ
-            from pyverbs.device import Context
-            from pyverbs.mr import MR
-            from pyverbs.pd import PD
-            from pyverbs.providers.mlx5.mlx5dv import Mlx5DVQPInitAttr, Mlx5QP
-            from pyverbs.providers.mlx5.mlx5dv_mkey import Mlx5Mkey
-            from pyverbs.qp import QPCap, QPInitAttrEx
-            from pyverbs.wr import SGE
-            ctx = Context(name='softverbs0')
-            pd = PD(ctx)
-            cq = CQ(ctx, 16, None, None, 0)
-            mr = MR(pd, 64, e.IBV_ACCESS_LOCAL_WRITE)
-            attr = QPInitAttrEx(qp_type=e.IBV_QPT_RC, pd=pd, scq=cq, rcq=cq, cap=QPCap(),
-                                comp_mask=e.IBV_QP_INIT_ATTR_PD | e.IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
-                                send_ops_flags=e.IBV_QP_EX_WITH_SEND)
-            qp = Mlx5QP(ctx, attr, Mlx5DVQPInitAttr(comp_mask=dve.MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS,
-                                                    send_ops_flags=dve.MLX5DV_QP_EX_WITH_MR_LIST))
-            mkey = Mlx5Mkey(pd, dve.MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT, 1)
-            qp.wr_start()
-            qp.wr_flags = e.IBV_SEND_INLINE
+        code = refusal_child('MLX5DV_QP_EX_WITH_MR_LIST', 1, '''
             qp.wr_mr_list(mkey, e.IBV_ACCESS_LOCAL_WRITE, [SGE(mr.buf, 8, mr.lkey)] * 5)
-            try:
-                qp.wr_complete()
-            except Exception as ex:
-                print('refused', ex)
         ''')
         line = base.refused_once(self, code, 'mlx5dv_wr_mr_list')
         self.assertIn('ibv_wr_complete', line)

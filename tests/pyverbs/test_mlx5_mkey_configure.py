@@ -8,7 +8,6 @@ on an mkey without BLOCK_SIGNATURE (signature mkeys themselves: test_mlx5_sig) -
 errno and one log line.
 """
 import errno
-import textwrap
 import unittest
 
 import base
@@ -33,8 +32,7 @@ class ConfigureTestCase(mk.MkeyTestCase):
     def setUp(self):
         super().setUp()
         self.qp = self.mlx5_qp(mr_ops=CONFIGURE)
-        self.peer = base.Peer(self.ctx, self.pd, e.IBV_QPT_RC).connect(self.qp.qp_num)
-        base.connect_qp(self.ctx, self.qp, self.peer.qpn)
+        self.peer = self.connected_peer()
         self.pbuf = base.Buffer(self.pd, 512)
 
     def configure(self, mkey, num_setters, *setters, conf=None, flags=INLINE_SIGNALED, wr_id=0x99):
@@ -179,8 +177,7 @@ class ConfigureRefusalTest(ConfigureTestCase):
         # Nothing of the above was posted or configured: the mkey still covers nothing, and a
         # valid configuration on a good QP works.
         self.qp = self.mlx5_qp(mr_ops=CONFIGURE)
-        self.peer = base.Peer(self.ctx, self.pd, e.IBV_QPT_RC).connect(self.qp.qp_num)
-        base.connect_qp(self.ctx, self.qp, self.peer.qpn)
+        self.peer = self.connected_peer()
         self.assertNoCompletion(self.cq)
         self.configured(mkey, layout)
 
@@ -190,34 +187,9 @@ class ConfigureRefusalTest(ConfigureTestCase):
                              dve.MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT | dve.MLX5DV_MKEY_INIT_ATTR_FLAGS_CRYPTO, 4)
 
     def test_refusal_log_line(self):
-        # Not importing base in the child: it clears SOFTVERBS_LOG (test_refusals_log does the same).
-        code = textwrap.dedent('''
-            import pyverbs.enums as e
-            import pyverbs.providers.mlx5.mlx5_enums as dve
-            from pyverbs.cq import CQ
-            from pyverbs.device import Context
-            from pyverbs.mr import MR
-            from pyverbs.pd import PD
-            from pyverbs.providers.mlx5.mlx5dv import Mlx5DVQPInitAttr, Mlx5QP
-            from pyverbs.providers.mlx5.mlx5dv_mkey import Mlx5Mkey, Mlx5MkeyConfAttr
-            from pyverbs.qp import QPCap, QPInitAttrEx
-            ctx = Context(name='softverbs0')
-            pd = PD(ctx)
-            cq = CQ(ctx, 16, None, None, 0)
-            attr = QPInitAttrEx(qp_type=e.IBV_QPT_RC, pd=pd, scq=cq, rcq=cq, cap=QPCap(),
-                                comp_mask=e.IBV_QP_INIT_ATTR_PD | e.IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
-                                send_ops_flags=e.IBV_QP_EX_WITH_SEND)
-            qp = Mlx5QP(ctx, attr, Mlx5DVQPInitAttr(comp_mask=dve.MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS,
-                                                    send_ops_flags=dve.MLX5DV_QP_EX_WITH_MKEY_CONFIGURE))
-            mkey = Mlx5Mkey(pd, dve.MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT, 4)
-            qp.wr_start()
-            qp.wr_flags = e.IBV_SEND_INLINE
+        code = mk.refusal_child('MLX5DV_QP_EX_WITH_MKEY_CONFIGURE', 4, '''
             qp.wr_mkey_configure(mkey, 2, Mlx5MkeyConfAttr())
             qp.wr_set_mkey_access_flags(e.IBV_ACCESS_LOCAL_WRITE)
-            try:
-                qp.wr_complete()
-            except Exception as ex:
-                print('refused', ex)
         ''')
         line = base.refused_once(self, code, 'mlx5dv_wr_mkey_configure')
         self.assertIn('ibv_wr_complete', line)

@@ -9,13 +9,13 @@ and a log line, and sig_caps.
 import ctypes
 import errno
 import struct
-import textwrap
 import unittest
 import zlib
 
 import base
 import pyverbs.enums as e
 import pyverbs.providers.mlx5.mlx5_enums as dve
+import test_mlx5_mkey as mk
 import test_mlx5_mkey_configure as cfg
 from agent import Agent
 from pyverbs.providers.mlx5.mlx5dv_mkey import (Mlx5Mkey, Mlx5MkeyConfAttr, Mlx5SigBlockAttr, Mlx5SigBlockDomain,
@@ -327,37 +327,12 @@ class SigRefusalTest(SigTestCase):
         self.assertNoCompletion(self.cq)
 
     def test_refusal_log_line(self):
-        code = textwrap.dedent('''
-            import pyverbs.enums as e
-            import pyverbs.providers.mlx5.mlx5_enums as dve
-            from pyverbs.cq import CQ
-            from pyverbs.device import Context
-            from pyverbs.pd import PD
-            from pyverbs.providers.mlx5.mlx5dv import Mlx5DVQPInitAttr, Mlx5QP
-            from pyverbs.providers.mlx5.mlx5dv_mkey import (Mlx5Mkey, Mlx5MkeyConfAttr, Mlx5SigBlockAttr,
-                                                            Mlx5SigBlockDomain, Mlx5SigCrc)
-            from pyverbs.qp import QPCap, QPInitAttrEx
-            ctx = Context(name='softverbs0')
-            pd = PD(ctx)
-            cq = CQ(ctx, 16, None, None, 0)
-            attr = QPInitAttrEx(qp_type=e.IBV_QPT_RC, pd=pd, scq=cq, rcq=cq, cap=QPCap(),
-                                comp_mask=e.IBV_QP_INIT_ATTR_PD | e.IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
-                                send_ops_flags=e.IBV_QP_EX_WITH_SEND)
-            qp = Mlx5QP(ctx, attr, Mlx5DVQPInitAttr(comp_mask=dve.MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS,
-                                                    send_ops_flags=dve.MLX5DV_QP_EX_WITH_MKEY_CONFIGURE))
-            mkey = Mlx5Mkey(pd, dve.MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT |
-                            dve.MLX5DV_MKEY_INIT_ATTR_FLAGS_BLOCK_SIGNATURE, 4)
+        code = mk.refusal_child('MLX5DV_QP_EX_WITH_MKEY_CONFIGURE', 4, '''
             crc = Mlx5SigCrc(crc_type=dve.MLX5DV_SIG_CRC_TYPE_CRC32, seed=5)
             dom = Mlx5SigBlockDomain(sig_type=dve.MLX5DV_SIG_TYPE_CRC, crc=crc, block_size=dve.MLX5DV_BLOCK_SIZE_512)
-            qp.wr_start()
-            qp.wr_flags = e.IBV_SEND_INLINE
             qp.wr_mkey_configure(mkey, 1, Mlx5MkeyConfAttr())
             qp.wr_set_mkey_sig_block(Mlx5SigBlockAttr(wire=dom))
-            try:
-                qp.wr_complete()
-            except Exception as ex:
-                print('refused', ex)
-        ''')
+        ''', mkey_flags='MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT | MLX5DV_MKEY_INIT_ATTR_FLAGS_BLOCK_SIGNATURE')
         line = base.refused_once(self, code, 'mlx5dv_wr_set_mkey_sig_block')
         self.assertIn('CRC seed 0x5', line)
 

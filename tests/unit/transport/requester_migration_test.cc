@@ -3,15 +3,10 @@
 // failing, and what was in flight is carried again, with its PSNs, on the alternate path.
 #include <gtest/gtest.h>
 
-#include <atomic>
-#include <chrono>
-#include <functional>
 #include <mutex>
-#include <thread>
 #include <vector>
 
-#include "core/mr.h"
-#include "tests/unit/core/test_context.h"
+#include "tests/unit/transport/requester_fixture.h"
 #include "transport/codes.h"
 #include "transport/completer.h"
 #include "transport/requester.h"
@@ -28,24 +23,7 @@ using transport::WrOpcode;
 
 constexpr uint8_t kPrimaryGid = 1, kAlternateGid = 2;  // the last byte of each path's dgid
 
-// A QP as the completer and requester see it; the progress thread reports too.
-struct MigratingQp : transport::RequesterHost {
-  void Complete(const transport::Completion& c) override {
-    std::lock_guard lock(mu);
-    completions.push_back(c);
-  }
-  void EnterError() override { ++errors; }
-  void EnterSendQueueError() override {}
-  void PathMigrated() override { ++migrations; }
-  size_t count() {
-    std::lock_guard lock(mu);
-    return completions.size();
-  }
-  std::mutex mu;
-  std::vector<transport::Completion> completions;
-  std::atomic<int> errors{0};
-  std::atomic<int> migrations{0};
-};
+using MigratingQp = requester_testing::FakeQp;
 
 TEST(CompleterMigration, ExhaustedRetriesMigrateOnceWhenArmed) {
   MigratingQp qp;
@@ -102,48 +80,23 @@ struct PathLink : transport::Link {
   transport::ReplySink* sink = nullptr;
 };
 
-class RequesterMigrationTest : public CoreTest {
+class RequesterMigrationTest : public requester_testing::RequesterFixture<PathLink, PathLink, 64> {
  protected:
-  RequesterMigrationTest() : requester_(context_->local(), qp_, {&host_, &wire_}) {
-    mr_ = std::move(Mr::Register(*pd_, {reinterpret_cast<uint64_t>(buf_), sizeof(buf_),
-                                        reinterpret_cast<uint64_t>(buf_), access::kLocalWrite})
-                        .value());
-  }
   // The primary path's timeout is 8 us (its retries run out at once); the alternate's is
   // about 4 s, so the test answers long before anything expires there.
   transport::RequesterConfig Config(bool armed) {
-    transport::RequesterConfig c;
-    c.completer.qp_num = 0x200;
-    c.completer.type = transport::qp_type::kRc;
-    c.completer.timeout = 1;
-    c.completer.retry_cnt = 1;
-    c.completer.rnr_retry = 7;
+    transport::RequesterConfig c = BaseConfig(transport::qp_type::kRc, /*timeout=*/1, /*retry_cnt=*/1);
     c.completer.alt.armed = armed;
     c.completer.alt.av.dgid[15] = kAlternateGid;
     c.completer.alt.timeout = 20;
     c.av.dgid[15] = kPrimaryGid;
-    c.pd = pd_->host_id();
-    c.process_slot = context_->local().slot();
-    c.dest_qp_num = 0x201;
     c.path_mtu = 1024;
     c.max_rd_atomic = 4;
     c.max_send_wr = 16;
     c.max_send_sge = 1;
     return c;
   }
-  SendWr Wr(uint64_t id) {
-    SendWr w;
-    w.wr_id = id;
-    w.opcode = WrOpcode::kRdmaWrite;
-    w.flags = transport::send_flag::kSignaled;
-    w.num_sge = 1;
-    w.sge[0] = {reinterpret_cast<uint64_t>(buf_), 8, mr_->lkey()};
-    return w;
-  }
-  bool WaitFor(const std::function<bool()>& done) {
-    for (int i = 0; i < 5000 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    return done();
-  }
+  SendWr Wr(uint64_t id) { return MakeWr(id, WrOpcode::kRdmaWrite, 8); }
   // The requests carried on the alternate path so far.
   std::vector<PathLink::Seen> OnAlternate() {
     std::vector<PathLink::Seen> out;
@@ -151,11 +104,6 @@ class RequesterMigrationTest : public CoreTest {
       if (s.path == kAlternateGid) out.push_back(s);
     return out;
   }
-  uint8_t buf_[64] = {};
-  MigratingQp qp_;
-  PathLink host_, wire_;
-  std::unique_ptr<Mr> mr_;
-  transport::Requester requester_;
 };
 
 TEST_F(RequesterMigrationTest, WhatThePrimaryPathLostIsCarriedAgainOnTheAlternate) {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/mr.h"
-#include "tests/unit/core/test_context.h"
+#include "tests/unit/transport/requester_fixture.h"
 #include "transport/codes.h"
 
 namespace softverbs::core {
@@ -40,40 +40,10 @@ struct FakeLink : transport::Link {
   Reply next = Reply::Of(ReplyCode::kAck);
 };
 
-// The QP the requester reports to; the progress thread reports too, so it takes a lock.
-struct FakeQp : transport::RequesterHost {
-  void Complete(const transport::Completion& c) override {
-    std::lock_guard lock(mu);
-    completions.push_back(c);
-  }
-  void EnterError() override { ++errors; }
-  void EnterSendQueueError() override {}
-  size_t count() {
-    std::lock_guard lock(mu);
-    return completions.size();
-  }
-  std::mutex mu;
-  std::vector<transport::Completion> completions;
-  std::atomic<int> errors{0};
-};
-
-class RequesterTest : public CoreTest {
+class RequesterTest : public requester_testing::RequesterFixture<FakeLink, FakeLink, 256> {
  protected:
-  RequesterTest() : requester_(context_->local(), qp_, {&host_, &wire_}) {
-    mr_ = std::move(Mr::Register(*pd_, {reinterpret_cast<uint64_t>(buf_), sizeof(buf_), reinterpret_cast<uint64_t>(buf_),
-                                        access::kLocalWrite})
-                        .value());
-  }
   transport::RequesterConfig Config(uint32_t type, bool on_host) {
-    transport::RequesterConfig c;
-    c.completer.qp_num = 0x200;
-    c.completer.type = type;
-    c.completer.timeout = 14;
-    c.completer.retry_cnt = 7;
-    c.completer.rnr_retry = 7;
-    c.pd = pd_->host_id();
-    c.process_slot = context_->local().slot();
-    c.dest_qp_num = 0x201;
+    transport::RequesterConfig c = BaseConfig(type, /*timeout=*/14, /*retry_cnt=*/7);
     c.dest_on_host = on_host;
     c.max_rd_atomic = 1;
     c.max_send_wr = 16;
@@ -82,20 +52,7 @@ class RequesterTest : public CoreTest {
     c.qkey = 0x5555;
     return c;
   }
-  SendWr Wr(WrOpcode op, uint32_t length = 8) {
-    SendWr w;
-    w.wr_id = 1;
-    w.opcode = op;
-    w.flags = transport::send_flag::kSignaled;
-    w.num_sge = 1;
-    w.sge[0] = {reinterpret_cast<uint64_t>(buf_), length, mr_->lkey()};
-    return w;
-  }
-  uint8_t buf_[256] = {};
-  FakeQp qp_;
-  FakeLink host_, wire_;
-  std::unique_ptr<Mr> mr_;
-  transport::Requester requester_;
+  SendWr Wr(WrOpcode op, uint32_t length = 8) { return MakeWr(1, op, length); }
 };
 
 TEST_F(RequesterTest, ADestinationOffThisHostNeverReachesALocalQp) {
@@ -325,23 +282,10 @@ struct AsyncLink : transport::Link {
   transport::ReplySink* sink = nullptr;
 };
 
-class AsyncRequesterTest : public CoreTest {
+class AsyncRequesterTest : public requester_testing::RequesterFixture<FakeLink, AsyncLink, 4096> {
  protected:
-  AsyncRequesterTest() : requester_(context_->local(), qp_, {&host_, &wire_}) {
-    mr_ = std::move(Mr::Register(*pd_, {reinterpret_cast<uint64_t>(buf_), sizeof(buf_), reinterpret_cast<uint64_t>(buf_),
-                                        access::kLocalWrite})
-                        .value());
-  }
   void Configure(uint8_t timeout = 14, uint8_t retry_cnt = 7) {
-    transport::RequesterConfig c;
-    c.completer.qp_num = 0x200;
-    c.completer.type = kRc;
-    c.completer.timeout = timeout;
-    c.completer.retry_cnt = retry_cnt;
-    c.completer.rnr_retry = 7;
-    c.pd = pd_->host_id();
-    c.process_slot = context_->local().slot();
-    c.dest_qp_num = 0x201;
+    transport::RequesterConfig c = BaseConfig(kRc, timeout, retry_cnt);
     c.dest_on_host = false;  // the wire
     c.path_mtu = 1024;
     c.max_rd_atomic = 4;
@@ -350,26 +294,7 @@ class AsyncRequesterTest : public CoreTest {
     requester_.Configure(c);
     requester_.SetPsn(100);
   }
-  SendWr Wr(uint64_t id, WrOpcode op, uint32_t length = 8) {
-    SendWr w;
-    w.wr_id = id;
-    w.opcode = op;
-    w.flags = transport::send_flag::kSignaled;
-    w.num_sge = 1;
-    w.sge[0] = {reinterpret_cast<uint64_t>(buf_), length, mr_->lkey()};
-    return w;
-  }
-  // Waits (bounded) until the link has seen `n` requests or `c` completions are in.
-  bool WaitFor(const std::function<bool()>& done) {
-    for (int i = 0; i < 5000 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    return done();
-  }
-  uint8_t buf_[4096] = {};
-  FakeQp qp_;
-  FakeLink host_;
-  AsyncLink wire_;
-  std::unique_ptr<Mr> mr_;
-  transport::Requester requester_;
+  SendWr Wr(uint64_t id, WrOpcode op, uint32_t length = 8) { return MakeWr(id, op, length); }
 };
 
 TEST_F(AsyncRequesterTest, MessagesPipelineAndCompleteInOrder) {
@@ -522,15 +447,7 @@ class SlidingRequesterTest : public AsyncRequesterTest {
   }
   void ConfigureMtu(uint8_t timeout = 14) {
     Configure(timeout);
-    transport::RequesterConfig c;
-    c.completer.qp_num = 0x200;
-    c.completer.type = kRc;
-    c.completer.timeout = timeout;
-    c.completer.retry_cnt = 7;
-    c.completer.rnr_retry = 7;
-    c.pd = pd_->host_id();
-    c.process_slot = context_->local().slot();
-    c.dest_qp_num = 0x201;
+    transport::RequesterConfig c = BaseConfig(kRc, timeout, /*retry_cnt=*/7);
     c.path_mtu = kMtu;
     c.max_rd_atomic = 4;
     c.max_send_wr = 64;

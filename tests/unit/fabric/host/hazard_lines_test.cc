@@ -1,17 +1,16 @@
 #include "fabric/host/hazard_lines.h"
 
-#include <poll.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
-#include <string>
 #include <thread>
 
 #include <gtest/gtest.h>
+
+#include "tests/unit/fabric/host/registry_fixture.h"
 
 namespace softverbs::fabric {
 namespace {
@@ -20,23 +19,12 @@ uint32_t HazardTestTid() { return static_cast<uint32_t>(syscall(SYS_gettid)); }
 
 // A registry of this test alone. Lines are used directly (ThisThreadHazards needs the process's
 // own registry): a process slot is taken for this process, as LocalProcess does.
-class HazardLinesTest : public ::testing::Test {
+class HazardLinesTest : public registry_testing::RegistryTest {
  protected:
-  HazardLinesTest() : name_("/softverbs-unit-hazards-" + std::to_string(getpid())) {
-    auto r = HostRegistry::OpenForTesting(name_);
-    EXPECT_TRUE(r.ok()) << r.status().rule();
-    registry_ = r.value();
+  HazardLinesTest() : RegistryTest("hazards") {
     auto slot = registry_->processes().Allocate(ProcessToken::Self());
     EXPECT_TRUE(slot.ok());
     slot_ = *slot;
-  }
-  ~HazardLinesTest() override {
-    for (pid_t pid : children_) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-    delete registry_;
-    shm_unlink(name_.c_str());
   }
   HazardLine& Line(uint32_t i, uint32_t tid) {
     HazardLine& l = registry_->hazards(slot_)[i];
@@ -45,32 +33,16 @@ class HazardLinesTest : public ::testing::Test {
   }
   // A child process with a slot of its own announcing `value`; returns once it has.
   pid_t ChildAnnouncing(uint32_t value) {
-    int fds[2];
-    EXPECT_EQ(pipe(fds), 0);
-    pid_t pid = fork();
-    if (pid == 0) {
-      auto slot = registry_->processes().Allocate(ProcessToken::Self());
-      if (!slot.ok()) _exit(1);
-      HazardLine& l = registry_->hazards(*slot)[0];
-      l.tid.store(HazardTestTid());
-      Announce(l, value);
-      (void)!write(fds[1], "x", 1);
-      for (;;) pause();
-    }
-    close(fds[1]);
-    children_.push_back(pid);
-    pollfd pfd{fds[0], POLLIN, 0};
-    EXPECT_EQ(poll(&pfd, 1, 10000), 1) << "the child never announced";
-    char c;
-    EXPECT_EQ(read(fds[0], &c, 1), 1);
-    close(fds[0]);
-    return pid;
+    return ChildHolding(
+        [&](uint32_t slot) {
+          HazardLine& l = registry_->hazards(slot)[0];
+          l.tid.store(HazardTestTid());
+          Announce(l, value);
+        },
+        "its announcement");
   }
 
-  std::string name_;
-  HostRegistry* registry_ = nullptr;
   uint32_t slot_ = 0;
-  std::vector<pid_t> children_;
 };
 
 TEST_F(HazardLinesTest, AnnouncedUntilRetracted) {
@@ -121,9 +93,7 @@ TEST_F(HazardLinesTest, AnotherThreadsAnnouncementIsWaitedForUntilRetracted) {
 TEST_F(HazardLinesTest, ADeadProcesssAnnouncementIsDroppedWithoutWaiting) {
   pid_t child = ChildAnnouncing(11);
   EXPECT_TRUE(Announced(*registry_, 11));
-  kill(child, SIGKILL);
-  waitpid(child, nullptr, 0);
-  std::erase(children_, child);
+  Kill(child);
   const PinWait w = WaitUnannounced(*registry_, 11, "test", 10000);
   EXPECT_EQ(w.dead_cleared, 1u);
   EXPECT_FALSE(w.waited);

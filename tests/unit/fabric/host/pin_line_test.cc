@@ -1,68 +1,32 @@
 #include "fabric/host/pin_line.h"
 
-#include <poll.h>
-#include <signal.h>
-#include <sys/mman.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include <sys/types.h>
 
-#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
+
+#include "tests/unit/fabric/host/registry_fixture.h"
 
 namespace softverbs::fabric {
 namespace {
 
 // A registry of this test alone, and a child process that joins it (a process slot), takes
 // `pins` pins on line 0 and then waits to be killed.
-class PinLineTest : public ::testing::Test {
+class PinLineTest : public registry_testing::RegistryTest {
  protected:
-  PinLineTest() : name_("/softverbs-unit-pins-" + std::to_string(getpid())) {
-    auto r = HostRegistry::OpenForTesting(name_);
-    EXPECT_TRUE(r.ok()) << r.status().rule();
-    registry_ = r.value();
-  }
-  ~PinLineTest() override {
-    for (pid_t pid : children_) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-    delete registry_;
-    shm_unlink(name_.c_str());
-  }
+  PinLineTest() : RegistryTest("pins") {}
   PinLine& line() { return registry_->key_pins(0); }
 
   // A child holding `pins` pins of its own; returns its pid once they are taken.
   pid_t ChildPinning(int pins) {
-    int fds[2];
-    EXPECT_EQ(pipe(fds), 0);
-    pid_t pid = fork();
-    if (pid == 0) {
-      auto slot = registry_->processes().Allocate(ProcessToken::Self());
-      if (!slot.ok()) _exit(1);
-      uint32_t me = PinnerId(*slot, registry_->processes().slot(*slot).generation.load());
-      for (int i = 0; i < pins; ++i) Pin(*registry_, line(), me);
-      (void)!write(fds[1], "x", 1);
-      for (;;) pause();
-    }
-    close(fds[1]);
-    children_.push_back(pid);  // killed by the fixture whatever happens
-    pollfd pfd{fds[0], POLLIN, 0};
-    EXPECT_EQ(poll(&pfd, 1, 10000), 1) << "the child never took its pins";
-    char c;
-    EXPECT_EQ(read(fds[0], &c, 1), 1);
-    close(fds[0]);
-    return pid;
+    return ChildHolding(
+        [&](uint32_t slot) {
+          uint32_t me = PinnerId(slot, registry_->processes().slot(slot).generation.load());
+          for (int i = 0; i < pins; ++i) Pin(*registry_, line(), me);
+        },
+        "its pins");
   }
-  void Kill(pid_t pid) {
-    kill(pid, SIGKILL);
-    waitpid(pid, nullptr, 0);
-    std::erase(children_, pid);
-  }
-
-  std::string name_;
-  HostRegistry* registry_ = nullptr;
-  std::vector<pid_t> children_;
 };
 
 TEST_F(PinLineTest, PinsOfAKilledProcessAreDroppedWithoutWaiting) {
