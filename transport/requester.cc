@@ -60,7 +60,7 @@ uint64_t RequesterPayloadOf(const SendWr& wr) {
 }  // namespace
 
 Requester::Requester(fabric::LocalProcess& local, RequesterHost& host, Links links)
-    : local_(local), completer_(host), links_(links), pacing_clock_([] { return Clock::now(); }) {
+    : local_(local), host_(host), completer_(host), links_(links), pacing_clock_([] { return Clock::now(); }) {
   links_.host->Attach(this);
   links_.wire->Attach(this);
 }
@@ -170,11 +170,13 @@ Status Requester::Post(const SendWr& wr, uint32_t qp_state) {
   p.wr = wr;
   p.retry = completer_.Budget();
   // Nothing waits before it: executed here and now, without entering the queue.
-  if (qp_state == kRts && queue_.empty() && Paced(p)) {
+  if (qp_state == kRts && queue_.empty() && !sig_stopped_ && Paced(p)) {
     const Verdict v = Execute(p, kMaxInFlightPsns);  // (an empty queue: the whole window)
     if (v.kind == Verdict::kFailed) stopped_ = true;
-    if (v.kind == Verdict::kCompleted || v.kind == Verdict::kFailed || v.kind == Verdict::kStreamFailed)
+    if (v.kind == Verdict::kCompleted || v.kind == Verdict::kFailed || v.kind == Verdict::kStreamFailed) {
+      if (sig_stopped_) ReportSigStop();
       return Status::Ok();
+    }
     // In flight, or RNR / no answer: it waits in the queue like the rest.
     p.in_flight = v.kind == Verdict::kInFlight;
     p.due = p.in_flight ? Clock::now() + AckTimeout(config_.completer.timeout) : v.retry_at;
@@ -249,6 +251,7 @@ void Requester::RunQueue() {
     completer_.Flush(queue_.front().wr);
     queue_.pop_front();
   }
+  if (sig_stopped_) ReportSigStop();
   if (!queue_.empty() && !stopped_) ProgressThread::Get().Schedule(this, NextDue());
 }
 
@@ -267,6 +270,7 @@ bool Requester::Paced(const Pending& p) {
 Clock::time_point Requester::NextDue() const {
   if (queue_.empty() || stopped_) return Clock::time_point::max();
   const Pending& head = queue_.front();
+  if (sig_stopped_ && !head.in_flight) return Clock::time_point::max();  // until LeaveDrained
   // A head in flight waits for its reply or ACK timeout, and what follows it maybe for the
   // pacer; a head not carried yet waits for its RNR delay and then for the pacer.
   if (head.in_flight) return std::min(head.due, pace_until_);
@@ -286,6 +290,7 @@ void Requester::CarryQueued() {
   while (i < queue_.size() && !stopped_ && i < kMaxInFlight) {
     Pending& p = queue_[i];
     const bool sliced = Sliced(p), resume = p.in_flight;
+    if (!resume && sig_stopped_) return;  // signature pipelining: stopped until SQD -> RTS
     // A WR of a DCI stream that entered error while it waited: flushed, never carried
     // (mlx5dv_dci_stream_id_reset(3)); the other streams' WRs go on.
     if (!resume && completer_.StreamStopped(p.wr)) {
@@ -331,6 +336,9 @@ bool Requester::MayStart(const Pending& p, size_t i, uint64_t psns, uint32_t rd_
   // pushed an older one's out, and once that older one's response was lost, its retries
   // were dropped as duplicates with no resource until IBV_WC_RETRY_EXC_ERR.
   if (WritesLocal(p.wr.opcode) && rd_atomic >= std::max<uint32_t>(config_.max_rd_atomic, 1)) return false;
+  // mlx5dv_qp_cancel_posted_send_wrs(3): a pipelining QP stops "between the WQE that generated
+  // the signature error, and the next WQE that has IBV_SEND_FENCE": that one waits for the rest.
+  if (config_.sig_pipelining && (p.wr.flags & send_flag::kFence) && i > 0) return false;
   const bool local_op = IsLocalOp(p.wr.opcode);
   // Completions come in order (IBA 10.8.x): an operation that completes at once -- a local
   // one, or one for this host's fabric -- waits until nothing before it is in flight.
@@ -438,7 +446,7 @@ bool Requester::WriteLocal(const Pending& p, uint64_t offset, std::span<const ui
       // (signature_access.h).
       if (SigAccess(local_.registry(), s.lkey, s.addr + offset, n, rule,
                     [this](fabric::SharedRef ref) { return local_.At(ref); }, SigMoveLocal, /*scatter=*/true,
-                    const_cast<uint8_t*>(bytes.data() + done)) != SigAccessResult::kDone)
+                    const_cast<uint8_t*>(bytes.data() + done), SigStopFlag()) != SigAccessResult::kDone)
         return false;
       done += n;
       offset = 0;
@@ -466,6 +474,7 @@ void Requester::Reset() {
   std::lock_guard lock(mu_);
   queue_.clear();
   stopped_ = false;
+  sig_stopped_ = sig_reported_ = false;
   completer_.ClearStreams();
   next_psn_ = 0;
 }
@@ -542,7 +551,7 @@ bool Requester::GatherSignature(const Sge& s, const KeyRule& rule, PinnedPieces&
   }
   if (SigAccess(local_.registry(), s.lkey, s.addr, s.length, rule,
                 [this](fabric::SharedRef ref) { return local_.At(ref); }, SigMoveLocal, /*scatter=*/false,
-                wire) != SigAccessResult::kDone)
+                wire, SigStopFlag()) != SigAccessResult::kDone)
     return false;
   pieces.Add({wire, s.length});
   return true;
@@ -553,7 +562,7 @@ bool Requester::LandSignatures(const PinnedPieces& pieces) {
   for (const PinnedPieces::SigLanding& l : pieces.sig_landings())
     if (SigAccess(local_.registry(), l.lkey, l.addr, l.length, rule,
                   [this](fabric::SharedRef ref) { return local_.At(ref); }, SigMoveLocal, /*scatter=*/true,
-                  l.bytes) != SigAccessResult::kDone)
+                  l.bytes, SigStopFlag()) != SigAccessResult::kDone)
       return false;
   return true;
 }
@@ -652,6 +661,10 @@ bool Requester::OnHost(const SendWr& wr) const {
 
 Verdict Requester::Execute(Pending& p, uint32_t budget) {
   const SendWr& wr = p.wr;
+  if (p.canceled) {  // a NOP now: completes as the WR would have, nothing carried
+    completer_.Finish(wr, wc_status::kSuccess, 0);
+    return {};
+  }
   if (wr.opcode == WrOpcode::kDriver1) return ExecuteUmr(wr);
   if (wr.opcode == WrOpcode::kBindMw || wr.opcode == WrOpcode::kLocalInv) return ExecuteLocalOp(wr);
   PinnedPieces pieces;
