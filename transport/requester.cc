@@ -256,7 +256,7 @@ void Requester::RunQueue() {
 }
 
 bool Requester::Paced(const Pending& p) {
-  if (!pacer_.limited() || IsLocalOp(p.wr.opcode)) return true;
+  if (!pacer_.limited() || IsLocalOp(p.wr.opcode) || p.canceled) return true;
   const Clock::time_point now = pacing_clock_();
   const uint64_t bytes = RequesterPayloadOf(p.wr);
   if (!pacer_.MayGo(bytes, now)) {
@@ -339,7 +339,7 @@ bool Requester::MayStart(const Pending& p, size_t i, uint64_t psns, uint32_t rd_
   // mlx5dv_qp_cancel_posted_send_wrs(3): a pipelining QP stops "between the WQE that generated
   // the signature error, and the next WQE that has IBV_SEND_FENCE": that one waits for the rest.
   if (config_.sig_pipelining && (p.wr.flags & send_flag::kFence) && i > 0) return false;
-  const bool local_op = IsLocalOp(p.wr.opcode);
+  const bool local_op = IsLocalOp(p.wr.opcode) || p.canceled;  // (a canceled WR: a NOP, local)
   // Completions come in order (IBA 10.8.x): an operation that completes at once -- a local
   // one, or one for this host's fabric -- waits until nothing before it is in flight.
   return i == 0 || !(local_op || OnHost(p.wr));

@@ -100,6 +100,22 @@ TEST_F(SigPipeliningTest, CanceledWrsCompleteAsNopsInOrder) {
   EXPECT_EQ(host_.seen, std::vector<WrOpcode>{WrOpcode::kRdmaWrite});  // NOPs carry nothing
 }
 
+// A NOP completes at once: behind a WR in flight it waits for that one's reply, as a local
+// operation does, so it completes once and in order.
+TEST_F(SigPipeliningTest, ACanceledWrWaitsBehindOneInFlight) {
+  Configure(/*on_host=*/false, true);
+  wire_.next = Reply::Of(ReplyCode::kPending);
+  ASSERT_TRUE(requester_.Post(Wr(WrOpcode::kRdmaWrite, 1), kRts).ok());  // in flight, no reply yet
+  ASSERT_TRUE(requester_.Post(Wr(WrOpcode::kSend, 5), kSqd).ok());
+  ASSERT_EQ(requester_.CancelPosted(5).value(), 1u);
+  requester_.LeaveDrained();
+  requester_.Progress();
+  requester_.Progress();
+  EXPECT_TRUE(qp_.completions.empty());
+  EXPECT_EQ(wire_.seen.size(), 1u);
+  requester_.Reset();
+}
+
 // A canceled WR of a QP that enters ERR is flushed like the rest (the man page).
 TEST_F(SigPipeliningTest, ACanceledWrIsFlushedInErr) {
   Configure(true, true);
