@@ -40,10 +40,8 @@ Status CheckMlx5CreateFlags(const QpInitAttributes& a) {
   if (f & (kTirAllowSelfLoopbackUc | kTirAllowSelfLoopbackMc))
     return Invalid("MLX5DV_QP_CREATE_TIR_ALLOW_SELF_LOOPBACK_UC/MC apply to raw packet (TIR) QPs only, not " +
                    std::string(QpTypeName(a.type)) + " QPs");
-  // Signature pipelining needs the signature offload (mlx5dv_query_device: sig_caps are 0).
-  // mlx5dv_create_qp(3): "Creating the QP fails if the kernel or device does not support the feature".
-  if (f & kSigPipelining)
-    return NotSupported("MLX5DV_QP_CREATE_SIG_PIPELINING needs the signature offload, which softverbs0 does not have");
+  // MLX5DV_QP_CREATE_SIG_PIPELINING: any QP type (providers/mlx5/verbs.c sets drain_sigerr
+  // whatever the type); the requester stops at a signature error (transport/sig_pipelining.cc).
   if ((f & kDisableScatterToCqe) && (f & kAllowScatterToCqe))
     return Invalid("MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE and ALLOW_SCATTER_TO_CQE contradict each other");
   const QpType transport = TransportTypeOf(a.type, a.dc.role);

@@ -37,14 +37,14 @@ Status CheckRule(const FlowRule& rule, uint8_t port_num, uint32_t flags) {
   return Status::Ok();
 }
 
-// An ESP action in a rule, as mlx5 (fs.c is_valid_esp_aes_gcm and the SA's direction): egress
-// encrypts and ingress decrypts, so the action must be ENCRYPT on egress and not on ingress; an
-// egress crypto rule matches an ESP SPI and neither drops nor tags.
-Status CheckEsp(const FlowRule& rule, uint32_t flags, const FlowActionEsp& esp) {
+// An ESP action in a rule, as mlx5 (fs.c is_valid_esp_aes_gcm): an egress crypto rule matches
+// an ESP SPI and neither drops nor tags. The rule's direction decides what the action does --
+// mlx5_ib's parse_flow_flow_action sets ENCRYPT on an egress rule and DECRYPT on an ingress one
+// whatever the action's IB_UVERBS_FLOW_ACTION_ESP_FLAGS_ENCRYPT says, and neither uverbs nor
+// mlx5_ib refuses the pair -- so softverbs accepts either action in either direction (egress
+// tables encrypt, the receive side decrypts: transport/raw).
+Status CheckEsp(const FlowRule& rule, uint32_t flags, const FlowActionEsp&) {
   const bool egress = (flags & flow_flag::kEgress) != 0;
-  if (egress != esp.encrypt())
-    return Invalid(egress ? "an egress rule encrypts: its ESP action needs IB_UVERBS_FLOW_ACTION_ESP_FLAGS_ENCRYPT"
-                          : "an ingress rule decrypts: its ESP action must not have IB_UVERBS_FLOW_ACTION_ESP_FLAGS_ENCRYPT");
   if (rule.type != FlowType::kNormal) return Invalid("ESP actions go on IBV_FLOW_ATTR_NORMAL rules");
   if (egress && (!rule.esp_spi.present || rule.esp_spi.mask == 0))
     return Invalid("an egress ESP rule must match an SPI (IBV_FLOW_SPEC_ESP with a non-zero mask), as mlx5");

@@ -33,9 +33,14 @@ Result<SigDomain> DomainOf(const char* which, const SigDomainSpec& d) {
     return out;
   }
   if (d.type != sig::kTypeCrc) return Invalid(w + "sig_type " + std::to_string(d.type) + " is neither T10DIF nor CRC");
-  if (d.crc_type == sig::kCrc64Xp10)
-    return NotSupported(w + "CRC64_XP10 is not computed (its definition is not published; sig_caps.crc_type "
-                            "leaves it out)");
+  // mlx5_validate_sig_crc: CRC32/CRC32C seeds are 0 or UINT32_MAX, CRC64_XP10's 0 or UINT64_MAX.
+  if (d.crc_type == sig::kCrc64Xp10) {
+    if (d.seed != 0 && d.seed != UINT64_MAX)
+      return Invalid(w + "CRC seed " + Hex(d.seed) + ": a CRC64_XP10 seed is 0 or 0xffffffffffffffff");
+    out.kind = SigKind::kCrc64Xp10;
+    out.seed = d.seed;
+    return out;
+  }
   if (d.crc_type != sig::kCrc32 && d.crc_type != sig::kCrc32c)
     return Invalid(w + "crc type " + std::to_string(d.crc_type) + " is no enum mlx5dv_sig_crc_type");
   if (d.seed != 0 && d.seed != 0xffffffffu)
@@ -93,7 +98,7 @@ Result<SigConfig> SigConfigOf(const SigBlockSpec& spec) {
   if (spec.flags & sig::kAttrCopyMask) {
     copy = spec.copy_mask;
   } else if (sbs && spec.mem.type == sig::kTypeCrc) {
-    copy = 0xf0;
+    copy = spec.mem.crc_type == sig::kCrc64Xp10 ? 0xff : 0xf0;  // mlx5's MLX5DV_SIG_MASK_CRC64_XP10 / _CRC32
   } else if (sbs) {
     if (spec.mem.bg_type == spec.wire.bg_type && spec.mem.bg == spec.wire.bg) copy |= 0xc0;
     if (spec.mem.app_tag == spec.wire.app_tag) copy |= 0x30;
@@ -106,10 +111,11 @@ Result<SigConfig> SigConfigOf(const SigBlockSpec& spec) {
 }
 
 SigCaps SignatureCaps() {
-  // Every block size of enum mlx5dv_block_size (bit 1 << value); T10-DIF with both guards; CRC32
-  // and CRC32C (transport/block_signature.h). Not CRC64_XP10 (its definition is not published).
+  // Every block size of enum mlx5dv_block_size (bit 1 << value); T10-DIF with both guards; CRC32,
+  // CRC32C and CRC64_XP10 (transport/block_signature.h).
   return SigCaps{(1u << 0) | (1u << 1) | (1u << 2) | (1u << 3) | (1u << 4), (1u << sig::kTypeT10Dif) | (1u << sig::kTypeCrc),
-                 (1u << sig::kBgCrc) | (1u << sig::kBgCsum), (1u << sig::kCrc32) | (1u << sig::kCrc32c)};
+                 (1u << sig::kBgCrc) | (1u << sig::kBgCsum),
+                 (1u << sig::kCrc32) | (1u << sig::kCrc32c) | (1u << sig::kCrc64Xp10)};
 }
 
 }  // namespace softverbs::core

@@ -50,7 +50,7 @@ struct SigBlockSpec {
 uint32_t SigBlockBytes(uint32_t v);
 
 // Checks `spec` and returns the signature the UMR sets: EINVAL where mlx5 refuses, EOPNOTSUPP
-// where softverbs does not compute what was asked (CRC64_XP10; two block sizes).
+// where softverbs does not compute what was asked (two block sizes).
 Result<transport::SigConfig> SigConfigOf(const SigBlockSpec& spec);
 
 // The block sizes, protections and CRC types sig_caps announces (mlx5dv_query_device(3)): the

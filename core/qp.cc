@@ -436,6 +436,7 @@ Status Qp::Modify(const QpAttributes& requested, uint32_t mask_in) {
   if (init_.type == QpType::kXrcRecv) return ModifyXrcTarget(context_, endpoint(), requested, mask);
   std::lock_guard lock(mu_);
   FoldPathMigrationsLocked();
+  FoldSendQueueDrainLocked();
   QpAttributes a = requested;
   const std::string cut = FitFieldWidths(a, mask);
   ModifyContext ctx;
@@ -473,6 +474,7 @@ Status Qp::Modify(const QpAttributes& requested, uint32_t mask_in) {
   sq_->Configure(RequesterConfigOf());
   if (raw_ && (mask & attr::kRateLimit)) raw_->SetRate(s.rate_limit, s.max_burst_sz);
   if (previous == QpState::kSqe && *next == QpState::kRts) sq_->Resume();
+  if (previous == QpState::kSqd && *next == QpState::kRts) sq_->LeaveDrained();  // signature pipelining
   if (*next == QpState::kRts && previous != QpState::kRts) sq_->Progress();  // resume after SQD/SQE
   // A new rate applies at once: what waited for the old one's bucket is looked at again now.
   else if (*next == QpState::kRts && (mask & attr::kRateLimit)) sq_->Progress();

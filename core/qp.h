@@ -120,6 +120,9 @@ class Qp : private transport::RequesterHost {
   Status PostSend(const transport::SendWr& wr);
   // mlx5dv_dci_stream_id_reset(3): a DCI stream in error serves again.
   Status ResetDciStream(uint16_t stream);
+  // mlx5dv_qp_cancel_posted_send_wrs(3): the send WRs of `wr_id` not started become NOPs; the
+  // QP must be in SQD. How many.
+  Result<uint32_t> CancelPostedSends(uint64_t wr_id);
   // The end of one ibv_post_send list: a raw QP sends the frames it built in one batch.
   void FlushPosted();
   // ibv_post_recv of one WR (QPs without an SRQ).
@@ -166,6 +169,9 @@ class Qp : private transport::RequesterHost {
   void EnterError() override;
   void EnterSendQueueError() override;
   void PathMigrated() override;
+  void SendQueueDrained() override;
+  // A stop of signature pipelining reported since: RTS -> SQD (under mu_).
+  void FoldSendQueueDrainLocked();
 
   Context& context_;
   QpInitAttributes init_;
@@ -181,6 +187,7 @@ class Qp : private transport::RequesterHost {
   // Automatic path migrations: those the requester made, and those taken into attr_ (under mu_).
   std::atomic<uint32_t> path_migrations_{0};
   uint32_t migrations_seen_ = 0;
+  std::atomic<bool> sig_drained_{false};  // signature pipelining stopped the SQ (SendQueueDrained)
   // How the requester reaches destinations: this host's QPs, and the others.
   std::unique_ptr<transport::Link> host_link_;
   std::unique_ptr<transport::Link> wire_link_;

@@ -55,6 +55,7 @@ transport::RequesterConfig Qp::RequesterConfigOf() const {
   c.block_self_mcast_lb = init_.has_create_flags && (init_.create_flags & create_flag::kBlockSelfMcastLb);
   c.rate_limit_kbps = attr_.rate_limit;
   c.max_burst_sz = attr_.max_burst_sz;
+  c.sig_pipelining = init_.has_mlx5_create_flags && (init_.mlx5_create_flags & mlx5_create_flag::kSigPipelining);
   return c;
 }
 
@@ -68,6 +69,31 @@ void Qp::PathMigrated() {
   // (FoldPathMigrationsLocked); the event is raised now (ibv_get_async_event(3)).
   path_migrations_.fetch_add(1, std::memory_order_acq_rel);
   context_.PostAsyncEvent({kEventPathMig, AsyncEvent::Subject::kQp, user_handle_, 0});
+}
+
+void Qp::SendQueueDrained() {
+  // Called by the requester under its lock, as PathMigrated: the state follows under mu_ at the
+  // next verb; the event is raised now (mlx5dv_create_qp(3): "the QP is moved to SQD state upon
+  // encountering a signature error, and IBV_EVENT_SQ_DRAINED is generated").
+  sig_drained_.store(true, std::memory_order_release);
+  context_.PostAsyncEvent({kEventSqDrained, AsyncEvent::Subject::kQp, user_handle_, 0});
+}
+
+void Qp::FoldSendQueueDrainLocked() {
+  if (!sig_drained_.exchange(false, std::memory_order_acq_rel)) return;
+  if (attr_.qp_state != QpState::kRts) return;  // ERR, RESET or SQD meanwhile: nothing to do
+  attr_.qp_state = QpState::kSqd;
+  PublishEndpoint();
+}
+
+Result<uint32_t> Qp::CancelPostedSends(uint64_t wr_id) {
+  ApplyPendingError();
+  // providers/mlx5/qp.c mlx5_qp_query_sqd: a QP not in SQD is EINVAL.
+  if (state() != QpState::kSqd)
+    return Invalid(std::string("the QP is in ") + QpStateName(state()) +
+                   ": work requests are canceled in SQD only (mlx5dv_qp_cancel_posted_send_wrs(3))");
+  if (raw_) return NotSupported("raw packet QPs have no signature offload: nothing of theirs waits to be canceled");
+  return sq_->CancelPosted(wr_id);
 }
 
 void Qp::FoldPathMigrationsLocked() {
@@ -95,6 +121,10 @@ void Qp::EnterSendQueueError() {
 }
 
 void Qp::ApplyPendingError() {
+  if (sig_drained_.load(std::memory_order_acquire)) {
+    std::lock_guard lock(mu_);
+    FoldSendQueueDrainLocked();
+  }
   if (init_.type == QpType::kXrcRecv) {
     // The initiator that failed it moved it to ERR already (its state is shared by all its
     // handles): report each new failure once (IBA 11.6.3.1).

@@ -19,6 +19,19 @@ struct SigReflectedTable {
 constexpr SigReflectedTable kSigCrc32Table(0xEDB88320u);   // 0x04C11DB7 reflected
 constexpr SigReflectedTable kSigCrc32cTable(0x82F63B78u);  // 0x1EDC6F41 reflected
 
+// The same for a 64-bit reflected polynomial (CRC64_XP10).
+struct SigReflectedTable64 {
+  std::array<uint64_t, 256> t{};
+  explicit constexpr SigReflectedTable64(uint64_t poly) {
+    for (uint64_t i = 0; i < 256; ++i) {
+      uint64_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ poly : c >> 1;
+      t[i] = c;
+    }
+  }
+};
+constexpr SigReflectedTable64 kSigCrc64Xp10Table(0x9A6C9329AC4BC9B5ull);  // 0xAD93D23594C93659 reflected
+
 uint32_t SigReflectedCrc(const SigReflectedTable& table, uint32_t seed, const uint8_t* p, size_t n) {
   uint32_t c = seed;
   for (size_t i = 0; i < n; ++i) c = table.t[(c ^ p[i]) & 0xff] ^ (c >> 8);
@@ -51,6 +64,7 @@ uint64_t SigGuard(const SigDomain& d, const uint8_t* data) {
   switch (d.kind) {
     case SigKind::kCrc32: return SigCrc32(static_cast<uint32_t>(d.seed), data, d.block_size);
     case SigKind::kCrc32c: return SigCrc32c(static_cast<uint32_t>(d.seed), data, d.block_size);
+    case SigKind::kCrc64Xp10: return SigCrc64Xp10(d.seed, data, d.block_size);
     case SigKind::kT10Dif:
       return d.guard == GuardKind::kCrc ? SigCrc16T10Dif(static_cast<uint16_t>(d.seed), data, d.block_size)
                                         : SigIpChecksum(static_cast<uint16_t>(d.seed), data, d.block_size);
@@ -116,6 +130,12 @@ uint32_t SigCrc32c(uint32_t seed, const uint8_t* data, size_t n) {
   return SigReflectedCrc(kSigCrc32cTable, seed, data, n);
 }
 
+uint64_t SigCrc64Xp10(uint64_t seed, const uint8_t* data, size_t n) {
+  uint64_t c = seed;
+  for (size_t i = 0; i < n; ++i) c = kSigCrc64Xp10Table.t[(c ^ data[i]) & 0xff] ^ (c >> 8);
+  return ~c;
+}
+
 uint16_t SigCrc16T10Dif(uint16_t seed, const uint8_t* data, size_t n) {
   uint16_t c = seed;
   for (size_t i = 0; i < n; ++i) c = static_cast<uint16_t>((c << 8) ^ kSigCrc16Table.t[((c >> 8) ^ data[i]) & 0xff]);
@@ -134,7 +154,8 @@ size_t SigFieldBytes(const SigDomain& d) {
   switch (d.kind) {
     case SigKind::kCrc32:
     case SigKind::kCrc32c: return 4;
-    case SigKind::kT10Dif: return 8;
+    case SigKind::kT10Dif:
+    case SigKind::kCrc64Xp10: return 8;
     case SigKind::kNone: break;
   }
   return 0;

@@ -6,11 +6,8 @@
 // the device will do the 'right thing' based on the signature configurations of the two
 // domains" -- memory to wire on a gather, wire to memory on a scatter. Each data block of
 // `block_size` bytes is followed, in a domain with a signature, by its field: 4 bytes of CRC32 /
-// CRC32C, 8 bytes of T10-DIF (guard, application tag, reference tag; T10 SBC-3), all big-endian.
-//
-// Not here: MLX5DV_SIG_CRC_TYPE_CRC64_XP10 -- its polynomial ("defined in Microsoft XP10
-// compression standard") is not published in any source at hand, so softverbs cannot promise
-// the bytes an mlx5 NIC writes and does not offer it.
+// CRC32C, 8 bytes of CRC64_XP10 or of T10-DIF (guard, application tag, reference tag; T10
+// SBC-3), all big-endian (the byte table of check_mask in mlx5dv_wr_set_mkey_sig_block(3)).
 #pragma once
 
 #include <cstddef>
@@ -26,6 +23,13 @@ uint32_t SigCrc32(uint32_t seed, const uint8_t* data, size_t n);
 // CRC-32C (Castagnoli, RFC 3720 B.4; reflected, polynomial 0x1EDC6F41), same conventions
 // (check 0xE3069283).
 uint32_t SigCrc32c(uint32_t seed, const uint8_t* data, size_t n);
+// CRC64_XP10, "a 64-bit CRC defined in Microsoft XP10 compression standard"
+// (mlx5dv_wr_set_mkey_sig_block(3)). Microsoft's XP10 reference design (Project Zipline,
+// rtl/common/include/cr_global_params.vh XP10CRC64_POLYNOMIAL / _INIT and the cr_crc module)
+// defines it: reflected polynomial 0x9A6C9329AC4BC9B5 (0xAD93D23594C93659 normal), initial
+// register all ones, final inversion -- the CRC-64/NVME (Rocksoft) parameters, check
+// "123456789" = 0xAE8B14860A799888. Same conventions as above: `seed` is the initial register.
+uint64_t SigCrc64Xp10(uint64_t seed, const uint8_t* data, size_t n);
 // The T10-DIF guard CRC (T10 SBC-3 4.22.4.2: polynomial 0x8BB7, not reflected, no final
 // inversion) from initial register `seed` (check with seed 0: 0xD0DB).
 uint16_t SigCrc16T10Dif(uint16_t seed, const uint8_t* data, size_t n);
@@ -33,7 +37,7 @@ uint16_t SigCrc16T10Dif(uint16_t seed, const uint8_t* data, size_t n);
 // big-endian 16-bit words; an odd last byte is padded with zero), the sum starting at `seed`.
 uint16_t SigIpChecksum(uint16_t seed, const uint8_t* data, size_t n);
 
-enum class SigKind : uint8_t { kNone, kCrc32, kCrc32c, kT10Dif };
+enum class SigKind : uint8_t { kNone, kCrc32, kCrc32c, kT10Dif, kCrc64Xp10 };
 enum class GuardKind : uint8_t { kCrc, kIpChecksum };
 
 // One domain of mlx5dv_sig_block_attr (mem or wire).

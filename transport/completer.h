@@ -28,6 +28,10 @@ class RequesterHost {
   // The requester moved to the alternate path (IBA 17.2.8): the QP is MIGRATED and raises
   // IBV_EVENT_PATH_MIG. Called from the requester (its lock held): it must not call back.
   virtual void PathMigrated() {}
+  // Signature pipelining (MLX5DV_QP_CREATE_SIG_PIPELINING): a signature check failed and the
+  // send queue stopped behind that work request, nothing of it in flight: the QP enters SQD and
+  // raises IBV_EVENT_SQ_DRAINED. Called under the requester's lock: it must not call back.
+  virtual void SendQueueDrained() {}
 };
 
 // The alternate path of a QP armed for automatic path migration (IBA 17.2.8,

@@ -60,7 +60,7 @@ uint64_t RequesterPayloadOf(const SendWr& wr) {
 }  // namespace
 
 Requester::Requester(fabric::LocalProcess& local, RequesterHost& host, Links links)
-    : local_(local), completer_(host), links_(links), pacing_clock_([] { return Clock::now(); }) {
+    : local_(local), host_(host), completer_(host), links_(links), pacing_clock_([] { return Clock::now(); }) {
   links_.host->Attach(this);
   links_.wire->Attach(this);
 }
@@ -170,11 +170,13 @@ Status Requester::Post(const SendWr& wr, uint32_t qp_state) {
   p.retry = completer_.Budget();
   // Nothing waits before it: executed here and now, without entering the queue (and without
   // copying the WR: it is copied only if it has to wait).
-  if (qp_state == kRts && queue_.empty() && Paced(wr)) {
+  if (qp_state == kRts && queue_.empty() && !sig_stopped_ && Paced(wr)) {
     const Verdict v = Execute(wr, p, kMaxInFlightPsns);  // (an empty queue: the whole window)
     if (v.kind == Verdict::kFailed) stopped_ = true;
-    if (v.kind == Verdict::kCompleted || v.kind == Verdict::kFailed || v.kind == Verdict::kStreamFailed)
+    if (v.kind == Verdict::kCompleted || v.kind == Verdict::kFailed || v.kind == Verdict::kStreamFailed) {
+      if (sig_stopped_) ReportSigStop();
       return Status::Ok();
+    }
     // In flight, or RNR / no answer: it waits in the queue like the rest.
     p.wr = wr;
     p.in_flight = v.kind == Verdict::kInFlight;
@@ -251,9 +253,11 @@ void Requester::RunQueue() {
     completer_.Flush(queue_.front().wr);
     queue_.pop_front();
   }
+  if (sig_stopped_) ReportSigStop();
   if (!queue_.empty() && !stopped_) ProgressThread::Get().Schedule(this, NextDue());
 }
 
+// (A canceled WR is a NOP: the callers let it go without the pacer.)
 bool Requester::Paced(const SendWr& wr) {
   if (!pacer_.limited() || IsLocalOp(wr.opcode)) return true;
   const Clock::time_point now = pacing_clock_();
@@ -269,6 +273,7 @@ bool Requester::Paced(const SendWr& wr) {
 Clock::time_point Requester::NextDue() const {
   if (queue_.empty() || stopped_) return Clock::time_point::max();
   const Pending& head = queue_.front();
+  if (sig_stopped_ && !head.in_flight) return Clock::time_point::max();  // until LeaveDrained
   // A head in flight waits for its reply or ACK timeout, and what follows it maybe for the
   // pacer; a head not carried yet waits for its RNR delay and then for the pacer.
   if (head.in_flight) return std::min(head.due, pace_until_);
@@ -288,6 +293,7 @@ void Requester::CarryQueued() {
   while (i < queue_.size() && !stopped_ && i < kMaxInFlight) {
     Pending& p = queue_[i];
     const bool sliced = Sliced(p), resume = p.in_flight;
+    if (!resume && sig_stopped_) return;  // signature pipelining: stopped until SQD -> RTS
     // A WR of a DCI stream that entered error while it waited: flushed, never carried
     // (mlx5dv_dci_stream_id_reset(3)); the other streams' WRs go on.
     if (!resume && completer_.StreamStopped(p.wr)) {
@@ -299,7 +305,7 @@ void Requester::CarryQueued() {
     if (sliced && psns >= kMaxInFlightPsns) return;  // the window is full until an ACK comes
     // Packet pacing, last (it takes the message's bytes from the bucket): a message leaves when
     // the bucket allows; a later part of one already carried was paid for with its first.
-    if (!resume && !Paced(p.wr)) return;
+    if (!resume && !p.canceled && !Paced(p.wr)) return;
     const uint32_t budget = sliced ? static_cast<uint32_t>(kMaxInFlightPsns - psns) : UINT32_MAX;
     // A head whose last attempt got no answer has waited its timeout: the completer decides
     // whether it is tried again.
@@ -333,7 +339,10 @@ bool Requester::MayStart(const Pending& p, size_t i, uint64_t psns, uint32_t rd_
   // pushed an older one's out, and once that older one's response was lost, its retries
   // were dropped as duplicates with no resource until IBV_WC_RETRY_EXC_ERR.
   if (WritesLocal(p.wr.opcode) && rd_atomic >= std::max<uint32_t>(config_.max_rd_atomic, 1)) return false;
-  const bool local_op = IsLocalOp(p.wr.opcode);
+  // mlx5dv_qp_cancel_posted_send_wrs(3): a pipelining QP stops "between the WQE that generated
+  // the signature error, and the next WQE that has IBV_SEND_FENCE": that one waits for the rest.
+  if (config_.sig_pipelining && (p.wr.flags & send_flag::kFence) && i > 0) return false;
+  const bool local_op = IsLocalOp(p.wr.opcode) || p.canceled;  // (a canceled WR: a NOP, local)
   // Completions come in order (IBA 10.8.x): an operation that completes at once -- a local
   // one, or one for this host's fabric -- waits until nothing before it is in flight.
   return i == 0 || !(local_op || OnHost(p.wr));
@@ -440,7 +449,7 @@ bool Requester::WriteLocal(const Pending& p, uint64_t offset, std::span<const ui
       // (signature_access.h).
       if (SigAccess(local_.registry(), s.lkey, s.addr + offset, n, rule,
                     [this](fabric::SharedRef ref) { return local_.At(ref); }, SigMoveLocal, /*scatter=*/true,
-                    const_cast<uint8_t*>(bytes.data() + done)) != SigAccessResult::kDone)
+                    const_cast<uint8_t*>(bytes.data() + done), SigStopFlag()) != SigAccessResult::kDone)
         return false;
       done += n;
       offset = 0;
@@ -468,6 +477,7 @@ void Requester::Reset() {
   std::lock_guard lock(mu_);
   queue_.clear();
   stopped_ = false;
+  sig_stopped_ = sig_reported_ = false;
   completer_.ClearStreams();
   next_psn_ = 0;
 }
@@ -544,7 +554,7 @@ bool Requester::GatherSignature(const Sge& s, const KeyRule& rule, PinnedPieces&
   }
   if (SigAccess(local_.registry(), s.lkey, s.addr, s.length, rule,
                 [this](fabric::SharedRef ref) { return local_.At(ref); }, SigMoveLocal, /*scatter=*/false,
-                wire) != SigAccessResult::kDone)
+                wire, SigStopFlag()) != SigAccessResult::kDone)
     return false;
   pieces.Add({wire, s.length});
   return true;
@@ -555,7 +565,7 @@ bool Requester::LandSignatures(const PinnedPieces& pieces) {
   for (const PinnedPieces::SigLanding& l : pieces.sig_landings())
     if (SigAccess(local_.registry(), l.lkey, l.addr, l.length, rule,
                   [this](fabric::SharedRef ref) { return local_.At(ref); }, SigMoveLocal, /*scatter=*/true,
-                  l.bytes) != SigAccessResult::kDone)
+                  l.bytes, SigStopFlag()) != SigAccessResult::kDone)
       return false;
   return true;
 }
@@ -653,6 +663,10 @@ bool Requester::OnHost(const SendWr& wr) const {
 }
 
 Verdict Requester::Execute(const SendWr& wr, Pending& p, uint32_t budget) {
+  if (p.canceled) {  // a NOP now: completes as the WR would have, nothing carried
+    completer_.Finish(wr, wc_status::kSuccess, 0);
+    return {};
+  }
   if (wr.opcode == WrOpcode::kDriver1) return ExecuteUmr(wr);
   if (wr.opcode == WrOpcode::kBindMw || wr.opcode == WrOpcode::kLocalInv) return ExecuteLocalOp(wr);
   PinnedPieces pieces;

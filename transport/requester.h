@@ -53,6 +53,9 @@ struct RequesterConfig {
   // burst in bytes, 0 the device's default (one path MTU).
   uint32_t rate_limit_kbps = 0;
   uint32_t max_burst_sz = 0;
+  // MLX5DV_QP_CREATE_SIG_PIPELINING: a failed signature check stops the send queue (SQD) after
+  // its work request (transport/sig_pipelining.cc).
+  bool sig_pipelining = false;
 };
 
 class Requester final : private ReplySink {
@@ -79,6 +82,11 @@ class Requester final : private ReplySink {
   void Resume();
   // mlx5dv_dci_stream_id_reset(3): a DCI stream in error executes the WRs posted from now on.
   Status ResetStream(uint16_t stream);
+  // mlx5dv_qp_cancel_posted_send_wrs(3): the WRs of `wr_id` not started yet become NOPs (good
+  // completions as signaled); how many (sig_pipelining.cc). The caller checked the QP is in SQD.
+  Result<uint32_t> CancelPosted(uint64_t wr_id);
+  // The QP left SQD for RTS: a send queue stopped by a signature error goes on.
+  void LeaveDrained();
   // Retries what is due; returns when it wants to run again (time_point::max(): never).
   std::chrono::steady_clock::time_point Progress();
   // The clock the pacer is consulted with (steady_clock by default): tests pass a fake one.
@@ -99,6 +107,7 @@ class Requester final : private ReplySink {
     // packets carried so far, and those the responder acknowledged. A retry resumes at `acked`.
     uint32_t sent = 0;
     uint32_t acked = 0;
+    bool canceled = false;  // mlx5dv_qp_cancel_posted_send_wrs: completes as a NOP
     std::vector<uint8_t> inline_copy;  // IBV_SEND_INLINE bytes, copied at post time
     RetryState retry;
     std::chrono::steady_clock::time_point due{};
@@ -171,14 +180,21 @@ class Requester final : private ReplySink {
   // ReplySink (the link's receive thread).
   void OnReply(uint64_t ticket, const Reply& reply) override;
   void OnResponseData(uint64_t ticket, uint64_t offset, std::span<const uint8_t> bytes) override;
+  // Signature pipelining (sig_pipelining.cc): where a failed check is noted (null: not
+  // pipelining), and the report of the stop once nothing before it is in flight.
+  bool* SigStopFlag() { return config_.sig_pipelining ? &sig_stopped_ : nullptr; }
+  void ReportSigStop();
 
   fabric::LocalProcess& local_;
+  RequesterHost& host_;
   Completer completer_;
   Links links_;
   std::mutex mu_;
   RequesterConfig config_;
   std::deque<Pending> queue_;
   bool stopped_ = false;  // a completion error stopped the queue (ERR, or SQE for UC/UD)
+  bool sig_stopped_ = false;   // signature pipelining: a check failed, nothing new starts
+  bool sig_reported_ = false;  // ... and the host was told (SendQueueDrained)
   uint32_t next_psn_ = 0;  // RC/UC: the PSN of the next new message's first packet
   uint64_t next_ticket_ = 1;
   Pacer pacer_;

@@ -44,10 +44,12 @@ struct SigAccessContext {
 };
 
 // Gathers (`scatter` false: wire bytes [addr, +n) of the key into `buffer`) or scatters (`buffer`
-// lands at wire offset addr) through `key` under `rule`.
+// lands at wire offset addr) through `key` under `rule`. `check_failed`, when given, is set if a
+// block's check failed in this access (signature pipelining stops the send queue there).
 template <typename LayoutAt, typename Move>
 SigAccessResult SigAccess(fabric::HostRegistry& registry, uint32_t key, uint64_t addr, uint64_t n, const KeyRule& rule,
-                          LayoutAt&& layout_at, Move&& move, bool scatter, uint8_t* buffer) {
+                          LayoutAt&& layout_at, Move&& move, bool scatter, uint8_t* buffer,
+                          bool* check_failed = nullptr) {
   KeyView peek;
   if (!KeyPin::Peek(registry, key, &peek) || !peek.indirect()) return SigAccessResult::kNotSignature;
   KeyPin pin = KeyPin::Acquire(registry, key);  // the layout and signature stay while pinned
@@ -69,6 +71,7 @@ SigAccessResult SigAccess(fabric::HostRegistry& registry, uint32_t key, uint64_t
       scatter ? SigScatter(state->config, h.total_length, addr, buffer, n, decltype(ctx)::Write, &ctx, &error)
               : SigGather(state->config, h.total_length, addr, n, decltype(ctx)::Read, &ctx, buffer, &error);
   if (!ok) return SigAccessResult::kRefused;
+  if (check_failed != nullptr && error.kind != SigErrorKind::kNone) *check_failed = true;
   SigRecordError(state->error, error);
   return SigAccessResult::kDone;
 }

@@ -46,7 +46,7 @@ int QueryDevice(ibv_context*, mlx5dv_context* out) {
     out->dc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ |
                        IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
   // Block signatures computed in software (core/mkey_signature.h): every block size, T10-DIF
-  // with CRC or checksum guards, CRC32 and CRC32C; not CRC64_XP10.
+  // with CRC or checksum guards, CRC32, CRC32C and CRC64_XP10.
   if (asked & MLX5DV_CONTEXT_MASK_SIGNATURE_OFFLOAD) {
     const core::SigCaps caps = core::SignatureCaps();
     out->sig_caps = {caps.block_size, caps.block_prot, caps.t10dif_bg, caps.crc_type};
@@ -166,9 +166,19 @@ int MapAhToQp(ibv_ah* ah, uint32_t qp_num) {
   return 0;
 }
 
+// mlx5dv_qp_cancel_posted_send_wrs(3): "Number of work requests that were canceled, or -errno".
+int CancelPostedSendWrs(mlx5dv_qp_ex* mqp, uint64_t wr_id) {
+  constexpr const char* kVerb = "mlx5dv_qp_cancel_posted_send_wrs";
+  if (mqp == nullptr) return ReturnNegErrno(kVerb, "qp NULL", Invalid("mqp is NULL"));
+  SvQp* sv = ToSv(mqp);
+  Result<uint32_t> canceled = sv->core->CancelPostedSends(wr_id);
+  if (!canceled.ok()) return ReturnNegErrno(kVerb, Name(&sv->qpx.qp_base), canceled.status());
+  return static_cast<int>(canceled.value());
+}
+
 constexpr SvMlx5Provider kProvider = {sizeof(SvMlx5Provider), IsSupported, QueryDevice,      CreateQp,
                                       QpExFromIbvQpEx,        CreateMkey,  DestroyMkey,      MkeyCheck,
-                                      DciStreamIdReset,       MapAhToQp};
+                                      DciStreamIdReset,       MapAhToQp,   CancelPostedSendWrs};
 
 }  // namespace
 }  // namespace softverbs::abi

@@ -24,6 +24,7 @@ struct SvMlx5Provider {
   int (*mkey_check)(struct mlx5dv_mkey* mkey, struct mlx5dv_mkey_err* err_info, size_t err_info_size);
   int (*dci_stream_id_reset)(struct ibv_qp* qp, uint16_t stream_id);
   int (*map_ah_to_qp)(struct ibv_ah* ah, uint32_t qp_num);
+  int (*cancel_posted_send_wrs)(struct mlx5dv_qp_ex* mqp, uint64_t wr_id);
 };
 
 extern "C" const SvMlx5Provider* sv_private_mlx5_provider(void);

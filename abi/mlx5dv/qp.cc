@@ -8,7 +8,7 @@
 // --- constructors: "on error NULL will be returned and errno will be set" ----------------------
 
 // mlx5dv_create_qp(3): RC/UC/UD and DC (DCI, DCT); core/dc.h has the rules.
-// support: mlx5dv_create_qp | implemented | RC/UC/UD/DCI/DCT/RAW_PACKET; DCI streams within dci_streams_caps (EINVAL beyond); create_flags per man page (TUNNEL_OFFLOADS, TIR_ALLOW_SELF_LOOPBACK_UC/MC on raw packet QPs); send_ops_flags MR_LIST/MR_INTERLEAVED/MKEY_CONFIGURE (RC); no RAW_WQE/MEMCPY
+// support: mlx5dv_create_qp | implemented | RC/UC/UD/DCI/DCT/RAW_PACKET; DCI streams within dci_streams_caps (EINVAL beyond); create_flags per man page (TUNNEL_OFFLOADS, TIR_ALLOW_SELF_LOOPBACK_UC/MC on raw packet QPs; SIG_PIPELINING: a failed signature check stops the SQ in SQD + IBV_EVENT_SQ_DRAINED); send_ops_flags MR_LIST/MR_INTERLEAVED/MKEY_CONFIGURE (RC); no RAW_WQE/MEMCPY
 SV_EXPORT struct ibv_qp* mlx5dv_create_qp(struct ibv_context* context, struct ibv_qp_init_attr_ex* qp_attr,
                                           struct mlx5dv_qp_init_attr* mlx5_qp_attr) {
   return sv_private_mlx5_provider()->create_qp(context, qp_attr, mlx5_qp_attr);
@@ -24,7 +24,7 @@ SV_MLX5_NULL(mlx5dv_create_wq, struct ibv_wq, struct ibv_context*, struct ibv_wq
 
 // mlx5dv_wr_post(3) documents no failure: rdma-core only casts. A QP without ibv_qp_ex ops gets
 // NULL + EINVAL rather than a table the caller would jump through.
-// support: mlx5dv_qp_ex_from_ibv_qp_ex | implemented | wr_set_dc_addr(_stream: per-stream error isolation), wr_mr_list, wr_mr_interleaved, wr_mkey_configure + set_mkey_access_flags/_layout_list/_layout_interleaved (UMR: IBV_SEND_INLINE, completes MLX5DV_WC_UMR); set_mkey_sig_block (BLOCK_SIGNATURE mkeys: CRC32/CRC32C/T10-DIF; CRC64_XP10 EOPNOTSUPP), crypto/raw/memcpy builders refuse the batch
+// support: mlx5dv_qp_ex_from_ibv_qp_ex | implemented | wr_set_dc_addr(_stream: per-stream error isolation), wr_mr_list, wr_mr_interleaved, wr_mkey_configure + set_mkey_access_flags/_layout_list/_layout_interleaved (UMR: IBV_SEND_INLINE, completes MLX5DV_WC_UMR); set_mkey_sig_block (BLOCK_SIGNATURE mkeys: CRC32/CRC32C/CRC64_XP10/T10-DIF), crypto/raw/memcpy builders refuse the batch
 SV_EXPORT struct mlx5dv_qp_ex* mlx5dv_qp_ex_from_ibv_qp_ex(struct ibv_qp_ex* qp) {
   return sv_private_mlx5_provider()->qp_ex_from_ibv_qp_ex(qp);
 }
@@ -59,4 +59,7 @@ SV_MLX5_ERRNO(mlx5dv_reserved_qpn_alloc, struct ibv_context*, uint32_t*)
 SV_MLX5_ERRNO(mlx5dv_reserved_qpn_dealloc, struct ibv_context*, uint32_t)
 
 // mlx5dv_qp_cancel_posted_send_wrs(3): "Number of work requests that were canceled, or -errno".
-SV_MLX5_NEG_ERRNO(mlx5dv_qp_cancel_posted_send_wrs, struct mlx5dv_qp_ex*, uint64_t)
+// support: mlx5dv_qp_cancel_posted_send_wrs | implemented | QP in SQD (signature pipelining stop or ibv_modify_qp): WRs of the wr_id not started become NOPs, completing as signaled (flushed in ERR); -EINVAL outside SQD or for a WR canceled already (as mlx5); -EOPNOTSUPP on raw packet QPs
+SV_EXPORT int mlx5dv_qp_cancel_posted_send_wrs(struct mlx5dv_qp_ex* mqp, uint64_t wr_id) {
+  return sv_private_mlx5_provider()->cancel_posted_send_wrs(mqp, wr_id);
+}

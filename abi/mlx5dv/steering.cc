@@ -1,6 +1,10 @@
 // mlx5dv packet steering: flow matchers/actions, steering anchors, and direct rule (mlx5dv_dr_*).
-// These program an mlx5 NIC's flow tables; softverbs0 steers no Ethernet packets, so every one
-// refuses with EOPNOTSUPP.
+// These program an mlx5 NIC's flow tables, which softverbs0 does not have: they refuse with
+// EOPNOTSUPP -- except mlx5dv_create_flow_action_esp, ibv_create_flow_action_esp(3) with mlx5
+// flags, which ends in the ESP flow actions of raw packet QPs (docs/raw-packet.md).
+#include <string>
+
+#include "abi/common/errno_convention.h"
 #include "abi/mlx5dv/refuse.h"
 
 // --- flow API ------------------------------------------------------------------------------------
@@ -15,9 +19,39 @@ SV_MLX5_ERRNO(mlx5dv_destroy_flow_matcher, struct mlx5dv_flow_matcher*)
 SV_MLX5_NULL(mlx5dv_create_flow, struct ibv_flow, struct mlx5dv_flow_matcher*,
              struct mlx5dv_flow_match_parameters*, size_t, struct mlx5dv_flow_action_attr[])
 
-// No man page; a constructor, so NULL + errno like ibv_create_flow_action_esp(3).
-SV_MLX5_NULL(mlx5dv_create_flow_action_esp, struct ibv_flow_action, struct ibv_context*,
-             struct ibv_flow_action_esp_attr*, struct mlx5dv_flow_action_esp*)
+// mlx5dv_flow_action_esp(3): "identical to ibv_create_flow_action_esp verb, but allows mlx5
+// specific flags"; NULL + errno. providers/mlx5/verbs.c _mlx5dv_create_flow_action_esp refuses
+// comp_mask bits beyond MLX5DV_FLOW_ACTION_ESP_MASK_FLAGS and action_flags beyond
+// REQUIRE_METADATA with EOPNOTSUPP. REQUIRE_METADATA asks that every packet of the offload carry
+// mlx5's FPGA IPsec metadata (an L2 header of ethertype 0x8CE4, 6 bytes, the original
+// ethertype): softverbs does not insert or strip it, so it is refused (EOPNOTSUPP).
+// support: mlx5dv_create_flow_action_esp | implemented | as ibv_create_flow_action_esp (inline AES-GCM on raw packet QP rules); comp_mask beyond MASK_FLAGS, unknown action_flags and REQUIRE_METADATA (its 0x8CE4 metadata header is not modelled) EOPNOTSUPP
+SV_EXPORT struct ibv_flow_action* mlx5dv_create_flow_action_esp(struct ibv_context* ctx,
+                                                                struct ibv_flow_action_esp_attr* esp,
+                                                                struct mlx5dv_flow_action_esp* mlx5_attr) {
+  using softverbs::Invalid;
+  using softverbs::NotSupported;
+  using softverbs::abi::ReturnNull;
+  constexpr const char* kVerb = "mlx5dv_create_flow_action_esp";
+  if (ctx == nullptr) return ReturnNull<ibv_flow_action>(kVerb, "context NULL", Invalid("ctx is NULL"));
+  const std::string object = ibv_get_device_name(ctx->device);
+  // rdma-core dereferences mlx5_attr unchecked; NULL is refused here rather than crashing.
+  if (mlx5_attr == nullptr) return ReturnNull<ibv_flow_action>(kVerb, object, Invalid("mlx5_attr is NULL"));
+  if (mlx5_attr->comp_mask & ~uint64_t{MLX5DV_FLOW_ACTION_ESP_MASK_FLAGS})
+    return ReturnNull<ibv_flow_action>(kVerb, object,
+                                       NotSupported("comp_mask bits beyond MLX5DV_FLOW_ACTION_ESP_MASK_FLAGS"));
+  if (mlx5_attr->comp_mask & MLX5DV_FLOW_ACTION_ESP_MASK_FLAGS) {
+    if (mlx5_attr->action_flags & ~uint32_t{MLX5DV_FLOW_ACTION_FLAGS_REQUIRE_METADATA})
+      return ReturnNull<ibv_flow_action>(kVerb, object,
+                                         NotSupported("action_flags beyond MLX5DV_FLOW_ACTION_FLAGS_REQUIRE_METADATA"));
+    if (mlx5_attr->action_flags & MLX5DV_FLOW_ACTION_FLAGS_REQUIRE_METADATA)
+      return ReturnNull<ibv_flow_action>(
+          kVerb, object,
+          NotSupported("MLX5DV_FLOW_ACTION_FLAGS_REQUIRE_METADATA: the metadata header (ethertype 0x8CE4) of mlx5's "
+                       "FPGA IPsec is not inserted or stripped by softverbs0"));
+  }
+  return ibv_create_flow_action_esp(ctx, esp);
+}
 
 // mlx5dv_create_flow_action_modify_header(3) / _packet_reformat(3): "on error NULL will be
 // returned and errno will be set".

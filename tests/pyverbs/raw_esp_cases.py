@@ -55,6 +55,13 @@ class EspActionAttrC(ctypes.Structure):  # struct ibv_flow_action_esp_attr
                 ('replay_ptr', vp), ('esp_encap', vp), ('comp_mask', ctypes.c_uint32), ('esn', ctypes.c_uint32)]
 
 
+class Mlx5EspC(ctypes.Structure):  # struct mlx5dv_flow_action_esp
+    _fields_ = [('comp_mask', ctypes.c_uint64), ('action_flags', ctypes.c_uint32)]
+
+
+MLX5_ESP_MASK_FLAGS, MLX5_REQUIRE_METADATA = 1 << 0, 1 << 0
+
+
 def esp_packet(dst_mac, src_mac, payload, spi=SPI, seq=SEQ):
     """Ethernet / IPv4 (protocol 50) / ESP header / 8 zero bytes for the IV / payload and trailer
     (padding 1, 2, ...; pad length; next header 17) / 16 zero bytes for the ICV."""
@@ -89,8 +96,14 @@ class EspBase(CFlowBase):
         return (_vctx_op(ctx, 224, vp, [vp, vp]), _vctx_op(ctx, 240, ctypes.c_int, [vp, vp]),
                 _vctx_op(ctx, 232, ctypes.c_int, [vp]), _vctx_op(ctx, 80, vp, [vp, vp]))
 
-    def action(self, ctx, flags, expect=0, key=KEY, keymat_proto=0, **keymat):
+    def action(self, ctx, flags, expect=0, key=KEY, keymat_proto=0, mlx5=None, **keymat):
+        """An ESP action; mlx5=(comp_mask, action_flags) makes it with mlx5dv_create_flow_action_esp."""
         create, _, destroy, _ = self.ops(ctx)
+        if mlx5 is not None:
+            dv = ctypes.CDLL('libmlx5.so.1', use_errno=True).mlx5dv_create_flow_action_esp
+            dv.restype, dv.argtypes = vp, [vp, vp, vp]
+            self._mlx5 = Mlx5EspC(*mlx5)
+            create = lambda c, a: dv(c, a, ctypes.byref(self._mlx5))  # noqa: E731
         self._esp = EspAttrsC(flags=flags)
         k = KeymatC(iv=int.from_bytes(IV, 'little'), salt=int.from_bytes(SALT, 'little'), icv_len=16,
                     key_len=len(key), **keymat)
@@ -139,7 +152,8 @@ def socket_u32(v):
 
 class EspTest(EspBase):
     def test_encrypted_on_the_wire_and_decrypted_byte_exact(self):
-        enc = self.action(self.tx_ctx, ESP_FLAGS_ENCRYPT)
+        # The sender's action through mlx5dv_create_flow_action_esp (action_flags 0): the same action.
+        enc = self.action(self.tx_ctx, ESP_FLAGS_ENCRYPT, mlx5=(MLX5_ESP_MASK_FLAGS, 0))
         dec = self.action(self.c.ctx, 0)
         self.cflow(self.tx_ctx, self.tx_qp, [self.esp_spec(), self.handle(enc)], flags=IBV_FLOW_ATTR_FLAGS_EGRESS)
         self.cflow(self.c.ctx, self.qp, [self.eth(), self.esp_spec(), self.handle(dec)])
@@ -195,13 +209,20 @@ class EspTest(EspBase):
         self.action(self.c.ctx, 0, key=KEY[:24], expect=EOPNOTSUPP)
         dec = self.action(self.c.ctx, 0)
         enc = self.action(self.c.ctx, ESP_FLAGS_ENCRYPT)
-        # An action on a QP that is not RAW_PACKET; of another context; the wrong direction; an
-        # egress ESP rule without an SPI; a sequence number mask.
+        # mlx5dv_create_flow_action_esp: mlx5's EOPNOTSUPP for unknown comp_mask / action_flags;
+        # REQUIRE_METADATA (the 0x8CE4 metadata header) is not offered.
+        self.action(self.c.ctx, 0, mlx5=(1 << 1, 0), expect=EOPNOTSUPP)
+        self.action(self.c.ctx, 0, mlx5=(MLX5_ESP_MASK_FLAGS, 1 << 1), expect=EOPNOTSUPP)
+        self.action(self.c.ctx, 0, mlx5=(MLX5_ESP_MASK_FLAGS, MLX5_REQUIRE_METADATA), expect=EOPNOTSUPP)
+        # An action on a QP that is not RAW_PACKET; of another context; an egress ESP rule without
+        # an SPI; a sequence number mask.
         rc_qp = self.c.create_qp(self.cpd, self.cqx, e.IBV_QPT_RC)
         self.cflow(self.c.ctx, rc_qp, [self.esp_spec(), self.handle(dec)], expect=EINVAL)
         self.cflow(self.tx_ctx, self.tx_qp, [self.esp_spec(), self.handle(enc)], flags=IBV_FLOW_ATTR_FLAGS_EGRESS,
                    expect=EINVAL)
-        self.cflow(self.c.ctx, self.qp, [self.esp_spec(), self.handle(enc)], expect=EINVAL)
+        # The rule's direction decides, not the action's ENCRYPT flag (mlx5_ib parse_flow_flow_action):
+        # an ENCRYPT action on an ingress rule is accepted (it decrypts).
+        self.assertEqual(self.destroy_flow(self.cflow(self.c.ctx, self.qp, [self.esp_spec(), self.handle(enc)])), 0)
         self.cflow(self.c.ctx, self.qp, [self.eth(), self.handle(enc)], flags=IBV_FLOW_ATTR_FLAGS_EGRESS, expect=EINVAL)
         self.cflow(self.c.ctx, self.qp, [self.esp_spec(seq_mask=1)], expect=EOPNOTSUPP)
         # Destroy while a flow uses it: EBUSY; modify of what mlx5 cannot change: EOPNOTSUPP.
@@ -217,8 +238,8 @@ class EspTest(EspBase):
         log = log_lines()
         self.assertRegex(log, r'ibv_create_flow_action_esp\(softverbs0\): keymat_proto 1 is not')
         self.assertRegex(log, r'ibv_create_flow_action_esp\(softverbs0\): key_len 20 is not an AES key length')
+        self.assertRegex(log, r'mlx5dv_create_flow_action_esp\(softverbs0\): MLX5DV_FLOW_ACTION_FLAGS_REQUIRE_METADATA')
         self.assertRegex(log, r'ibv_create_flow\(qp 0x[0-9a-f]+\): flow rules attach to RAW_PACKET')
         self.assertRegex(log, r'ibv_create_flow\(qp 0x[0-9a-f]+\): the flow action belongs to another context')
-        self.assertRegex(log, r'ibv_create_flow\(qp 0x[0-9a-f]+\): an ingress rule decrypts')
         self.assertRegex(log, r'ibv_destroy_flow_action\(flow_action 0x[0-9a-f]+\): a flow uses the action')
         self.assertRegex(log, r'ibv_modify_flow_action_esp\(flow_action 0x[0-9a-f]+\): the keymat cannot change')

@@ -4,23 +4,27 @@ own cases of tests/test_mlx5_mkey.py (T10-DIF and CRC32 on the wire domain, a ba
 memory domain) and the bytes behind them -- each wire field compared with a model (zlib's CRC32,
 the T10-DIF CRC16 written out below), the memory fields a scatter generates, the first error
 kept with its expected and actual values until checked -- then the refusals with mlx5's errno
-and a log line, and sig_caps.
+and a log line, sig_caps, and signature pipelining (the send queue stops at a failed check).
 """
 import ctypes
 import errno
+import faulthandler
 import struct
 import unittest
 import zlib
 
 import base
+import dc
 import pyverbs.enums as e
 import pyverbs.providers.mlx5.mlx5_enums as dve
 import test_mlx5_mkey as mk
 import test_mlx5_mkey_configure as cfg
 from agent import Agent
+from pyverbs.providers.mlx5.mlx5dv import Mlx5QP
 from pyverbs.providers.mlx5.mlx5dv_mkey import (Mlx5Mkey, Mlx5MkeyConfAttr, Mlx5SigBlockAttr, Mlx5SigBlockDomain,
                                                 Mlx5SigCrc, Mlx5SigT10Dif)
 from pyverbs.pyverbs_error import PyverbsRDMAError
+from pyverbs.qp import QPAttr, QPCap
 from pyverbs.wr import SGE
 
 tearDownModule = base.tear_down_module
@@ -51,6 +55,17 @@ def crc32c(data):
         for _ in range(8):
             c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
     return c ^ 0xFFFFFFFF
+
+
+def crc64_xp10(data, seed=2**64 - 1):
+    """XP10's CRC64 (Project Zipline XP10CRC64: reflected 0x9A6C9329AC4BC9B5, final inversion),
+    the register starting at `seed`; check('123456789') with seed ~0 is 0xAE8B14860A799888."""
+    c = seed
+    for byte in data:
+        c ^= byte
+        for _ in range(8):
+            c = (c >> 1) ^ 0x9A6C9329AC4BC9B5 if c & 1 else c >> 1
+    return c ^ (2**64 - 1)
 
 
 def dif(data, bg, app, ref):
@@ -174,6 +189,26 @@ class WireBytesTest(SigTestCase):
                 self.assertEqual(wire, data[:512] + struct.pack('>I', fn(data[:512])) +
                                  data[512:] + struct.pack('>I', fn(data[512:])))
                 self.check(mkey)
+
+    def test_send_inserts_crc64_xp10(self):
+        self.assertEqual(crc64_xp10(b'123456789'), 0xAE8B14860A799888)  # the model: CRC-64/NVME's check
+        data = cfg.mk.payload(1024, 9)
+        self.mem.write(data)
+        for seed in (2**64 - 1, 0):
+            with self.subTest(seed=seed):
+                mkey = self.sig_mkey(1024, wire=crc_domain(dve.MLX5DV_SIG_CRC_TYPE_CRC64_XP10, seed=seed))
+                wire = self.send_from(mkey, 1040)
+                self.assertEqual(wire, data[:512] + struct.pack('>Q', crc64_xp10(data[:512], seed)) +
+                                 data[512:] + struct.pack('>Q', crc64_xp10(data[512:], seed)))
+        # A receive checks all 8 bytes (MLX5DV_SIG_MASK_CRC64_XP10) and reports the block's guard.
+        mkey = self.sig_mkey(1024, wire=crc_domain(dve.MLX5DV_SIG_CRC_TYPE_CRC64_XP10, seed=2**64 - 1),
+                             check_mask=dve.MLX5DV_SIG_MASK_CRC64_XP10)
+        good = crc64_xp10(data[512:])
+        self.send_to(mkey, data[:512] + struct.pack('>Q', crc64_xp10(data[:512])) +
+                     data[512:] + struct.pack('>Q', good ^ 1))
+        err = self.check(mkey, dve.MLX5DV_MKEY_SIG_BLOCK_BAD_GUARD)
+        self.assertEqual((err.sig_err.actual_value, err.sig_err.expected_value, err.sig_err.offset),
+                         (good, good ^ 1, 520))
 
     def test_rdma_read_inserts_t10dif_with_ref_remap(self):
         data = cfg.mk.payload(1024, 8)
@@ -305,7 +340,8 @@ class SigRefusalTest(SigTestCase):
             ('a CRC32 seed other than 0 / ~0', errno.EINVAL, crc_domain(seed=5)),
             ('a T10-DIF bg other than 0 / 0xffff', errno.EINVAL, t10_domain(bg=0x1234)),
             ('unknown T10-DIF flags', errno.EINVAL, t10_domain(flags=0x80)),
-            ('CRC64_XP10 is not computed', errno.EOPNOTSUPP, crc_domain(crc_type=dve.MLX5DV_SIG_CRC_TYPE_CRC64_XP10, seed=0)),
+            ('a CRC64_XP10 seed other than 0 / ~0 (a CRC32 ~0 is not one)', errno.EINVAL,
+             crc_domain(crc_type=dve.MLX5DV_SIG_CRC_TYPE_CRC64_XP10, seed=0xFFFFFFFF)),
         ]
         for name, code, domain in cases:
             with self.subTest(name):
@@ -335,6 +371,145 @@ class SigRefusalTest(SigTestCase):
         ''', mkey_flags='MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT | MLX5DV_MKEY_INIT_ATTR_FLAGS_BLOCK_SIGNATURE')
         line = base.refused_once(self, code, 'mlx5dv_wr_set_mkey_sig_block')
         self.assertIn('CRC seed 0x5', line)
+
+
+PIPELINING = dve.MLX5DV_QP_CREATE_SIG_PIPELINING
+FENCED = e.IBV_SEND_SIGNALED | e.IBV_SEND_FENCE
+
+
+class PipeliningTest(SigTestCase):
+    """MLX5DV_QP_CREATE_SIG_PIPELINING and mlx5dv_qp_cancel_posted_send_wrs: rdma-core's
+    test_mkey_sig_pipelining_good / _bad (tests/test_mlx5_mkey.py) -- an RDMA WRITE of data
+    through a CRC32 memory-domain mkey, then the response SEND with IBV_SEND_FENCE -- and what
+    mlx5dv_qp_cancel_posted_send_wrs(3) says of cancels, SQD and ERR."""
+
+    def mlx5_qp(self, mr_ops=cfg.CONFIGURE):
+        cap = QPCap(max_send_wr=64, max_recv_wr=64, max_send_sge=4, max_recv_sge=4)
+        return Mlx5QP(self.ctx, dc.qp_attr(e.IBV_QPT_RC, self.pd, self.cq, send_ops=mk.QP_OPS, cap=cap),
+                      dc.dv_attr(send_ops_flags=mr_ops, create_flags=PIPELINING))
+
+    def setUp(self):
+        super().setUp()
+        self.resp = base.Buffer(self.pd, 16)
+        self.resp.write(b'response-16bytes')
+
+    def state(self):
+        return self.qp.query(e.IBV_QP_STATE)[0].qp_state
+
+    def move(self, state, cur=None):
+        attr = QPAttr(qp_state=state)
+        mask = e.IBV_QP_STATE
+        if cur is not None:
+            attr.cur_qp_state = cur
+            mask |= e.IBV_QP_CUR_STATE
+        self.qp.modify(attr, mask)
+
+    def transaction(self, check_mask):
+        """Data (512 bytes of memory 'c' * 516, whose CRC32 field is wrong) by an unsignaled
+        RDMA WRITE, then the 16-byte response, both wr_id 1; the peer posts one receive."""
+        self.mem.write(b'c' * 516)
+        self.pbuf.write(b'\0' * 1040)
+        mkey = self.sig_mkey(516, mem=crc_domain(), check_mask=check_mask)
+        self.peer.post_recv(self.pbuf.sge(1024, 16), wr_id=7)
+        self.qp.post_send(base.send_wr(e.IBV_WR_RDMA_WRITE, [SGE(0, 512, mkey.lkey)], wr_id=1, flags=0,
+                                       rdma=(self.pbuf.rkey, self.pbuf.addr)))
+        self.qp.post_send(base.send_wr(e.IBV_WR_SEND, [self.resp.sge()], wr_id=1, flags=FENCED))
+        return mkey
+
+    def sq_drained_event(self):
+        # The stop is reported before ibv_post_send returns (same host); a regression must not
+        # hang the suite: the watchdog ends the process after 10 s.
+        faulthandler.dump_traceback_later(10, exit=True)
+        try:
+            ev = self.ctx.get_async_event()
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+        ev.ack()
+        return ev.event_type
+
+    def test_good_transaction_goes_through(self):
+        mkey = self.transaction(check_mask=0)
+        self.assertWC(base.poll(self.cq)[0], status=OK, wr_id=1, opcode=e.IBV_WC_SEND)
+        self.assertWC(self.peer.poll()[0], status=OK, wr_id=7, byte_len=16)
+        self.assertEqual(self.pbuf.read(0, 512), b'c' * 512)
+        self.assertEqual(self.pbuf.read(1024, 16), b'response-16bytes')
+        self.assertEqual(self.state(), e.IBV_QPS_RTS)
+        self.check(mkey)
+
+    def test_bad_signature_stops_until_canceled_and_rts(self):
+        mkey = self.transaction(check_mask=dve.MLX5DV_SIG_MASK_CRC32)
+        self.assertEqual(self.sq_drained_event(), e.IBV_EVENT_SQ_DRAINED)
+        self.assertEqual(self.state(), e.IBV_QPS_SQD)
+        # The WRITE moved its data (it was unsignaled); the fenced response waits.
+        self.assertEqual(self.pbuf.read(0, 512), b'c' * 512)
+        self.assertNoCompletion(self.cq)
+        self.assertNoCompletion(self.peer)
+        self.check(mkey, dve.MLX5DV_MKEY_SIG_BLOCK_BAD_GUARD)
+        self.check(mkey)
+        self.assertEqual(self.qp.cancel_posted_send_wrs(1), 1)
+        self.assertEqual(self.qp.cancel_posted_send_wrs(3), 0)  # no WR of that id waits
+        # A second cancel finds a NOP, which mlx5 refuses (providers/mlx5/qp.c: -EINVAL).
+        self.assertRDMAError(errno.EINVAL, self.qp.cancel_posted_send_wrs, 1)
+        # The corrected response, posted in SQD, waits too.
+        self.resp.write(b'bad-signature!!!')
+        self.qp.post_send(base.send_wr(e.IBV_WR_SEND, [self.resp.sge()], wr_id=2, flags=FENCED))
+        self.assertNoCompletion(self.cq)
+        self.move(e.IBV_QPS_RTS, cur=e.IBV_QPS_SQD)
+        # The canceled SEND completes as a good SEND (it was signaled) and sends nothing.
+        wcs = base.poll(self.cq, 2)
+        self.assertWC(wcs[0], status=OK, wr_id=1, opcode=e.IBV_WC_SEND)
+        self.assertWC(wcs[1], status=OK, wr_id=2, opcode=e.IBV_WC_SEND)
+        self.assertWC(self.peer.poll()[0], status=OK, wr_id=7, byte_len=16)
+        self.assertEqual(self.pbuf.read(1024, 16), b'bad-signature!!!')
+        self.assertNoCompletion(self.peer)
+        self.assertEqual(self.state(), e.IBV_QPS_RTS)
+
+    def test_canceled_wr_is_flushed_in_err(self):
+        self.transaction(check_mask=dve.MLX5DV_SIG_MASK_CRC32)
+        self.assertEqual(self.sq_drained_event(), e.IBV_EVENT_SQ_DRAINED)
+        self.assertEqual(self.qp.cancel_posted_send_wrs(1), 1)
+        self.move(e.IBV_QPS_ERR)
+        self.assertWC(base.poll(self.cq)[0], status=e.IBV_WC_WR_FLUSH_ERR, wr_id=1)
+        self.assertNoCompletion(self.cq)
+
+    def test_cancel_in_sqd_entered_by_modify(self):
+        # Not only a signature stop: any QP in SQD (providers/mlx5/qp.c checks the state only).
+        self.peer.post_recv(self.pbuf.sge(0, 16), wr_id=7)
+        self.move(e.IBV_QPS_SQD)
+        for wr_id, flags in ((5, e.IBV_SEND_SIGNALED), (6, e.IBV_SEND_SIGNALED), (5, 0)):
+            self.qp.post_send(base.send_wr(e.IBV_WR_SEND, [self.resp.sge()], wr_id=wr_id, flags=flags))
+        self.assertEqual(self.qp.cancel_posted_send_wrs(5), 2)
+        self.move(e.IBV_QPS_RTS)
+        wcs = base.poll(self.cq, 2)
+        self.assertEqual([(w.wr_id, w.status) for w in wcs], [(5, OK), (6, OK)])  # the unsignaled 5: none
+        self.assertWC(self.peer.poll()[0], status=OK, wr_id=7, byte_len=16)
+        self.assertNoCompletion(self.cq)
+
+    def test_cancel_outside_sqd_is_einval_with_a_log_line(self):
+        self.assertRDMAError(errno.EINVAL, self.qp.cancel_posted_send_wrs, 1)
+        code = textwrap.dedent('''
+            import pyverbs.enums as e
+            import pyverbs.providers.mlx5.mlx5_enums as dve
+            from pyverbs.cq import CQ
+            from pyverbs.device import Context
+            from pyverbs.pd import PD
+            from pyverbs.providers.mlx5.mlx5dv import Mlx5DVQPInitAttr, Mlx5QP
+            from pyverbs.qp import QPCap, QPInitAttrEx
+            ctx = Context(name='softverbs0')
+            pd = PD(ctx)
+            cq = CQ(ctx, 16, None, None, 0)
+            attr = QPInitAttrEx(qp_type=e.IBV_QPT_RC, pd=pd, scq=cq, rcq=cq, cap=QPCap(),
+                                comp_mask=e.IBV_QP_INIT_ATTR_PD | e.IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+                                send_ops_flags=e.IBV_QP_EX_WITH_SEND)
+            qp = Mlx5QP(ctx, attr, Mlx5DVQPInitAttr(comp_mask=dve.MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS,
+                                                    create_flags=dve.MLX5DV_QP_CREATE_SIG_PIPELINING))
+            try:
+                qp.cancel_posted_send_wrs(1)
+            except Exception as ex:
+                print('refused', ex)
+        ''')
+        line = base.refused_once(self, code, 'mlx5dv_qp_cancel_posted_send_wrs')
+        self.assertIn('SQD only', line)
 
 
 class _SigCaps(ctypes.Structure):
@@ -379,9 +554,9 @@ class SigCapsTest(unittest.TestCase):
             # Each *_CAP_x of mlx5dv.h is 1 << the enum value x.
             self.assertEqual(caps.block_prot, (1 << dve.MLX5DV_SIG_TYPE_T10DIF) | (1 << dve.MLX5DV_SIG_TYPE_CRC))
             self.assertEqual(caps.t10dif_bg, (1 << dve.MLX5DV_SIG_T10DIF_CRC) | (1 << dve.MLX5DV_SIG_T10DIF_CSUM))
-            # No CRC64_XP10: its definition is not published (transport/block_signature.h).
             self.assertEqual(caps.crc_type,
-                             (1 << dve.MLX5DV_SIG_CRC_TYPE_CRC32) | (1 << dve.MLX5DV_SIG_CRC_TYPE_CRC32C))
+                             (1 << dve.MLX5DV_SIG_CRC_TYPE_CRC32) | (1 << dve.MLX5DV_SIG_CRC_TYPE_CRC32C) |
+                             (1 << dve.MLX5DV_SIG_CRC_TYPE_CRC64_XP10))
         finally:
             verbs.ibv_close_device(ctx)
             verbs.ibv_free_device_list(devs)

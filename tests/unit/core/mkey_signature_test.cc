@@ -74,8 +74,17 @@ TEST(MkeySignatureTest, Refusals) {
   EXPECT_EQ(Code(s), EINVAL);
   s.wire = Crc(9);
   EXPECT_EQ(Code(s), EINVAL);
+  // mlx5_validate_sig_crc: a CRC64_XP10 seed is 0 or UINT64_MAX (a CRC32 all-ones is not one).
+  s.wire = Crc(sig::kCrc64Xp10, 0xffffffff);
+  EXPECT_EQ(Code(s), EINVAL);
   s.wire = Crc(sig::kCrc64Xp10, 0);
-  EXPECT_EQ(Code(s), EOPNOTSUPP);
+  EXPECT_EQ(Code(s), 0);
+  s.wire = Crc(sig::kCrc64Xp10, UINT64_MAX);
+  EXPECT_EQ(SigConfigOf(s)->wire.kind, transport::SigKind::kCrc64Xp10);
+  // Both domains CRC64_XP10: the whole 8-byte field is copied (MLX5DV_SIG_MASK_CRC64_XP10).
+  s.mem = Crc(sig::kCrc64Xp10, 0);
+  EXPECT_EQ(SigConfigOf(s)->copy_mask, 0xff);
+  s.mem = {};
   s.wire = Dif(0x1234);
   EXPECT_EQ(Code(s), EINVAL);
   s.wire = Dif(0, 0x8);
@@ -104,7 +113,7 @@ TEST(MkeySignatureTest, Refusals) {
 TEST(MkeySignatureTest, Caps) {
   const SigCaps caps = SignatureCaps();
   EXPECT_EQ(caps.block_size, 0x1fu);  // 1 << MLX5DV_BLOCK_SIZE_512 ... 1 << MLX5DV_BLOCK_SIZE_4160
-  EXPECT_EQ(caps.crc_type, 0x3u);     // CRC32, CRC32C; not CRC64_XP10
+  EXPECT_EQ(caps.crc_type, 0x7u);     // CRC32, CRC32C, CRC64_XP10
   for (uint32_t v = 0; v < 5; ++v) EXPECT_NE(SigBlockBytes(v), 0u);
   EXPECT_EQ(SigBlockBytes(5), 0u);
 }

@@ -15,6 +15,9 @@ TEST(BlockSignatureTest, StandardCheckValues) {
   EXPECT_EQ(SigCrc32(0xFFFFFFFF, SigCheckString(), 9), 0xCBF43926u);   // CRC-32 (FC-PH, IEEE 802.3)
   EXPECT_EQ(SigCrc32c(0xFFFFFFFF, SigCheckString(), 9), 0xE3069283u);  // CRC-32C (iSCSI)
   EXPECT_EQ(SigCrc16T10Dif(0, SigCheckString(), 9), 0xD0DBu);         // CRC-16/T10-DIF
+  // CRC64_XP10: Project Zipline's XP10CRC64, whose parameters are CRC-64/NVME's.
+  EXPECT_EQ(SigCrc64Xp10(~uint64_t{0}, SigCheckString(), 9), 0xAE8B14860A799888ull);
+  EXPECT_NE(SigCrc64Xp10(0, SigCheckString(), 9), 0xAE8B14860A799888ull);
   // Seeds change the result (mlx5 accepts 0 and all-ones).
   EXPECT_NE(SigCrc32(0, SigCheckString(), 9), 0xCBF43926u);
   EXPECT_NE(SigCrc16T10Dif(0xFFFF, SigCheckString(), 9), 0xD0DBu);
@@ -119,21 +122,26 @@ TEST(BlockSignatureTest, T10DifErrorsInTheirOrder) {
 TEST(BlockSignatureTest, CrcDomainsAndIpChecksumGuard) {
   const std::vector<uint8_t> data = SigBlocks(2, 512);
   const SigDomain none;
-  for (SigKind kind : {SigKind::kCrc32, SigKind::kCrc32c}) {
+  for (SigKind kind : {SigKind::kCrc32, SigKind::kCrc32c, SigKind::kCrc64Xp10}) {
     SigDomain crc;
     crc.kind = kind;
-    crc.seed = 0xFFFFFFFF;
+    crc.seed = kind == SigKind::kCrc64Xp10 ? ~uint64_t{0} : 0xFFFFFFFF;
+    const size_t field = kind == SigKind::kCrc64Xp10 ? 8 : 4;
+    const uint8_t mask = kind == SigKind::kCrc64Xp10 ? 0xFF : 0xF0;
     std::vector<uint8_t> mem, wire;
     SigError err;
-    ASSERT_TRUE(SigConvert(none, crc, 0xF0, data.data(), data.size(), &mem, &err));
-    ASSERT_EQ(mem.size(), 2u * 516);
-    const uint32_t want = kind == SigKind::kCrc32 ? SigCrc32(0xFFFFFFFF, data.data() + 512, 512)
-                                                  : SigCrc32c(0xFFFFFFFF, data.data() + 512, 512);
-    EXPECT_EQ(static_cast<uint32_t>(mem[1028] << 24 | mem[1029] << 16 | mem[1030] << 8 | mem[1031]), want);
-    mem[516] ^= 0x80;
-    ASSERT_TRUE(SigConvert(crc, none, 0xF0, mem.data(), mem.size(), &wire, &err));
+    ASSERT_TRUE(SigConvert(none, crc, mask, data.data(), data.size(), &mem, &err));
+    ASSERT_EQ(mem.size(), 2 * (512 + field));
+    const uint64_t want = kind == SigKind::kCrc32    ? SigCrc32(0xFFFFFFFF, data.data() + 512, 512)
+                          : kind == SigKind::kCrc32c ? SigCrc32c(0xFFFFFFFF, data.data() + 512, 512)
+                                                     : SigCrc64Xp10(~uint64_t{0}, data.data() + 512, 512);
+    uint64_t held = 0;  // the second block's field, big-endian
+    for (size_t i = 0; i < field; ++i) held = held << 8 | mem[2 * 512 + field + i];
+    EXPECT_EQ(held, want);
+    mem[512 + field] ^= 0x80;
+    ASSERT_TRUE(SigConvert(crc, none, mask, mem.data(), mem.size(), &wire, &err));
     EXPECT_EQ(err.kind, SigErrorKind::kGuard);
-    EXPECT_EQ(err.offset, 516u);
+    EXPECT_EQ(err.offset, 512 + field);
     EXPECT_EQ(err.expected, want);
   }
   SigDomain csum = SigDif(0, 0, false);
