@@ -1,7 +1,9 @@
 #include "transport/imported_key.h"
 
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include "base/log.h"
 #include "transport/codes.h"
@@ -31,6 +33,17 @@ Status CheckView(const KeyView& k, const ImportedAccess& a, uint64_t length) {
   return Status::Ok();
 }
 
+// The lkeys this process holds imports of, and how many (process-local: a list of handles, as
+// the importer's uverbs objects are).
+struct HeldImports {
+  std::mutex mu;
+  std::unordered_map<uint32_t, uint32_t> count;
+};
+HeldImports& Held() {
+  static HeldImports* held = new HeldImports;  // never destroyed: used until the process ends
+  return *held;
+}
+
 uint64_t TotalOf(const iovec* bytes, size_t count) {
   uint64_t total = 0;
   for (size_t i = 0; i < count; ++i) total += bytes[i].iov_len;
@@ -45,6 +58,28 @@ void LogImportedRefusal(const ImportedAccess& a, uint64_t length, const Status& 
          "IBV_WC_LOC_PROT_ERR",
          a.qp_num, static_cast<unsigned long long>(a.addr), static_cast<unsigned long long>(length), a.lkey,
          a.writes ? "written" : "read", s.rule().c_str());
+}
+
+void NoteImportedKey(uint32_t lkey) {
+  std::lock_guard lock(Held().mu);
+  ++Held().count[lkey];
+}
+
+void ForgetImportedKey(uint32_t lkey) {
+  std::lock_guard lock(Held().mu);
+  auto it = Held().count.find(lkey);
+  if (it != Held().count.end() && --it->second == 0) Held().count.erase(it);
+}
+
+void ExplainMissingImport(fabric::HostRegistry& registry, const ImportedAccess& a, uint64_t length) {
+  {
+    std::lock_guard lock(Held().mu);
+    if (Held().count.find(a.lkey) == Held().count.end()) return;
+  }
+  KeyView k;
+  if (KeyPin::Peek(registry, a.lkey, &k)) return;  // it exists: refused for another reason
+  LogImportedRefusal(a, length, Status(ENOENT, "no such key: the exporter deregistered the MR (or its process is "
+                                               "gone)"));
 }
 
 bool IsImportedKey(fabric::HostRegistry& registry, uint32_t lkey, uint64_t pd, uint32_t self_slot) {

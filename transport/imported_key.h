@@ -56,6 +56,15 @@ Status MoveImportedKey(fabric::HostRegistry& registry, const ImportedPeerOf& pee
 bool ReadImportedKey(fabric::LocalProcess& local, const ImportedAccess& a, uint64_t length, uint8_t* to);
 bool WriteImportedKey(fabric::LocalProcess& local, const ImportedAccess& a, const iovec* from, size_t count);
 
+// The lkeys this process imported (ibv_import_mr(3)) and still holds, counted (an MR may be
+// imported twice): an SGE naming one whose MR is gone is named in the log, where any other
+// unknown lkey is not.
+void NoteImportedKey(uint32_t lkey);
+void ForgetImportedKey(uint32_t lkey);
+// Logs the refusal of `a` when its lkey is one this process holds an import of and the key no
+// longer exists (the exporter deregistered the MR, or its process is gone).
+void ExplainMissingImport(fabric::HostRegistry& registry, const ImportedAccess& a, uint64_t length);
+
 // The log line of a refused access of `length` bytes: the QP, the SGE, the key and the rule.
 void LogImportedRefusal(const ImportedAccess& a, uint64_t length, const Status& s);
 

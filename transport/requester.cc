@@ -586,9 +586,11 @@ ImportedAccess Requester::ImportedAccessOf(uint32_t lkey, uint64_t addr, bool wr
 bool Requester::GatherImported(const Sge& s, bool writes, PinnedPieces& pieces) {
   // An MR imported from another process (ibv_import_mr(3)): a NIC reads the exporter's pages when
   // it sends, and writes them when a READ's response or an atomic's original value comes back.
-  if (s.length > (1ull << 31) || !IsImportedKey(local_.registry(), s.lkey, config_.pd, config_.process_slot))
-    return false;
   const ImportedAccess a = ImportedAccessOf(s.lkey, s.addr, writes);
+  if (s.length > (1ull << 31) || !IsImportedKey(local_.registry(), s.lkey, config_.pd, config_.process_slot)) {
+    ExplainMissingImport(local_.registry(), a, s.length);
+    return false;
+  }
   uint8_t* copy = pieces.Hold(s.length);
   if (copy == nullptr) return false;
   if (writes) {

@@ -135,7 +135,8 @@ class SameProcessImportTest(base.DataTestCase):
 # source of an RDMA WRITE into the exporter's MR (imported rkey) and the target of one from the
 # exporter; a local SGE through the imported lkey gathers the exporter's bytes (SEND / WRITE) and
 # is written in the exporter's memory: an RDMA READ's response, an atomic's original value, a
-# receive (of a message from this process, and of one from the exporter itself).
+# receive through an RQ or an SRQ (of a message from this process, and of one from the exporter
+# itself). Bad input: no LOCAL_WRITE, a range leaving the MR, an MR its exporter deregistered.
 IMPORTER = textwrap.dedent("""
     import json, os, socket, sys
     import base
@@ -144,6 +145,7 @@ IMPORTER = textwrap.dedent("""
     from pyverbs.device import Context
     from pyverbs.mr import MR
     from pyverbs.pd import PD
+    from pyverbs.srq import SRQ, SrqAttr, SrqInitAttr
     from pyverbs.wr import SGE
 
     sock = socket.socket(fileno=int(sys.argv[1]))
@@ -207,6 +209,20 @@ IMPORTER = textwrap.dedent("""
     out['recv'] = [wc.status, wc.wr_id, wc.byte_len]
     out['tail'] = tail.read(0, 100).hex()
     out['tail_bounds'] = tail.read(100) == bytes(156) and tail.guards_intact()
+    # The same through an SRQ: 64 bytes at 8100.
+    srq = SRQ(ipd, SrqInitAttr(SrqAttr(max_wr=4, max_sge=1)))
+    srq.post_recv(base.recv_wr([SGE(base_addr + 8100, 64, imr.lkey)], wr_id=8))
+    s1 = base.Peer(ctx, ipd, e.IBV_QPT_RC, srq=srq)
+    s2 = base.Peer(ctx, own_pd, e.IBV_QPT_RC)
+    s1.connect(s2.qpn)
+    s2.connect(s1.qpn)
+    s2.post_send(base.send_wr(e.IBV_WR_SEND, [dst.sge(1000, 64)], wr_id=8))
+    out['srq_send'] = s2.poll()[0].status
+    wc = s1.poll()[0]
+    out['srq_recv'] = [wc.status, wc.wr_id, wc.byte_len]
+    s1.qp.close()
+    s2.qp.close()
+    srq.close()
 
     # Bad input, each on a fresh pair (a local protection error takes the QP to ERR), nothing
     # written: no LOCAL_WRITE, a range leaving the MR, an MR its exporter deregistered.
@@ -313,7 +329,9 @@ class CrossProcessImportTest(base.DataTestCase):
         self.assertEqual(buf.read(7700, 200), pattern[:200])
         self.assertEqual(bytes.fromhex(out['tail']), pattern[200:300])
         self.assertTrue(out['tail_bounds'])
-        self.assertEqual(buf.read(8000), bytes(192))
+        self.assertEqual((out['srq_send'], out['srq_recv']), (OK, [OK, 8, 64]))
+        self.assertEqual(buf.read(8100, 64), pattern[1000:1064])
+        self.assertEqual(buf.read(8000, 100) + buf.read(8164), bytes(128))
         self.assertTrue(buf.guards_intact())
         prot = e.IBV_WC_LOC_PROT_ERR
         self.assertEqual(out['bad'], {'no_local_write': [prot, True], 'read_beyond': [prot, True],
@@ -333,6 +351,7 @@ class CrossProcessImportTest(base.DataTestCase):
         self.assertRegex(err, imported + r'written: \[0x[0-9a-f]+, \+64\) leaves the MR')
         self.assertRegex(err, imported + r'written: \[0x[0-9a-f]+, \+8\) leaves the MR')
         self.assertRegex(err, imported + r'read: \[0x[0-9a-f]+, \+64\) leaves the MR')
+        self.assertRegex(err, imported + r'written: no such key: the exporter deregistered the MR')
         self.assertEqual(err.count('does not grant IBV_ACCESS_LOCAL_WRITE'), 2, err)  # READ and receive
 
         # The exporter's objects are untouched by the import and the unimport.
