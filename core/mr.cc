@@ -10,6 +10,7 @@
 #include "core/context.h"
 #include "core/device_limits.h"
 #include "transport/host/registration_backing.h"
+#include "transport/imported_key.h"
 #include "transport/key_table.h"
 #include "transport/null_key.h"
 #include "transport/window_key.h"
@@ -97,9 +98,12 @@ Result<ImportedMr> ImportMr(Pd& pd, uint32_t handle) {
   if (!ctx.object_space().HasMr(handle) || !transport::KeyPin::Peek(ctx.registry(), handle, &k) || k.key != handle ||
       k.window() || k.indirect())
     return Status(ENOENT, "the context's object space (its cmd_fd) has no MR with handle " + Hex(handle));
+  transport::NoteImportedKey(k.key);
   return ImportedMr{k.key, k.null_key() ? 0u : k.key, k.null_key() ? 0 : k.iova,
                     k.null_key() ? UINT64_MAX : k.length};
 }
+
+void UnimportMr(uint32_t lkey) { transport::ForgetImportedKey(lkey); }
 
 Result<std::unique_ptr<Mr>> Mr::Register(Pd& pd, const MrLayout& layout) {
   SV_RETURN_IF_ERROR(CheckLayout(layout));

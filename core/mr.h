@@ -62,6 +62,8 @@ struct ImportedMr {
   uint64_t length = 0;
 };
 Result<ImportedMr> ImportMr(Pd& pd, uint32_t handle);
+// ibv_unimport_mr(3) (or ibv_dereg_mr of an imported MR): this process no longer holds `lkey`.
+void UnimportMr(uint32_t lkey);
 
 class Mr {
  public:

@@ -41,6 +41,7 @@ void PinnedPieces::Clear() {
   pins_.clear();
   held_.clear();
   landings_.clear();
+  imported_.clear();
 }
 
 bool AddNullPieces(const KeyView& k, uint64_t use, const KeyRule& rule, PinnedPieces* out) {

@@ -120,6 +120,10 @@ class PinnedPieces {
   };
   void AddSigLanding(const SigLanding& l) { landings_.push_back(l); }
   const std::vector<SigLanding>& sig_landings() const { return landings_; }
+  // The same for [addr, +length) of an lkey imported from another process (imported_key.h):
+  // the bytes are written there once the READ or atomic is answered.
+  void AddImportedLanding(const SigLanding& l) { imported_.push_back(l); }
+  const std::vector<SigLanding>& imported_landings() const { return imported_; }
 
  private:
   // Made and dropped per work request: most have one or two SGEs, so the first few live here
@@ -128,6 +132,7 @@ class PinnedPieces {
   InlinedVector<KeyPin, 4> pins_;
   std::vector<std::unique_ptr<uint8_t[]>> held_;
   std::vector<SigLanding> landings_;
+  std::vector<SigLanding> imported_;
 };
 
 // What an access through a key must satisfy (IBA 10.6.3): the key belongs to `owner_slot`'s

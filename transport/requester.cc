@@ -17,21 +17,6 @@
 namespace softverbs::transport {
 namespace {
 
-// Says why a local SGE's lkey failed when it names an MR of this QP's PD that another process
-// registered -- an MR imported from it (ibv_import_mr(3)) -- in a work request that writes its
-// local buffers (READ, atomics): the requester gathers that process's memory (imported_key.h)
-// but scatters into this process's only, so that SGE completes IBV_WC_LOC_PROT_ERR
-// (docs/device.md, imports).
-void RequesterExplainForeignLkey(fabric::HostRegistry& registry, uint32_t qp_num, uint64_t pd, uint32_t slot,
-                                 uint32_t lkey, bool writes) {
-  KeyView k;
-  if (!writes || !KeyPin::Peek(registry, lkey, &k) || k.pd != pd || k.owner_process_slot() == slot) return;
-  SV_LOG(kError,
-         "ibv_post_send(qp 0x%x): lkey 0x%x is an MR of process slot %u (imported, ibv_import_mr): a READ or atomic "
-         "writes this process's memory only, completes with IBV_WC_LOC_PROT_ERR",
-         qp_num, lkey, k.owner_process_slot());
-}
-
 using Clock = std::chrono::steady_clock;
 using Verdict = Completer::Verdict;
 
@@ -445,6 +430,14 @@ bool Requester::WriteLocal(const Pending& p, uint64_t offset, std::span<const ui
     PinnedPieces pieces;
     if (!ResolveKey(local_.registry(), s.lkey, s.addr + offset, n, n, rule,
                     [this](fabric::SharedRef ref) { return local_.At(ref); }, &pieces)) {
+      // An lkey imported from another process: the bytes are written there (imported_key.h).
+      if (IsImportedKey(local_.registry(), s.lkey, config_.pd, config_.process_slot)) {
+        const iovec from{const_cast<uint8_t*>(bytes.data() + done), n};
+        if (!WriteImportedKey(local_, ImportedAccessOf(s.lkey, s.addr + offset, true), &from, 1)) return false;
+        done += n;
+        offset = 0;
+        continue;
+      }
       // A signature mkey refuses plain accesses: the wire bytes are checked and converted
       // (signature_access.h).
       if (SigAccess(local_.registry(), s.lkey, s.addr + offset, n, rule,
@@ -586,11 +579,8 @@ uint32_t Requester::GatherLocal(const SendWr& wr, PinnedPieces& pieces, uint64_t
     if (s.length == 0) continue;
     if (!ResolveKey(local_.registry(), s.lkey, s.addr, s.length, s.length, rule,
                     [this](fabric::SharedRef ref) { return local_.At(ref); }, &pieces) &&
-        !(!IsAtomic(wr.opcode) && GatherSignature(s, rule, pieces)) && !GatherImported(s, writes, pieces)) {
-      RequesterExplainForeignLkey(local_.registry(), config_.completer.qp_num, config_.pd, config_.process_slot,
-                                  s.lkey, writes);
+        !(!IsAtomic(wr.opcode) && GatherSignature(s, rule, pieces)) && !GatherImported(s, writes, pieces))
       return wc_status::kLocProtErr;
-    }
     *total += s.length;
   }
   if (*total > (1ull << 31)) return wc_status::kLocLenErr;  // IBA: 2^31 bytes per message
@@ -601,18 +591,40 @@ uint32_t Requester::GatherLocal(const SendWr& wr, PinnedPieces& pieces, uint64_t
   return wc_status::kSuccess;
 }
 
+ImportedAccess Requester::ImportedAccessOf(uint32_t lkey, uint64_t addr, bool writes) const {
+  return {lkey, config_.pd, config_.process_slot, config_.completer.qp_num, addr, writes};
+}
+
 bool Requester::GatherImported(const Sge& s, bool writes, PinnedPieces& pieces) {
-  // An MR imported from another process (ibv_import_mr(3)): its bytes are copied from there now,
-  // on every (re)send, as a NIC reads the exporter's pages when it sends.
-  if (writes || s.length > (1ull << 31)) return false;
-  // Another process's key only: anything else is refused before a buffer of its length is made.
-  KeyView k;
-  if (!KeyPin::Peek(local_.registry(), s.lkey, &k) || k.owner_process_slot() == config_.process_slot) return false;
-  uint8_t* copy = pieces.Hold(s.length);
-  if (copy == nullptr ||
-      !ReadImportedKey(local_.registry(), s.lkey, config_.pd, config_.process_slot, s.addr, s.length, copy))
+  // An MR imported from another process (ibv_import_mr(3)): a NIC reads the exporter's pages when
+  // it sends, and writes them when a READ's response or an atomic's original value comes back.
+  const ImportedAccess a = ImportedAccessOf(s.lkey, s.addr, writes);
+  if (s.length > (1ull << 31) || !IsImportedKey(local_.registry(), s.lkey, config_.pd, config_.process_slot)) {
+    ExplainMissingImport(local_.registry(), a, s.length);
     return false;
+  }
+  uint8_t* copy = pieces.Hold(s.length);
+  if (copy == nullptr) return false;
+  if (writes) {
+    // Checked now (a bad SGE fails before anything is sent), written when answered (LandImported):
+    // the response lands in this buffer first.
+    if (Status st = CheckImportedKey(local_.registry(), a, s.length); !st.ok()) {
+      LogImportedRefusal(a, s.length, st);
+      return false;
+    }
+    pieces.AddImportedLanding({s.lkey, s.addr, s.length, copy});
+  } else if (!ReadImportedKey(local_, a, s.length, copy)) {  // read on every (re)send
+    return false;
+  }
   pieces.Add({copy, s.length});
+  return true;
+}
+
+bool Requester::LandImported(const PinnedPieces& pieces) {
+  for (const PinnedPieces::SigLanding& l : pieces.imported_landings()) {
+    const iovec from{l.bytes, l.length};
+    if (!WriteImportedKey(local_, ImportedAccessOf(l.lkey, l.addr, true), &from, 1)) return false;
+  }
   return true;
 }
 
@@ -718,6 +730,9 @@ Verdict Requester::Execute(const SendWr& wr, Pending& p, uint32_t budget) {
     for (size_t i = 0; i < pieces.size(); from += pieces.data()[i].iov_len, ++i)
       memcpy(pieces.data()[i].iov_base, from, pieces.data()[i].iov_len);
   }
+  // A local SGE through an imported lkey: the response or original value is the exporter's now.
+  if (reply.code == ReplyCode::kAck && !pieces.imported_landings().empty() && !LandImported(pieces))
+    return completer_.Fail(wr, wc_status::kLocProtErr);
   const Verdict verdict = completer_.OnReply(wr, p.retry, reply, total);
   if (reply.fin && reply.code == ReplyCode::kAck) CarryFin(reply);
   return verdict;

@@ -21,6 +21,7 @@
 #include "base/status.h"
 #include "fabric/host/host_directory.h"
 #include "transport/completer.h"
+#include "transport/imported_key.h"
 #include "transport/link.h"
 #include "transport/pacer.h"
 #include "transport/request.h"
@@ -141,7 +142,11 @@ class Requester final : private ReplySink {
   // The message's local side: inline bytes, or SGEs checked against this process's keys and
   // resolved into pieces of memory. 0, or the completion error of a bad local side.
   uint32_t GatherLocal(const SendWr& wr, PinnedPieces& pieces, uint64_t* total);
+  // SGE `s` through an lkey imported from another process (imported_key.h), added to `pieces`:
+  // its bytes read now, or (`writes`) a buffer checked now and landed by LandImported.
   bool GatherImported(const Sge& s, bool writes, PinnedPieces& pieces);
+  bool LandImported(const PinnedPieces& pieces);
+  ImportedAccess ImportedAccessOf(uint32_t lkey, uint64_t addr, bool writes) const;
   void CarryFin(const Reply& reply);
   // The wire view of SGE `s` when its lkey is a signature mkey, added to `pieces`; false if not
   // one or the access is refused.

@@ -11,6 +11,7 @@
 #include "transport/dc_access.h"
 #include "transport/grh.h"
 #include "transport/key_table.h"
+#include "transport/responder_imported.h"
 #include "transport/responder_signature.h"
 #include "transport/window_key.h"
 
@@ -280,7 +281,10 @@ Reply Responder::PlaceReceive(const TargetQp& t, const TakenWqe& wqe, uint64_t o
   if (part.length == 0) return Reply::Of(ReplyCode::kAck);
   ScatterList scatter;
   const ReplyCode code = Scatter(t, wqe, offset, part.length, false, &scatter);
-  Status s = code == ReplyCode::kAck ? t.Move(true, part.local, part.local_count, scatter.pieces) : Status::Ok();
+  Status s = code != ReplyCode::kAck ? Status::Ok()
+             : scatter.imported
+                 ? ResponderImportedReceive(t, wqe, offset, part.local, part.local_count, part.length)
+                 : t.Move(true, part.local, part.local_count, scatter.pieces);
   if (code == ReplyCode::kAck && s.ok()) return Reply::Of(ReplyCode::kAck);
   // As Execute: too small a WQE is a length error at the target and an invalid request for the
   // sender; an SGE the target may not write, a protection error there.
@@ -430,7 +434,9 @@ Reply Responder::Deliver(const TargetQp& t, const Request& r, const uint8_t* grh
       FailReceive(t, c, wc_status::kLocProtErr);
       return Reply::Of(ReplyCode::kRemoteOp);
     }
-  } else if (Status s = need > 0 ? t.Move(true, gather.data(), gather.size(), scatter.pieces) : Status::Ok();
+  } else if (Status s = need == 0 ? Status::Ok()
+                        : scatter.imported ? ResponderImportedReceive(t, w, 0, gather.data(), gather.size(), need)
+                                           : t.Move(true, gather.data(), gather.size(), scatter.pieces);
              !s.ok()) {
     if (s.code() == ESRCH) return Silence(r);
     FailReceive(t, c, wc_status::kLocProtErr);
@@ -472,7 +478,10 @@ Reply Responder::DeliverMatched(const TargetQp& t, const Request& r, const TagMa
     return Reply::Of(code);
   }
   std::vector<iovec> gather = ResponderSkipBytes(r.local, r.local_count, kTmhBytes);
-  if (Status s = need > 0 ? t.Move(true, gather.data(), gather.size(), scatter.pieces) : Status::Ok(); !s.ok()) {
+  if (Status s = need == 0 ? Status::Ok()
+                 : scatter.imported ? ResponderImportedReceive(t, w, 0, gather.data(), gather.size(), need)
+                                    : t.Move(true, gather.data(), gather.size(), scatter.pieces);
+      !s.ok()) {
     if (s.code() == ESRCH) return Silence(r);
     c.wc_flags = 0;
     FailReceive(t, c, wc_status::kLocProtErr);
@@ -502,7 +511,8 @@ bool Responder::Rendezvous(const TargetQp& t, const Request& r, const TakenWqe& 
   ScatterList dst;
   PinnedPieces src;
   ReplyCode code = len > 0 ? Scatter(t, w, 0, len, false, &dst) : ReplyCode::kAck;
-  if (dst.signature) code = ReplyCode::kRemoteOp;
+  // A tag's buffer is this process's memory: a signature or imported key there is refused.
+  if (dst.signature || dst.imported) code = ReplyCode::kRemoteOp;
   uint32_t status = code == ReplyCode::kAck ? wc_status::kSuccess
                     : code == ReplyCode::kInvalidRequest ? wc_status::kLocLenErr : wc_status::kLocProtErr;
   if (status == wc_status::kSuccess && len > 0 &&
@@ -540,6 +550,7 @@ ReplyCode Responder::Scatter(const TargetQp& t, const TakenWqe& w, uint64_t skip
   out->pieces.Clear();
   out->indirect = false;
   out->signature = false;
+  out->imported = false;
   const KeyRule rule{t.process_slot(), e.pd, kLocalWrite, true};
   uint64_t room = 0;
   for (uint32_t i = 0; i < w.num_sge && room < need; ++i) {
@@ -555,9 +566,14 @@ ReplyCode Responder::Scatter(const TargetQp& t, const TakenWqe& w, uint64_t skip
     if (!peek_only) {
       if (!ResolveKey(t.registry(), s.lkey, s.addr + start, s.length - start, take, rule,
                       [&t](fabric::SharedRef ref) { return t.Resolve(ref); }, &out->pieces)) {
-        // A signature mkey refuses plain accesses: ResponderSigReceive scatters the message.
-        if (!ResponderIsSigKey(t, s.lkey)) return ReplyCode::kRemoteOp;
-        out->signature = true;
+        // A signature mkey refuses plain accesses: ResponderSigReceive scatters the message; an
+        // imported lkey is the exporter's memory: ResponderImportedReceive.
+        if (ResponderIsSigKey(t, s.lkey))
+          out->signature = true;
+        else if (ResponderIsImportedKey(t, s.lkey))
+          out->imported = true;
+        else
+          return ReplyCode::kRemoteOp;
       }
       continue;
     }
@@ -569,7 +585,13 @@ ReplyCode Responder::Scatter(const TargetQp& t, const TakenWqe& w, uint64_t skip
       out->indirect = true;
       continue;
     }
-    if (!KeyAdmits(k, rule) || !KeyCovers(k, s.addr, s.length)) return ReplyCode::kRemoteOp;
+    if (!KeyAdmits(k, rule) || !KeyCovers(k, s.addr, s.length)) {
+      // An MR of the QP's PD registered by another process (imported): never landed, its
+      // memory is that process's; checked when scattered for real.
+      if (k.owner_process_slot() == t.process_slot() || k.pd != e.pd || k.window()) return ReplyCode::kRemoteOp;
+      out->indirect = true;
+      continue;
+    }
     const uint64_t host = k.addr + (s.addr + start - k.iova);
     if (!OnDemandPresent(t.registry(), k, host, take, true)) return ReplyCode::kRemoteOp;
     out->lkey[out->pieces.size()] = s.lkey;

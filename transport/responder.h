@@ -24,6 +24,8 @@ struct ScatterList {
   uint32_t lkey[kMaxSge];  // peek_only: the key of each piece (one per SGE)
   bool indirect = false;   // peek_only: an SGE names an indirect key (not checked: never landed)
   bool signature = false;  // an SGE names a signature mkey: left out of `pieces` (ResponderSigReceive)
+  bool imported = false;   // an SGE names an lkey imported from another process: left out of `pieces`
+                           // (ResponderImportedReceive)
 };
 
 class Responder {

@@ -138,6 +138,7 @@ SV_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t
 SV_EXPORT int ibv_dereg_mr(ibv_mr* mr) {
   // An imported MR: as rdma-core's providers do for IBV_MR_TYPE_IMPORTED_MR, only the handle goes.
   if (ToSv(mr)->core == nullptr) {
+    core::UnimportMr(mr->lkey);
     delete ToSv(mr);
     return 0;
   }
@@ -194,4 +195,7 @@ SV_EXPORT ibv_mr* ibv_import_mr(ibv_pd* pd, uint32_t mr_handle) {
 }
 
 // ibv_unimport_mr(3): frees this handle only; the registration stays with its owner.
-SV_EXPORT void ibv_unimport_mr(ibv_mr* mr) { delete ToSv(mr); }
+SV_EXPORT void ibv_unimport_mr(ibv_mr* mr) {
+  core::UnimportMr(mr->lkey);
+  delete ToSv(mr);
+}

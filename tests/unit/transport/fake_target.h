@@ -18,7 +18,7 @@ class FakeTarget final : public TargetQp {
  public:
   explicit FakeTarget(fabric::LocalProcess& local) : local_(local) {}
   QpEndpoint& endpoint() const override { return e_; }
-  uint32_t process_slot() const override { return local_.slot(); }
+  uint32_t process_slot() const override { return local_.slot() + slot_offset; }
   fabric::HostRegistry& registry() const override { return local_.registry(); }
   void* Resolve(fabric::SharedRef ref) const override { return local_.At(ref); }
   Status Move(bool write, const iovec* local, size_t nl, const PinnedPieces& remote) const override {
@@ -54,6 +54,7 @@ class FakeTarget final : public TargetQp {
   mutable int signals = 0;
   bool alive = true;
   bool lands = false;
+  uint32_t slot_offset = 0;  // > 0: the target is another process's QP (this one's keys are imports for it)
 
  private:
   fabric::LocalProcess& local_;
