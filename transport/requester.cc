@@ -173,8 +173,10 @@ Status Requester::Post(const SendWr& wr, uint32_t qp_state) {
   if (qp_state == kRts && queue_.empty() && Paced(p)) {
     const Verdict v = Execute(p, kMaxInFlightPsns);  // (an empty queue: the whole window)
     if (v.kind == Verdict::kFailed) stopped_ = true;
-    if (v.kind == Verdict::kCompleted || v.kind == Verdict::kFailed || v.kind == Verdict::kStreamFailed)
+    if (v.kind == Verdict::kCompleted || v.kind == Verdict::kFailed || v.kind == Verdict::kStreamFailed) {
+      if (QueueFollowUps()) RunQueue();
       return Status::Ok();
+    }
     // In flight, or RNR / no answer: it waits in the queue like the rest.
     p.in_flight = v.kind == Verdict::kInFlight;
     p.due = p.in_flight ? Clock::now() + AckTimeout(config_.completer.timeout) : v.retry_at;
@@ -243,6 +245,7 @@ void Requester::RunQueue() {
     }
   }
   CarryQueued();
+  if (QueueFollowUps()) CarryQueued();
   // The head failed: what waited behind it is flushed now, not at the owner's next verb
   // (IBA 10.8.3.1), so a consumer that only polls sees every completion.
   while (stopped_ && !queue_.empty()) {
@@ -250,6 +253,18 @@ void Requester::RunQueue() {
     queue_.pop_front();
   }
   if (!queue_.empty() && !stopped_) ProgressThread::Get().Schedule(this, NextDue());
+}
+
+bool Requester::QueueFollowUps() {
+  // (the rendezvous FIN after its READ: transport/rendezvous.h)
+  std::vector<SendWr> next = completer_.TakeFollowUps();
+  for (SendWr& wr : next) {
+    Pending p;
+    p.wr = std::move(wr);
+    p.retry = completer_.Budget();
+    Enqueue(std::move(p));
+  }
+  return !next.empty();
 }
 
 bool Requester::Paced(const Pending& p) {
