@@ -265,6 +265,7 @@ Qp::Qp(Context& context, const QpInitAttributes& init, uint32_t slot, std::uniqu
   e.wire.lock.Init();
   if (init.type == QpType::kXrcRecv) InitXrcTarget(e);  // its attributes, shared by its handles
   context.Register(this);
+  if (IssuesRendezvous()) transport::RegisterRendezvousIssuer(qpn_, this);
   if (init.send_cq != nullptr) init.send_cq->AttachQp(this);
   if (init.recv_cq != nullptr && init.recv_cq != init.send_cq) init.recv_cq->AttachQp(this);
   PublishEndpoint();
@@ -281,6 +282,7 @@ Qp::~Qp() {
   if (init_.send_cq != nullptr) init_.send_cq->DetachQp(this);
   if (init_.recv_cq != nullptr && init_.recv_cq != init_.send_cq) init_.recv_cq->DetachQp(this);
   wire_link_->Attach(nullptr);  // no response from the wire reaches the requester after this
+  if (IssuesRendezvous()) transport::UnregisterRendezvousIssuer(qpn_, this);  // (before its requester goes)
   sq_.reset();  // no retry of this QP runs after this
   // Type 2 windows bound to this QP answer no other: they end with it, before its number can
   // be reused by a QP that would pass their check.

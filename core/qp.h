@@ -15,6 +15,7 @@
 #include "core/pd.h"
 #include "transport/qp_endpoint.h"
 #include "transport/recv_queue.h"
+#include "transport/rendezvous.h"
 #include "transport/link.h"
 #include "transport/requester.h"
 #include "core/srq.h"
@@ -87,7 +88,7 @@ struct QpInitAttributes {
   uint32_t mlx5_create_flags = 0;
 };
 
-class Qp : private transport::RequesterHost {
+class Qp : private transport::RequesterHost, private transport::RendezvousIssuer {
  public:
   // The ABI object wrapping this one (events name it to the application).
   void* user_handle() const { return user_handle_; }
@@ -172,6 +173,11 @@ class Qp : private transport::RequesterHost {
   void SendQueueDrained() override;
   // A stop of signature pipelining reported since: RTS -> SQD (under mu_).
   void FoldSendQueueDrainLocked();
+  // transport::RendezvousIssuer (core/qp_rendezvous.cc): an RC QP on a TM SRQ READs a RoCE
+  // peer's rendezvous buffer from its own send queue.
+  bool CanIssueRendezvous() const override;
+  bool IssueRendezvous(const transport::RendezvousRead& read) override;
+  bool IssuesRendezvous() const;
 
   Context& context_;
   QpInitAttributes init_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "transport/codes.h"
+#include "transport/rendezvous.h"
 
 namespace softverbs::transport {
 namespace {
@@ -106,6 +107,10 @@ Completer::Verdict Completer::Migrate(RetryState& retry) {
 }
 
 void Completer::Finish(const SendWr& wr, uint32_t status, uint64_t byte_len) {
+  if (wr.internal) {  // the QP's own work (transport/rendezvous.h): not the application's completion
+    if (std::optional<SendWr> next = wr.internal->Finished(status)) follow_ups_.push_back(std::move(*next));
+    return;
+  }
   if (status == wc_status::kSuccess && !(wr.flags & send_flag::kSignaled) && !config_.sq_sig_all) return;
   Completion c;
   c.wr_id = wr.wr_id;

@@ -7,6 +7,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "base/status.h"
 #include "transport/completion.h"
@@ -108,6 +110,9 @@ class Completer {
   void ClearStreams() { streams_.Clear(); }
   // Completes `wr` with IBV_WC_WR_FLUSH_ERR (IBA 10.8.3.1).
   void Flush(const SendWr& wr) { Finish(wr, wc_status::kWrFlushErr, 0); }
+  // The work requests internal ones asked to post after them (SendWr::internal): taken by the
+  // requester, which queues them.
+  std::vector<SendWr> TakeFollowUps() { return std::exchange(follow_ups_, {}); }
 
  private:
   // The primary path failed with the alternate armed (IBA 17.2.8).
@@ -117,6 +122,7 @@ class Completer {
   CompleterConfig config_;
   uint32_t migrations_ = 0;
   DciStreams streams_;
+  std::vector<SendWr> follow_ups_;
 };
 
 // IBA 9.7.6.1.3: the local ACK timeout is 4.096 us * 2^timeout; 0 means "wait forever", which

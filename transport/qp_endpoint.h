@@ -50,13 +50,17 @@ inline constexpr uint32_t kSendInProgress = 1, kWriteInProgress = 2;
 // How a SEND arriving in packets at a QP on a TM SRQ completes (Responder::BeginReceive decides
 // at its first packet, from the TMH): kNone (no TM SRQ, or a message shorter than a TMH), a
 // matched tag (its bytes after the TMH land in the tag's buffer), a matched RNDV left to the
-// application (mlx5's software rendezvous), unexpected, or NO_TAG.
+// application (mlx5's software rendezvous), a matched RNDV whose READ this QP's owner issues
+// (kRndvRead: nothing of the message lands, transport/rendezvous.h), unexpected, or NO_TAG.
 struct ReceiveTm {
-  enum : uint32_t { kNone = 0, kMatched = 1, kRndvSoftware = 2, kUnexpected = 3, kNoTag = 4 };
+  enum : uint32_t { kNone = 0, kMatched = 1, kRndvSoftware = 2, kUnexpected = 3, kNoTag = 4, kRndvRead = 5 };
   uint32_t mode;
   uint32_t app_ctx;
   uint64_t tag;
   uint32_t sync_req;  // an unexpected receive asks for IBV_OPS_TM_SYNC (IBV_WC_TM_SYNC_REQ)
+  uint32_t rvh_rkey;  // kRndvRead: the RVH (ibv_rvh) of the message's first packet
+  uint64_t rvh_va;
+  uint32_t rvh_len;
   uint32_t reserved;
   // Bytes of the message before its payload lands (the TMH of a matched message).
   uint64_t skip() const { return mode == kMatched || mode == kRndvSoftware ? 16 : 0; }

@@ -160,6 +160,7 @@ Status Requester::Post(const SendWr& wr, uint32_t qp_state) {
     if (v.kind == Verdict::kFailed) stopped_ = true;
     if (v.kind == Verdict::kCompleted || v.kind == Verdict::kFailed || v.kind == Verdict::kStreamFailed) {
       if (sig_stopped_) ReportSigStop();
+      if (QueueFollowUps()) RunQueue();
       return Status::Ok();
     }
     // In flight, or RNR / no answer: it waits in the queue like the rest.
@@ -232,6 +233,7 @@ void Requester::RunQueue() {
     }
   }
   CarryQueued();
+  if (QueueFollowUps()) CarryQueued();
   // The head failed: what waited behind it is flushed now, not at the owner's next verb
   // (IBA 10.8.3.1), so a consumer that only polls sees every completion.
   while (stopped_ && !queue_.empty()) {
@@ -240,6 +242,18 @@ void Requester::RunQueue() {
   }
   if (sig_stopped_) ReportSigStop();
   if (!queue_.empty() && !stopped_) ProgressThread::Get().Schedule(this, NextDue());
+}
+
+bool Requester::QueueFollowUps() {
+  // (the rendezvous FIN after its READ: transport/rendezvous.h)
+  std::vector<SendWr> next = completer_.TakeFollowUps();
+  for (SendWr& wr : next) {
+    Pending p;
+    p.wr = std::move(wr);
+    p.retry = completer_.Budget();
+    Enqueue(std::move(p));
+  }
+  return !next.empty();
 }
 
 // (A canceled WR is a NOP: the callers let it go without the pacer.)

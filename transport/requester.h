@@ -155,6 +155,8 @@ class Requester final : private ReplySink {
   bool LandSignatures(const PinnedPieces& pieces);
   // The Request `wr` makes (local side in `pieces`); `ud` receives a UD send's addressing.
   Request BuildRequest(const SendWr& wr, const PinnedPieces& pieces, uint64_t total, Addressing* ud) const;
+  // Queues what internal work requests asked to post after them; true if there was any.
+  bool QueueFollowUps();
   // Runs the queue: the head's timeout, then every work request that may be carried now;
   // flushes what follows a failure; schedules the progress thread for what waits.
   void RunQueue();

@@ -218,9 +218,9 @@ bool ResponderMatchFirstPacket(const TargetQp& t, const RecvRing& rq, const Requ
   wqe->wr_id = m.entry.wr_id;  // the ADD's recv_wr_id
   wqe->num_sge = m.entry.num_sge;
   wqe->sge[0] = {m.entry.addr, m.entry.length, m.entry.lkey};
-  tm->mode = h.opcode == kTmhRndv ? ReceiveTm::kRndvSoftware : ReceiveTm::kMatched;
   tm->tag = h.tag;
   tm->app_ctx = h.app_ctx;
+  tm->mode = h.opcode == kTmhRndv ? Responder::RendezvousMode(t, r, tm) : ReceiveTm::kMatched;
   return true;
 }
 
@@ -266,6 +266,7 @@ Reply Responder::BeginReceive(const TargetQp& t, const Request& r, TakenWqe* wqe
 
 Reply Responder::PlaceReceive(const TargetQp& t, const TakenWqe& wqe, uint64_t offset, const Request& r,
                               const ReceiveTm* tm) {
+  if (tm != nullptr && tm->mode == ReceiveTm::kRndvRead) return Reply::Of(ReplyCode::kAck);  // the READ brings the data
   // A matched message's TMH is not the tag's data: the bytes before `skip` land nowhere.
   const uint64_t skip = tm != nullptr ? tm->skip() : 0;
   std::vector<iovec> rest;
@@ -296,7 +297,8 @@ Reply Responder::PlaceReceive(const TargetQp& t, const TakenWqe& wqe, uint64_t o
 }
 
 Reply Responder::CompleteReceive(const TargetQp& t, const TakenWqe& wqe, const Request& r, uint64_t total,
-                                 const ReceiveTm* tm) {
+                                 const ReceiveTm* tm, RendezvousRead* rndv) {
+  if (tm != nullptr && tm->mode == ReceiveTm::kRndvRead) return ReceiveRendezvous(t, wqe, r, *tm, rndv);
   const uint64_t skip = tm != nullptr ? tm->skip() : 0;
   Completion c = ReceiveCompletion(t.endpoint(), wqe, r, total >= skip ? total - skip : 0, false);
   if (r.opcode == WrOpcode::kSendWithInv) {
@@ -335,6 +337,13 @@ Reply Responder::CheckRange(const TargetQp& t, uint32_t rkey, uint64_t addr, uin
 }
 
 void Responder::EnterError(const TargetQp& t) { FailTarget(t); }
+
+void Responder::CompleteAt(const TargetQp& t, const Completion& c, const TmInfo* info) {
+  if (info == nullptr) return CompleteAtTarget(t, c);
+  CompleteAtTarget(t, c, [info](CqEntry& entry) { entry.tm = *info; });
+}
+
+void Responder::FailAt(const TargetQp& t, const Completion& c, uint32_t status) { FailReceive(t, c, status); }
 
 ReplyCode Responder::CheckRemote(const TargetQp& t, uint32_t rkey, uint64_t addr, uint64_t length, uint32_t access,
                                  PinnedPieces* pieces) {
@@ -516,8 +525,10 @@ bool Responder::Rendezvous(const TargetQp& t, const Request& r, const TakenWqe& 
   uint32_t status = code == ReplyCode::kAck ? wc_status::kSuccess
                     : code == ReplyCode::kInvalidRequest ? wc_status::kLocLenErr : wc_status::kLocProtErr;
   if (status == wc_status::kSuccess && len > 0 &&
-      CheckRemote(*sender, rkey, va, len, kRemoteRead, &src) != ReplyCode::kAck)
+      CheckRemote(*sender, rkey, va, len, kRemoteRead, &src) != ReplyCode::kAck) {
     status = wc_status::kRemAccessErr;
+    FailTarget(*sender);  // its responder refuses the READ as on the wire: NAK, its QP to ERR (rxe)
+  }
   if (status == wc_status::kSuccess && len > 0) {
     std::vector<uint8_t> bounce(len);  // the sender's memory, then the receiver's
     iovec b{bounce.data(), len};

@@ -12,6 +12,7 @@
 
 #include "transport/indirect_key.h"
 #include "transport/recv_queue.h"
+#include "transport/rendezvous.h"
 #include "transport/request.h"
 #include "transport/tag_matcher.h"
 #include "transport/target_qp.h"
@@ -42,15 +43,25 @@ class Responder {
   // With `tm` (an RC SEND), a QP on a TM SRQ matches the first packet's TMH as Deliver does a
   // whole message (tags of a RoCE peer): the WQE may then be a tag's buffer, and PlaceReceive /
   // CompleteReceive given the same `tm` skip the TMH and complete as IBV_WC_TM_RECV / _NO_TAG.
-  // A matched RNDV is left to the application (IBV_WC_TM_RNDV_INCOMPLETE, mlx5's software
-  // rendezvous): the READ of the peer's buffer is not made over the wire.
+  // A matched RNDV whose first packet holds the RVH, at a QP whose owner is this process and
+  // may READ (transport/rendezvous.h), is done as mlx5 hardware does it: nothing of the message
+  // lands; CompleteReceive writes the first completion (IBV_WC_TM_MATCH), checks the RVH's len
+  // against the tag's buffer and fills `rndv`, which the caller hands to StartRendezvous once
+  // it has released the QP's packet state. Otherwise it is left to the application
+  // (IBV_WC_TM_RNDV_INCOMPLETE, mlx5's software rendezvous).
   static Reply BeginReceive(const TargetQp& t, const Request& r, TakenWqe* wqe, ReceiveTm* tm = nullptr);
   static Reply PlaceReceive(const TargetQp& t, const TakenWqe& wqe, uint64_t offset, const Request& r,
                             const ReceiveTm* tm = nullptr);
   // kAck, or kInvalidRequest for a SEND_WITH_INV whose R_Key is no window of the QP (the WQE then
   // completes in error, as in Execute).
   static Reply CompleteReceive(const TargetQp& t, const TakenWqe& wqe, const Request& r, uint64_t total,
-                               const ReceiveTm* tm = nullptr);
+                               const ReceiveTm* tm = nullptr, RendezvousRead* rndv = nullptr);
+  // Hands a rendezvous READ (CompleteReceive's `rndv`) to its QP's requester; one it cannot
+  // take completes the tag in error at `t` (IBV_WC_LOC_QP_OP_ERR, a log line).
+  static void StartRendezvous(const TargetQp& t, const RendezvousRead& rndv);
+  // How a matched RNDV's first packet `r` is received (BeginReceive): kRndvRead when the READ
+  // can be issued (the RVH kept in `tm`), else kRndvSoftware.
+  static uint32_t RendezvousMode(const TargetQp& t, const Request& r, ReceiveTm* tm);
   // A packet fabric's RDMA WRITE or READ checked whole at its first packet, as a NIC checks
   // va .. va + DMA length before it moves a byte (IBA 9.7.5.1.3; rxe check_rkey): kAck, or the
   // NAK's code, the target QP then in ERR. A READ also needs responder resources (9.7.5.1.4).
@@ -71,6 +82,12 @@ class Responder {
   // carries it after its SEND's completion), as mlx5 hardware does; false where it cannot (the
   // application then does it: IBV_WC_TM_RNDV_INCOMPLETE).
   static bool Rendezvous(const TargetQp& t, const Request& r, const TakenWqe& w, const TmHeader& h, Reply* done);
+  // responder_rendezvous.cc: a matched RNDV's CompleteReceive.
+  static Reply ReceiveRendezvous(const TargetQp& t, const TakenWqe& w, const Request& r, const ReceiveTm& tm,
+                                 RendezvousRead* rndv);
+  // Completes at the target (with a TMH's info), or in error moving it to ERR.
+  static void CompleteAt(const TargetQp& t, const Completion& c, const TmInfo* info);
+  static void FailAt(const TargetQp& t, const Completion& c, uint32_t status);
   // The gates every request passes (transport, DC access, receiving state); false: discarded.
   static bool Admits(const TargetQp& t, const Request& r);
   static Reply Rdma(const TargetQp& t, const Request& r, bool write);

@@ -4,8 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 namespace softverbs::transport {
+
+class InternalWork;  // transport/rendezvous.h
 
 inline constexpr uint32_t kMaxSge = 32;            // the device's max_sge / max_recv_sge
 inline constexpr uint32_t kMaxInlineData = 1024;    // the device's max_inline_data
@@ -158,6 +161,9 @@ struct SendWr {
   // kDriver1: set by the mlx5dv_wr_mr_* builders, whose UMR layout is the inline bytes
   // (transport/indirect_key.h); ibv_post_send cannot post one.
   bool umr = false;
+  // Set on a work request the QP runs for itself (the tag matching rendezvous READ and FIN,
+  // transport/rendezvous.h): its completion goes there, never to the send CQ.
+  std::shared_ptr<InternalWork> internal;
 };
 
 }  // namespace softverbs::transport

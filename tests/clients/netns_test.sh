@@ -7,7 +7,8 @@
 # ibv_*_pingpongs and perftest's RC tests (SEND, WRITE, READ, atomics; bandwidth and latency)
 # complete both ways.
 #
-# Tag matching: a TM SRQ receiving from a RoCE peer matches its tags (wire_tm_peer.py).
+# Tag matching: a TM SRQ receiving from a RoCE peer matches its tags and does the rendezvous
+# READ and FIN over the wire (wire_tm_peer.py).
 #
 # Regression for issue 11's defect: the RC client's QP is connected to a QP number at a GID of the
 # OTHER namespace, a number its own host also has. It used to be delivered to that local QP (the
@@ -229,7 +230,8 @@ REVERSE=1 perftest ib_read_bw -n 200 -q 2
 
 # Tag matching from a RoCE peer (wire_tm_peer.py): a TM SRQ in namespace a matches the tags of
 # SENDs arriving over the wire from namespace b (eager of one and three packets, unexpected,
-# NO_TAG, a RNDV left to the application), byte for byte.
+# NO_TAG), byte for byte; a matched RNDV makes a's QP READ b's buffer over the wire and SEND b
+# the FIN, as mlx5 hardware does; an RNDV with a bad rkey completes its tag in error.
 tm_dir="$logs/tm"
 mkdir -p "$tm_dir"
 ip netns exec "$ns_a" timeout 30 /usr/bin/python3 "$(dirname "$0")/wire_tm_peer.py" server --dir "$tm_dir" \

@@ -10,6 +10,7 @@ import ctypes
 import errno
 import faulthandler
 import struct
+import textwrap
 import unittest
 import zlib
 

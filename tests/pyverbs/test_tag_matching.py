@@ -425,6 +425,9 @@ class TmRendezvousTest(TmTestCase):
         self.assertEqual((wc['status'], wc['wr_id']), (e.IBV_WC_REM_ACCESS_ERR, 5 + 0x1000), wc)
         self.assertEqual(dest.read(), bytes(256))
         self.assertTrue(dest.guards_intact())
+        # The sender's QP refused the READ as its responder: it enters ERR, as over the wire (a
+        # NAK remote access error, IBA 9.9.3.1.2; rxe do_class_ac_error).
+        self.assertEqual(self.client.qp.query(e.IBV_QP_STATE)[0].qp_state, e.IBV_QPS_ERR)
 
     def test_rndv_too_long_for_the_tag(self):
         data = base.Buffer(self.pd, 256)

@@ -34,8 +34,8 @@ uint8_t SyndromeOf(ReplyCode code) {
 // One packet's work, with what the responder answers.
 class Packet {
  public:
-  Packet(const TargetQp& t, const packet::ParsedPacket& p, const ResponsePath& path)
-      : t_(t), e_(t.endpoint()), w_(e_.wire), p_(p), info_(*p.info), path_(path) {}
+  Packet(const TargetQp& t, const packet::ParsedPacket& p, const ResponsePath& path, RendezvousRead* rndv)
+      : t_(t), e_(t.endpoint()), w_(e_.wire), p_(p), info_(*p.info), path_(path), rndv_(rndv) {}
   void Receive();
 
  private:
@@ -66,7 +66,9 @@ class Packet {
     uint8_t buffer[64];
     auto n = BuildAck(e_.dest_qp_num, psn, syn, w_.msn, path_.flow, buffer);
     if (!n.ok()) return;
-    if (syn == syndrome::kAck && path_.coalesce_ack)
+    // (Not held before a rendezvous READ: the sender learns its SEND arrived before the READ
+    // of its buffer reaches it, as from a NIC, which ACKs the RNDV message and then READs.)
+    if (syn == syndrome::kAck && path_.coalesce_ack && rndv_->qp_num == 0)
       path_.coalesce_ack({buffer, *n});
     else
       Send({buffer, *n});
@@ -112,6 +114,7 @@ class Packet {
   const packet::ParsedPacket& p_;
   const packet::OpcodeInfo& info_;
   const ResponsePath& path_;
+  RendezvousRead* rndv_;  // a tag matching rendezvous READ to start once the lock is released
   iovec piece_{};
 };
 
@@ -133,7 +136,7 @@ void Packet::SendPacket() {
   }
   w_.offset += r.length;
   if (info_.ends_message()) {
-    const Reply done = Responder::CompleteReceive(t_, w_.wqe, r, w_.offset, &w_.tm);
+    const Reply done = Responder::CompleteReceive(t_, w_.wqe, r, w_.offset, &w_.tm, rndv_);
     w_.wqe_held = 0;
     w_.message = 0;
     if (done.code != ReplyCode::kAck) return Nak(done.code);
@@ -323,8 +326,14 @@ void Packet::Receive() {
 }  // namespace
 
 void RcResponder::Receive(const TargetQp& t, const packet::ParsedPacket& p, const ResponsePath& path) {
-  fabric::RobustLock lock(t.endpoint().wire.lock);
-  Packet(t, p, path).Receive();
+  RendezvousRead rndv;
+  {
+    fabric::RobustLock lock(t.endpoint().wire.lock);
+    Packet(t, p, path, &rndv).Receive();
+  }
+  // The READ leaves from the QP's own send queue, outside its packet state's lock (the owner's
+  // requester has locks of its own; transport/rendezvous.h).
+  if (rndv.qp_num != 0) Responder::StartRendezvous(t, rndv);
 }
 
 }  // namespace softverbs::transport
