@@ -38,7 +38,9 @@ std::unique_ptr<TargetQp> HostTarget::Requester(uint32_t qpn) const {
 }
 
 Result<HostTarget> HostTarget::Find(fabric::LocalProcess& local, uint32_t qpn, PeerHint* hint) {
-  if (hint != nullptr && hint->entry != nullptr && hint->qpn == qpn) return FindEntry(local, *hint->entry, qpn, hint, /*qp=*/true);
+  // The QP this link found last: its registry entry is where it was.
+  if (hint != nullptr && hint->entry != nullptr && hint->qpn == qpn)
+    return FindEntry(local, *hint->entry, qpn, hint, /*qp=*/true);
   fabric::HostRegistry& registry = local.registry();
   // QP numbers are host-table slots plus 0x100 (core::QpnOfSlot). A number from a peer beyond
   // the table's extent was never a QP, and reading its slot would allocate a page of the sparse
