@@ -23,7 +23,7 @@ using transport::Request;
 using transport::WrOpcode;
 namespace wc_status = transport::wc_status;
 
-struct FakeLink : transport::Link {
+struct RendezvousLink : transport::Link {
   Reply Carry(const Request& r) override {
     seen.push_back(r);
     if (r.opcode == WrOpcode::kSend && r.local_count == 1)
@@ -85,7 +85,7 @@ class RendezvousTest : public CoreTest {
 
   uint8_t buf_[128] = {};
   FakeQp qp_;
-  FakeLink host_, wire_;
+  RendezvousLink host_, wire_;
   std::unique_ptr<Mr> mr_;
   std::vector<transport::Completion> recv_cq_;
   transport::Requester requester_;

@@ -24,7 +24,7 @@ namespace {
 namespace packet = fabric::packet;
 constexpr uint32_t kQpn = 0x1234;
 
-struct FakeIssuer : transport::RendezvousIssuer {
+struct RcFakeIssuer : transport::RendezvousIssuer {
   bool CanIssueRendezvous() const override { return true; }
   bool IssueRendezvous(const transport::RendezvousRead& read) override {
     issued.push_back(read);
@@ -106,7 +106,7 @@ class RcResponderRendezvousTest : public CoreTest {
   packet::IpUdpInfo flow_;
   transport::ResponsePath path_;
   size_t sent_ = 0, held_ = 0;
-  FakeIssuer issuer_;
+  RcFakeIssuer issuer_;
   transport::FakeTarget target_;
   std::unique_ptr<Cq> cq_;
   std::unique_ptr<transport::RecvQueue> rq_;
