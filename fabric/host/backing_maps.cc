@@ -32,18 +32,12 @@ size_t BackingMaps::IdHash::operator()(const BackingId& id) const {
   return static_cast<size_t>(h ^ (h >> 32));
 }
 
+thread_local internal::ThreadHit internal::t_backing_hit;
+
 Result<std::shared_ptr<const BackingWindow>> BackingMaps::Get(PeerProcess& owner, const BackingId& id,
                                                               uint64_t offset, uint64_t length) {
   if (offset + length < offset) return Invalid("the range wraps around");
-  // Most accesses of a thread reach the window it reached last: found without the lock while
-  // the cache has not changed since (any insertion, eviction or forgetting moves generation_).
-  struct ThreadHit {
-    uint64_t maps = 0;  // instance_
-    uint64_t generation = 0;
-    BackingId id;
-    std::shared_ptr<const BackingWindow> window;
-  };
-  static thread_local ThreadHit hit;
+  internal::ThreadHit& hit = internal::t_backing_hit;
   const uint64_t generation = generation_.load(std::memory_order_acquire);
   if (hit.maps == instance_ && hit.generation == generation && hit.id == id && hit.window->Holds(offset, length))
     return hit.window;
@@ -54,7 +48,8 @@ Result<std::shared_ptr<const BackingWindow>> BackingMaps::Get(PeerProcess& owner
       const auto& window = it->second->second;
       if (window == nullptr) return Status(ENXIO, "this backing could not be mapped before");
       if (window->Holds(offset, length)) {
-        hit = {instance_, generation, id, window};
+        // A borrowed window is kept mapped by the entry: it stays while a borrow lives.
+        if (hit.borrows == 0) hit = {instance_, generation, id, window, 0};
         return window;
       }
       // The file grew since it was mapped, or the range is beyond its end: try again below.
@@ -83,7 +78,7 @@ Result<std::shared_ptr<const BackingWindow>> BackingMaps::Map(PeerProcess& owner
     void* p = shmat(id.handle, nullptr, 0);
     if (p == reinterpret_cast<void*>(-1)) return Status(errno, std::string("shmat: ") + strerror(errno));
     return std::shared_ptr<const BackingWindow>(
-        std::make_shared<BackingWindow>(static_cast<uint8_t*>(p), ds.shm_segsz, true));
+        std::make_shared<BackingWindow>(static_cast<uint8_t*>(p), ds.shm_segsz, true, /*can_shrink=*/false));
   }
   if (id.kind != BackingKind::kFile) return Invalid("no shared backing");
   auto fd = owner.CopyFd(id.handle);
@@ -93,16 +88,22 @@ Result<std::shared_ptr<const BackingWindow>> BackingMaps::Map(PeerProcess& owner
   if (fstat(fd.value().get(), &st) != 0) return Status(errno, std::string("fstat: ") + strerror(errno));
   if (EncodeDev(st.st_dev) != id.dev || st.st_ino != id.ino || !S_ISREG(st.st_mode))
     return Status(ESTALE, "the owner's descriptor names another file now");
-  // A memcpy beyond the end of the file raises SIGBUS: the range must be inside it now.
-  if (end > static_cast<uint64_t>(st.st_size)) return Status(ERANGE, "the range is beyond the end of the file");
   const int flags = fcntl(fd.value().get(), F_GETFL);
   if (flags < 0 || (flags & O_ACCMODE) != O_RDWR) return Status(EACCES, "the owner's descriptor is not read-write");
+  // The owner may shrink the file later, under the copies: they run guarded (fault_guard.h),
+  // unless the file is sealed against it (memfd_create(2), F_SEAL_SHRINK; seals are never
+  // removed). Seals first, then the size: once sealed, no later size is below the one read.
+  // A memcpy beyond the end of the file raises SIGBUS: the range must be inside it now.
+  const int seals = fcntl(fd.value().get(), F_GET_SEALS);
+  const bool can_shrink = seals < 0 || !(seals & F_SEAL_SHRINK);
+  if (fstat(fd.value().get(), &st) != 0) return Status(errno, std::string("fstat: ") + strerror(errno));
+  if (end > static_cast<uint64_t>(st.st_size)) return Status(ERANGE, "the range is beyond the end of the file");
   const auto size = static_cast<uint64_t>(st.st_size);
-  // The owner may shrink the file later, under the copies: they run guarded (fault_guard.h).
-  InstallFaultGuard();
+  if (can_shrink) InstallFaultGuard();
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.value().get(), 0);
   if (p == MAP_FAILED) return Status(errno, std::string("mmap: ") + strerror(errno));
-  return std::shared_ptr<const BackingWindow>(std::make_shared<BackingWindow>(static_cast<uint8_t*>(p), size, false));
+  return std::shared_ptr<const BackingWindow>(
+      std::make_shared<BackingWindow>(static_cast<uint8_t*>(p), size, false, can_shrink));
 }
 
 uint64_t BackingMaps::NextInstance() {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <list>
 #include <memory>
+#include <utility>
 #include <mutex>
 #include <unordered_map>
 
@@ -34,18 +35,68 @@ BackingId IdOf(uint64_t owner, const BackingRecord& record);
 // One mapping of a whole file (or segment) in this process: [0, size) of it at base().
 class BackingWindow {
  public:
-  BackingWindow(uint8_t* base, uint64_t size, bool sysv) : base_(base), size_(size), sysv_(sysv) {}
+  BackingWindow(uint8_t* base, uint64_t size, bool sysv, bool can_shrink)
+      : base_(base), size_(size), sysv_(sysv), can_shrink_(can_shrink) {}
   ~BackingWindow();
   BackingWindow(const BackingWindow&) = delete;
   BackingWindow& operator=(const BackingWindow&) = delete;
   uint8_t* base() const { return base_; }
   uint64_t size() const { return size_; }
   bool Holds(uint64_t offset, uint64_t length) const { return offset <= size_ && length <= size_ - offset; }
+  // Whether [0, size) may stop being backed while mapped: a file without F_SEAL_SHRINK can be
+  // truncated under the mapping (copies through it run under the SIGBUS guard, fault_guard.h).
+  // A sealed file (softverbs' own moves of private memory seal theirs) and a SysV segment
+  // (never resized; IPC_RMID keeps attachments) cannot: their copies need no guard.
+  bool can_shrink() const { return can_shrink_; }
 
  private:
   uint8_t* base_;
   uint64_t size_;
   bool sysv_;  // shmdt instead of munmap
+  bool can_shrink_;
+};
+
+namespace internal {
+// Most accesses of a thread reach the window it reached last: found without the cache's lock
+// while the cache has not changed since (any insertion, eviction or forgetting moves its
+// generation). Here so that a borrow costs no call.
+struct ThreadHit {
+  uint64_t maps = 0;  // BackingMaps::instance_
+  uint64_t generation = 0;
+  BackingId id;
+  std::shared_ptr<const BackingWindow> window;  // keeps it mapped, evicted or not
+  uint32_t borrows = 0;                         // live BorrowedWindows of `window`
+};
+extern thread_local ThreadHit t_backing_hit;
+}  // namespace internal
+
+// A window of the calling thread's cache entry, used without taking a reference
+// (BackingMaps::Borrow): while a borrow lives, the thread's entry -- which keeps the window
+// mapped -- is not replaced. Null when nothing was borrowed. One thread's, never passed on.
+class BorrowedWindow {
+ public:
+  BorrowedWindow() = default;
+  explicit BorrowedWindow(const BackingWindow* w) : w_(w) {
+    if (w_ != nullptr) ++internal::t_backing_hit.borrows;
+  }
+  ~BorrowedWindow() {
+    if (w_ != nullptr) --internal::t_backing_hit.borrows;
+  }
+  BorrowedWindow(BorrowedWindow&& o) noexcept : w_(std::exchange(o.w_, nullptr)) {}
+  BorrowedWindow& operator=(BorrowedWindow&& o) noexcept {
+    if (this != &o) {
+      if (w_ != nullptr) --internal::t_backing_hit.borrows;
+      w_ = std::exchange(o.w_, nullptr);
+    }
+    return *this;
+  }
+  BorrowedWindow(const BorrowedWindow&) = delete;
+  BorrowedWindow& operator=(const BorrowedWindow&) = delete;
+  const BackingWindow* get() const { return w_; }
+  explicit operator bool() const { return w_ != nullptr; }
+
+ private:
+  const BackingWindow* w_ = nullptr;
 };
 
 class BackingMaps {
@@ -60,6 +111,16 @@ class BackingMaps {
   // process_vm_writev/readv. A window stays valid while the caller holds it, evicted or not.
   Result<std::shared_ptr<const BackingWindow>> Get(PeerProcess& owner, const BackingId& id, uint64_t offset,
                                                    uint64_t length);
+  // The window this thread reached last through Get, if it is `id`'s and holds [offset,
+  // +length) and the cache has not changed since; empty otherwise (then Get). Costs no locked
+  // instruction: Get's shared_ptr copy and release are two per access.
+  BorrowedWindow Borrow(const BackingId& id, uint64_t offset, uint64_t length) const {
+    const internal::ThreadHit& hit = internal::t_backing_hit;
+    if (hit.maps == instance_ && hit.id == id && hit.generation == generation_.load(std::memory_order_acquire) &&
+        hit.window != nullptr && offset + length >= offset && hit.window->Holds(offset, length))
+      return BorrowedWindow(hit.window.get());
+    return {};
+  }
   // Unmaps the windows of owners that have exited (done on every miss); returns how many.
   size_t ForgetDead();
   // Drops `window` from the cache (a copy through it faulted: the file shrank under it), so the

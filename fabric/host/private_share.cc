@@ -125,13 +125,19 @@ bool MakePrivate(int memfd, const MapsPiece* pieces, size_t n) {
 std::shared_ptr<Area> MoveIn(uint64_t lo, uint64_t hi, RangeBusyFn busy, void* ctx, const char** why) {
   const uint64_t n = hi - lo;
   auto area = std::make_shared<Area>();
-  area->memfd = UniqueFd(static_cast<int>(syscall(SYS_memfd_create, kMemfdName, MFD_CLOEXEC)));
+  area->memfd =
+      UniqueFd(static_cast<int>(syscall(SYS_memfd_create, kMemfdName, MFD_CLOEXEC | MFD_ALLOW_SEALING)));
   struct stat st;
   if (!area->memfd.valid() || ftruncate(area->memfd.get(), static_cast<off_t>(n + kGrowthSlack)) != 0 ||
       fstat(area->memfd.get(), &st) != 0) {
     *why = "no memfd";
     return nullptr;
   }
+  // Never shorter than this (MoveBack frees the pages with a hole instead): an initiator that
+  // maps the file reads the seal and copies without the SIGBUS guard (backing_maps.h).
+  if (fcntl(area->memfd.get(), F_ADD_SEALS, F_SEAL_SHRINK) != 0)
+    SV_LOG(kDebug, "memfd of a moved registration not sealed (%s): its initiators copy under the SIGBUS guard",
+           strerror(errno));
   void* shared = Mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, area->memfd.get(), 0);
   if (shared == MAP_FAILED) {
     *why = "no address space for the memfd";
@@ -194,8 +200,12 @@ bool MoveBack(Area& a) {
     done = done && MakePrivate(a.memfd.get(), g_share_pieces, pieces);
   }
   world.Resume();
-  // Peers may keep a mapping of the memfd in their caches: its pages are freed now.
-  if (done && !FileMapped(a.dev, a.ino) && ftruncate(a.memfd.get(), 0) != 0) {}
+  // Peers may keep a mapping of the memfd in their caches: its pages are freed now, by a hole
+  // (the file is sealed against shrinking; a peer's stale mapping reads zeros, never SIGBUS --
+  // and no access reaches it: every key on it was withdrawn and waited for).
+  const auto length = static_cast<off_t>(a.hi - a.lo + kGrowthSlack);
+  if (done && !FileMapped(a.dev, a.ino) &&
+      fallocate(a.memfd.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, length) != 0) {}
   return done;
 }
 

@@ -151,8 +151,8 @@ Status HostTarget::MoveBounded(bool write, const iovec* local, size_t nl, const 
   fabric::BackingMaps& maps = fabric::BackingMaps::ForThisProcess();
   if (MappedPieces mapped; mapped.Map(local_->registry(), maps, peer_, remote)) {
     Status s = CopyBounded(local, nl, mapped.data(), mapped.size(),
-                           [write](const iovec* l, size_t ln, const iovec* m, size_t mn) {
-                             return CopyMapped(write, l, ln, m, mn);
+                           [write, guarded = mapped.guarded()](const iovec* l, size_t ln, const iovec* m, size_t mn) {
+                             return CopyMapped(write, l, ln, m, mn, guarded);
                            },
                            revoked);
     if (s.code() == EFAULT) {
@@ -185,26 +185,29 @@ Result<uint64_t> HostTarget::AtomicUpdate(const PinnedPieces& remote, uint64_t (
   MappedPieces mapped;
   fabric::BackingMaps& maps = fabric::BackingMaps::ForThisProcess();
   if (mapped.Map(local_->registry(), maps, peer_, remote)) {
-    // Under the SIGBUS guard (the file may have shrunk): plain data only inside it.
+    // Under the SIGBUS guard when the file may have shrunk: plain data only inside it.
     struct Rmw {
       uint64_t* word;
       uint64_t (*op)(uint64_t, const void*);
       const void* arg;
       uint64_t value;
     } rmw{static_cast<uint64_t*>(mapped.data()[0].iov_base), op, arg, 0};
-    const bool done = fabric::RunGuarded(
-        [](void* p) {
-          auto& m = *static_cast<Rmw*>(p);
-          // A lock-prefixed compare-and-swap on the word itself: atomic against the other
-          // initiators (they hold the same stripe) and against the owner's own CPU atomics on
-          // it too. A compare that fails (or an add of 0) writes nothing, as a NIC's.
-          std::atomic_ref<uint64_t> word(*m.word);
-          uint64_t seen = word.load(std::memory_order_acquire);
-          for (uint64_t next; (next = m.op(seen, m.arg)) != seen;)
-            if (word.compare_exchange_weak(seen, next, std::memory_order_acq_rel, std::memory_order_acquire)) break;
-          m.value = seen;
-        },
-        &rmw);
+    auto apply = [](void* p) {
+      auto& m = *static_cast<Rmw*>(p);
+      // A lock-prefixed compare-and-swap on the word itself: atomic against the other
+      // initiators (they hold the same stripe) and against the owner's own CPU atomics on
+      // it too. A compare that fails (or an add of 0) writes nothing, as a NIC's.
+      std::atomic_ref<uint64_t> word(*m.word);
+      uint64_t seen = word.load(std::memory_order_acquire);
+      for (uint64_t next; (next = m.op(seen, m.arg)) != seen;)
+        if (word.compare_exchange_weak(seen, next, std::memory_order_acq_rel, std::memory_order_acquire)) break;
+      m.value = seen;
+    };
+    bool done = true;
+    if (mapped.guarded())
+      done = fabric::RunGuarded(apply, &rmw);
+    else
+      apply(&rmw);
     if (done) return rmw.value;
     mapped.Forget(maps);
     SV_LOG(kError, "atomic at qp 0x%x of pid %d: the owner's file no longer holds the word (truncated under the "

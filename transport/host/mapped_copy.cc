@@ -16,6 +16,10 @@ namespace {
 // `hint` first (most accesses have one key); npos if none.
 size_t PinHolding(const PinnedPieces& remote, uint64_t addr, uint64_t length, size_t hint) {
   const size_t n = remote.pin_count();
+  if (n == 1) {  // the common case: one key
+    const KeyView& v = remote.pin(0).view();
+    return !v.indirect() && RangeWithin(v.addr, v.length, addr, length) ? 0 : SIZE_MAX;
+  }
   for (size_t k = 0; k < n; ++k) {
     const size_t i = (hint + k) % n;
     const KeyView& v = remote.pin(i).view();
@@ -29,8 +33,6 @@ size_t PinHolding(const PinnedPieces& remote, uint64_t addr, uint64_t length, si
 
 bool MappedPieces::Map(fabric::HostRegistry& registry, fabric::BackingMaps& maps, fabric::Peer* peer,
                        const PinnedPieces& remote) {
-  pieces_.clear();
-  windows_.clear();
   if (peer == nullptr) return false;  // this process's own memory is reached by memcpy anyway
   // SOFTVERBS_PEER_MAP=0: this initiator never maps a peer's backing (process_vm_* for every
   // access; a comparison switch, and how tests mix both paths on one target).
@@ -43,10 +45,23 @@ bool MappedPieces::Map(fabric::HostRegistry& registry, fabric::BackingMaps& maps
   bool any = false;
   for (size_t i = 0; i < remote.pin_count() && !any; ++i) any = (remote.pin(i).view().access & kSharedBacking) != 0;
   if (!any) return false;
+  // Most accesses need one window, the one this thread used last: borrowed, no reference taken.
+  // Anything else (a miss, a second window) takes references (Translate's shared mode).
   const uint64_t owner = peer->process().token().raw();
+  return Translate(registry, maps, *peer, owner, remote, /*borrow=*/true) ||
+         Translate(registry, maps, *peer, owner, remote, /*borrow=*/false);
+}
+
+bool MappedPieces::Translate(fabric::HostRegistry& registry, fabric::BackingMaps& maps, fabric::Peer& peer,
+                             uint64_t owner, const PinnedPieces& remote, bool borrow) {
+  pieces_.clear();
+  windows_.clear();
+  borrowed_ = fabric::BorrowedWindow();
+  guarded_ = false;
   size_t hint = 0;
-  size_t window_pin = SIZE_MAX;  // the pin whose window is windows_.back()
+  size_t window_pin = SIZE_MAX;  // the pin whose window is the last one taken
   uint64_t window_start = 0;     // the file offset of that pin's first byte
+  uint8_t* base = nullptr;       // that window's mapping
   for (size_t p = 0; p < remote.size(); ++p) {
     const iovec& piece = remote.data()[p];
     const auto addr = reinterpret_cast<uint64_t>(piece.iov_base);
@@ -60,18 +75,28 @@ bool MappedPieces::Map(fabric::HostRegistry& registry, fabric::BackingMaps& maps
       // it describes this registration if it names this key.
       const fabric::BackingRecord& r = fabric::BackingOf(registry, KeySlot(v.key));
       if (r.key.load(std::memory_order_acquire) != v.key) return false;
-      auto window = maps.Get(peer->process(), fabric::IdOf(owner, r), r.offset, v.length);
-      if (!window.ok()) return false;
-      windows_.push_back(std::move(window.value()));
+      const fabric::BackingWindow* window = nullptr;
+      if (borrow) {
+        if (borrowed_) return false;  // a second window: references (the caller tries again)
+        borrowed_ = maps.Borrow(fabric::IdOf(owner, r), r.offset, v.length);
+        window = borrowed_.get();
+      } else if (auto got = maps.Get(peer.process(), fabric::IdOf(owner, r), r.offset, v.length); got.ok()) {
+        windows_.push_back(std::move(got.value()));
+        window = windows_.back().get();
+      }
+      if (window == nullptr) return false;
+      guarded_ = guarded_ || window->can_shrink();
+      base = window->base();
       window_pin = i;
       window_start = r.offset;
     }
-    pieces_.push_back({windows_.back()->base() + window_start + (addr - v.addr), piece.iov_len});
+    pieces_.push_back({base + window_start + (addr - v.addr), piece.iov_len});
   }
   return true;
 }
 
 void MappedPieces::Forget(fabric::BackingMaps& maps) const {
+  if (borrowed_) maps.Forget(borrowed_.get());
   for (const auto& w : windows_) maps.Forget(w.get());
 }
 
@@ -108,8 +133,12 @@ void CopyMappedUnguarded(void* arg) {
 
 }  // namespace
 
-Status CopyMapped(bool write, const iovec* local, size_t nl, const iovec* mapped, size_t nm) {
+Status CopyMapped(bool write, const iovec* local, size_t nl, const iovec* mapped, size_t nm, bool guarded) {
   MappedCopy c{write, local, nl, mapped, nm};
+  if (!guarded) {  // files that cannot shrink: no fault to catch
+    CopyMappedUnguarded(&c);
+    return Status::Ok();
+  }
   if (fabric::RunGuarded(CopyMappedUnguarded, &c)) return Status::Ok();
   return Status(EFAULT, "the owner's file no longer holds the registered range (truncated under the "
                         "registration): SIGBUS caught in the copy");

@@ -38,16 +38,28 @@ class MappedPieces {
   size_t size() const { return pieces_.size(); }
   // Drops this access's windows from `maps` (a copy through them faulted: the file shrank).
   void Forget(fabric::BackingMaps& maps) const;
+  // Whether a copy through these pieces must run under the SIGBUS guard: one of their files may
+  // be truncated under the mapping (BackingWindow::can_shrink).
+  bool guarded() const { return guarded_; }
 
  private:
+  // `borrow`: the one window is this thread's last, used without a reference; false if the
+  // access needs another or it is not that one. Otherwise every window is referenced.
+  bool Translate(fabric::HostRegistry& registry, fabric::BackingMaps& maps, fabric::Peer& peer, uint64_t owner,
+                 const PinnedPieces& remote, bool borrow);
+
   InlinedVector<iovec, 4> pieces_;
-  InlinedVector<std::shared_ptr<const fabric::BackingWindow>, 2> windows_;  // kept while the pieces are used
+  // Kept while the pieces are used: one borrowed window, or references to every window.
+  fabric::BorrowedWindow borrowed_;
+  InlinedVector<std::shared_ptr<const fabric::BackingWindow>, 2> windows_;
+  bool guarded_ = false;
 };
 
 // Copies `local` to (write) or from the mapped pieces `mapped`, in order; both describe the
-// same number of bytes. Under the SIGBUS guard: EFAULT if the mapping faulted (the owner's file
-// no longer holds the range), with the bytes before the fault copied.
-Status CopyMapped(bool write, const iovec* local, size_t nl, const iovec* mapped, size_t nm);
+// same number of bytes. `guarded` (MappedPieces::guarded): under the SIGBUS guard, EFAULT if the
+// mapping faulted (the owner's file no longer holds the range), with the bytes before the fault
+// copied.
+Status CopyMapped(bool write, const iovec* local, size_t nl, const iovec* mapped, size_t nm, bool guarded = true);
 
 // The most bytes one step of a copy moves before it checks again that it may go on: 256 KiB
 // is ~10 us of memcpy, so a withdrawal waits at most that long for a running initiator, and the

@@ -1,5 +1,6 @@
 #include "fabric/host/backing_maps.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/shm.h>
@@ -116,6 +117,82 @@ TEST(BackingMapsTest, EvictsTheLeastRecentlyUsedAndKeepsWindowsInUse) {
   auto wa2 = maps.Get(*self, a.Id(owner, 0, 64), 0, 64);
   ASSERT_TRUE(wa2.ok());
   EXPECT_EQ(wa2->get(), wa->get());
+}
+
+TEST(BackingMapsTest, BorrowsTheThreadsLastWindowWithoutAReference) {
+  SharedFile a(1, 0xa), b(1, 0xb);
+  auto self = Self();
+  BackingMaps maps;
+  const uint64_t owner = self->token().raw();
+  const BackingId ida = a.Id(owner, 0, 64), idb = b.Id(owner, 0, 64);
+  EXPECT_FALSE(maps.Borrow(ida, 0, 64));  // never reached: Get first
+  auto wa = maps.Get(*self, ida, 0, 64);  // maps it
+  ASSERT_TRUE(wa.ok());
+  ASSERT_TRUE(maps.Get(*self, ida, 0, 64).ok());  // this thread's last window now
+  const long refs = wa->use_count();
+  {
+    BorrowedWindow borrowed = maps.Borrow(ida, 0, 64);
+    ASSERT_TRUE(borrowed);
+    EXPECT_EQ(borrowed.get(), wa->get());
+    EXPECT_EQ(wa->use_count(), refs);  // no reference taken
+    EXPECT_EQ(borrowed.get()->base()[0], 0xa);
+  }
+  EXPECT_FALSE(maps.Borrow(idb, 0, 64));                 // another file
+  EXPECT_FALSE(maps.Borrow(ida, 0, 2 * kPage));          // beyond the mapping
+  EXPECT_FALSE(maps.Borrow(ida, UINT64_MAX - 8, 64));    // wraps
+  maps.Forget(wa->get());                                // the cache changed: Get again
+  EXPECT_FALSE(maps.Borrow(ida, 0, 64));
+}
+
+TEST(BackingMapsTest, ABorrowedWindowStaysMappedWhileThisThreadReachesOthers) {
+  SharedFile a(1, 0xa), b(1, 0xb);
+  auto self = Self();
+  BackingMaps maps(1);  // room for one: reaching b evicts a
+  const uint64_t owner = self->token().raw();
+  const BackingId ida = a.Id(owner, 0, 64), idb = b.Id(owner, 0, 64);
+  ASSERT_TRUE(maps.Get(*self, ida, 0, 64).ok());
+  ASSERT_TRUE(maps.Get(*self, ida, 0, 64).ok());
+  BorrowedWindow borrowed = maps.Borrow(ida, 0, 64);
+  ASSERT_TRUE(borrowed);
+  auto wb = maps.Get(*self, idb, 0, 64);
+  ASSERT_TRUE(wb.ok());
+  ASSERT_TRUE(maps.Get(*self, idb, 0, 64).ok());
+  EXPECT_EQ(maps.size(), 1u);  // a was evicted
+  // Still mapped: the thread's entry was not replaced while the borrow lives.
+  borrowed.get()->base()[1] = 0xaa;
+  EXPECT_EQ(a.p[1], 0xaa);
+  borrowed = BorrowedWindow();
+  // Now the thread's entry moves on to b.
+  ASSERT_TRUE(maps.Get(*self, idb, 0, 64).ok());
+  EXPECT_EQ(maps.Borrow(idb, 0, 64).get(), wb->get());
+}
+
+TEST(BackingMapsTest, OnlyAFileSealedAgainstShrinkingIsCopiedUnguarded) {
+  auto self = Self();
+  const uint64_t owner = self->token().raw();
+  SharedFile plain(1);
+  BackingMaps maps;
+  auto w = maps.Get(*self, plain.Id(owner, 0, 64), 0, 64);
+  ASSERT_TRUE(w.ok());
+  EXPECT_TRUE((*w)->can_shrink());
+  // memfd_create(2): F_SEAL_SHRINK needs MFD_ALLOW_SEALING.
+  const int fd = memfd_create("sv-maps-sealed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, static_cast<off_t>(kPage)), 0);
+  ASSERT_EQ(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+  auto* p = static_cast<uint8_t*>(mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  ASSERT_NE(p, MAP_FAILED);
+  {
+    auto b = FindSharedBacking(reinterpret_cast<uint64_t>(p), 64);
+    ASSERT_TRUE(b.has_value());
+    const BackingId id{owner, b->file->kind(), b->file->handle(), b->file->dev(), b->file->tag(), b->file->ino()};
+    auto sealed = maps.Get(*self, id, 0, 64);
+    ASSERT_TRUE(sealed.ok()) << sealed.status().rule();
+    EXPECT_FALSE((*sealed)->can_shrink());
+    EXPECT_NE(ftruncate(fd, 0), 0);  // the kernel holds the seal
+  }
+  munmap(p, kPage);
+  close(fd);
 }
 
 TEST(BackingMapsTest, MapsAnotherProcessFileAndForgetsItWhenTheOwnerIsGone) {

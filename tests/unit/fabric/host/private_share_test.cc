@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -129,6 +130,31 @@ TEST_F(PrivateShareTest, MovesPagesWithContentsAndMovesThemBack) {
   // Private semantics again: MADV_DONTNEED zeroes.
   ASSERT_EQ(madvise(r.get(), kSharePage, MADV_DONTNEED), 0);
   EXPECT_EQ(r.get()[10], 0);
+}
+
+TEST_F(PrivateShareTest, TheMovedFileIsSealedAgainstShrinkingAndItsPagesFreedByAHole) {
+  ShareRegion r(2);
+  r.Fill(5);
+  auto backing = Share(r.get(), 2 * kSharePage);
+  ASSERT_TRUE(backing.has_value());
+  // Initiators copy through it without the SIGBUS guard (backing_maps.h): nobody may shrink it.
+  const int fd = backing->file->handle();
+  EXPECT_TRUE(fcntl(fd, F_GET_SEALS) & F_SEAL_SHRINK);
+  EXPECT_NE(ftruncate(fd, 0), 0);
+  struct stat before{};
+  ASSERT_EQ(fstat(fd, &before), 0);
+  const int kept = dup(fd);  // as a peer's borrowed descriptor would
+  ASSERT_GE(kept, 0);
+  backing.reset();  // moved back: the file keeps its size, its pages are a hole
+  EXPECT_TRUE(r.Holds(5));
+  struct stat after{};
+  ASSERT_EQ(fstat(kept, &after), 0);
+  EXPECT_EQ(after.st_size, before.st_size);
+  EXPECT_EQ(after.st_blocks, 0);
+  uint8_t byte = 0xff;
+  ASSERT_EQ(pread(kept, &byte, 1, 0), 1);
+  EXPECT_EQ(byte, 0);
+  close(kept);
 }
 
 TEST_F(PrivateShareTest, MallocAndMemalignBuffersMove) {
