@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "base/event_fd.h"
+#include "base/spin_lock.h"
 #include "base/status.h"
 #include "transport/completion.h"
 #include "transport/cq_ring.h"
@@ -142,7 +143,7 @@ class Cq {
   fabric::SharedRef ring_ref_;
   QuotaHold quota_;  // one of max_cq
   UseCount users_;
-  std::mutex poll_mu_;  // one consumer at a time (the ring's lock is for producers)
+  SpinLock poll_mu_;  // one consumer at a time (the ring's lock is for producers); never sleeps held
   std::mutex qps_mu_;
   std::vector<Qp*> qps_;
   std::mutex events_mu_;

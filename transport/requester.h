@@ -18,6 +18,7 @@
 #include <span>
 #include <vector>
 
+#include "base/spin_lock.h"
 #include "base/status.h"
 #include "fabric/host/host_directory.h"
 #include "transport/completer.h"
@@ -196,7 +197,7 @@ class Requester final : private ReplySink {
   RequesterHost& host_;
   Completer completer_;
   Links links_;
-  std::mutex mu_;
+  SpinLock mu_;  // a post never sleeps holding it (base/spin_lock.h)
   RequesterConfig config_;
   std::deque<Pending> queue_;
   bool stopped_ = false;  // a completion error stopped the queue (ERR, or SQE for UC/UD)
