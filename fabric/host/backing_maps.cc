@@ -32,7 +32,11 @@ size_t BackingMaps::IdHash::operator()(const BackingId& id) const {
   return static_cast<size_t>(h ^ (h >> 32));
 }
 
-thread_local internal::ThreadHit internal::t_backing_hit;
+constinit thread_local internal::ThreadHit internal::t_backing_hit;
+
+namespace {
+thread_local std::shared_ptr<const BackingWindow> t_hit_window;  // keeps t_backing_hit.window mapped
+}  // namespace
 
 Result<std::shared_ptr<const BackingWindow>> BackingMaps::Get(PeerProcess& owner, const BackingId& id,
                                                               uint64_t offset, uint64_t length) {
@@ -40,7 +44,7 @@ Result<std::shared_ptr<const BackingWindow>> BackingMaps::Get(PeerProcess& owner
   internal::ThreadHit& hit = internal::t_backing_hit;
   const uint64_t generation = generation_.load(std::memory_order_acquire);
   if (hit.maps == instance_ && hit.generation == generation && hit.id == id && hit.window->Holds(offset, length))
-    return hit.window;
+    return t_hit_window;
   {
     std::lock_guard lock(mu_);
     if (auto it = index_.find(id); it != index_.end()) {
@@ -49,7 +53,10 @@ Result<std::shared_ptr<const BackingWindow>> BackingMaps::Get(PeerProcess& owner
       if (window == nullptr) return Status(ENXIO, "this backing could not be mapped before");
       if (window->Holds(offset, length)) {
         // A borrowed window is kept mapped by the entry: it stays while a borrow lives.
-        if (hit.borrows == 0) hit = {instance_, generation, id, window, 0};
+        if (hit.borrows == 0) {
+          hit = {instance_, generation, id, window.get(), 0};
+          t_hit_window = window;
+        }
         return window;
       }
       // The file grew since it was mapped, or the range is beyond its end: try again below.

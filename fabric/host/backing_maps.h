@@ -59,15 +59,17 @@ class BackingWindow {
 namespace internal {
 // Most accesses of a thread reach the window it reached last: found without the cache's lock
 // while the cache has not changed since (any insertion, eviction or forgetting moves its
-// generation). Here so that a borrow costs no call.
+// generation). Trivially destructible, so that a borrow costs no call (a thread_local with a
+// destructor is reached through an init wrapper); the reference that keeps `window` mapped,
+// evicted or not, is a thread_local of backing_maps.cc.
 struct ThreadHit {
   uint64_t maps = 0;  // BackingMaps::instance_
   uint64_t generation = 0;
   BackingId id;
-  std::shared_ptr<const BackingWindow> window;  // keeps it mapped, evicted or not
-  uint32_t borrows = 0;                         // live BorrowedWindows of `window`
+  const BackingWindow* window = nullptr;
+  uint32_t borrows = 0;  // live BorrowedWindows of `window`
 };
-extern thread_local ThreadHit t_backing_hit;
+extern constinit thread_local ThreadHit t_backing_hit;
 }  // namespace internal
 
 // A window of the calling thread's cache entry, used without taking a reference
@@ -118,7 +120,7 @@ class BackingMaps {
     const internal::ThreadHit& hit = internal::t_backing_hit;
     if (hit.maps == instance_ && hit.id == id && hit.generation == generation_.load(std::memory_order_acquire) &&
         hit.window != nullptr && offset + length >= offset && hit.window->Holds(offset, length))
-      return BorrowedWindow(hit.window.get());
+      return BorrowedWindow(hit.window);
     return {};
   }
   // Unmaps the windows of owners that have exited (done on every miss); returns how many.
