@@ -21,25 +21,21 @@ class InlinedVector {
   ~InlinedVector() { DestroyFixed(); }
 
   void push_back(T v) {
-    if (spilled_.empty() && n_ < N) {
+    if (!heap_ && n_ < N) [[likely]] {
       new (fixed() + n_) T(std::move(v));
       ++n_;
       return;
     }
-    if (spilled_.empty()) {  // the N+1st: everything moves to the heap, kept contiguous
-      spilled_.reserve(2 * N + 1);
-      for (size_t i = 0; i < n_; ++i) spilled_.push_back(std::move(fixed()[i]));
-      DestroyFixed();
-    }
-    spilled_.push_back(std::move(v));
+    PushSpilled(std::move(v));
   }
   void clear() {
     DestroyFixed();
     spilled_.clear();
+    heap_ = false;
   }
-  T* data() { return spilled_.empty() ? fixed() : spilled_.data(); }
-  const T* data() const { return spilled_.empty() ? fixed() : spilled_.data(); }
-  size_t size() const { return spilled_.empty() ? n_ : spilled_.size(); }
+  T* data() { return heap_ ? spilled_.data() : fixed(); }
+  const T* data() const { return heap_ ? spilled_.data() : fixed(); }
+  size_t size() const { return heap_ ? spilled_.size() : n_; }
   bool empty() const { return size() == 0; }
   T& back() { return data()[size() - 1]; }
   const T& back() const { return data()[size() - 1]; }
@@ -51,6 +47,17 @@ class InlinedVector {
  private:
   T* fixed() { return std::launder(reinterpret_cast<T*>(storage_)); }
   const T* fixed() const { return std::launder(reinterpret_cast<const T*>(storage_)); }
+  // The N+1st element: everything moves to the heap, kept contiguous (out of line: the inline
+  // push is what the data path runs).
+  [[gnu::noinline]] void PushSpilled(T v) {
+    if (!heap_) {
+      spilled_.reserve(2 * N + 1);
+      for (size_t i = 0; i < n_; ++i) spilled_.push_back(std::move(fixed()[i]));
+      DestroyFixed();
+      heap_ = true;
+    }
+    spilled_.push_back(std::move(v));
+  }
   // The inline elements, in reverse order of construction (as a vector's are destroyed).
   void DestroyFixed() {
     for (size_t i = n_; i > 0; --i) fixed()[i - 1].~T();
@@ -58,7 +65,8 @@ class InlinedVector {
   }
 
   alignas(T) unsigned char storage_[N * sizeof(T)];
-  size_t n_ = 0;  // inline elements constructed (0 once spilled)
+  size_t n_ = 0;       // inline elements constructed (0 once spilled)
+  bool heap_ = false;  // the elements are in spilled_
   std::vector<T> spilled_;
 };
 

@@ -48,8 +48,28 @@ bool MappedPieces::Map(fabric::HostRegistry& registry, fabric::BackingMaps& maps
   // Most accesses need one window, the one this thread used last: borrowed, no reference taken.
   // Anything else (a miss, a second window) takes references (Translate's shared mode).
   const uint64_t owner = peer->process().token().raw();
+  if (remote.size() == 1 && remote.pin_count() == 1 && MapOne(registry, maps, owner, remote)) return true;
   return Translate(registry, maps, *peer, owner, remote, /*borrow=*/true) ||
          Translate(registry, maps, *peer, owner, remote, /*borrow=*/false);
+}
+
+bool MappedPieces::MapOne(fabric::HostRegistry& registry, fabric::BackingMaps& maps, uint64_t owner,
+                          const PinnedPieces& remote) {
+  // Translate's rules for its commonest shape, one piece in one plain key, in a straight line.
+  const KeyView& v = remote.pin(0).view();
+  const iovec& piece = remote.data()[0];
+  const auto addr = reinterpret_cast<uint64_t>(piece.iov_base);
+  if (v.indirect() || !(v.access & kSharedBacking) || !RangeWithin(v.addr, v.length, addr, piece.iov_len))
+    return false;
+  const fabric::BackingRecord& r = fabric::BackingOf(registry, KeySlot(v.key));
+  if (r.key.load(std::memory_order_acquire) != v.key) return false;
+  pieces_.clear();
+  windows_.clear();
+  borrowed_ = maps.Borrow(fabric::IdOf(owner, r), r.offset, v.length);
+  if (!borrowed_) return false;
+  guarded_ = borrowed_.get()->can_shrink();
+  pieces_.push_back({borrowed_.get()->base() + r.offset + (addr - v.addr), piece.iov_len});
+  return true;
 }
 
 bool MappedPieces::Translate(fabric::HostRegistry& registry, fabric::BackingMaps& maps, fabric::Peer& peer,

@@ -43,6 +43,8 @@ class MappedPieces {
   bool guarded() const { return guarded_; }
 
  private:
+  // One piece in one key, through the thread's last window; false if not that (then Translate).
+  bool MapOne(fabric::HostRegistry& registry, fabric::BackingMaps& maps, uint64_t owner, const PinnedPieces& remote);
   // `borrow`: the one window is this thread's last, used without a reference; false if the
   // access needs another or it is not that one. Otherwise every window is referenced.
   bool Translate(fabric::HostRegistry& registry, fabric::BackingMaps& maps, fabric::Peer& peer, uint64_t owner,
