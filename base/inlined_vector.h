@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <new>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -20,14 +21,9 @@ class InlinedVector {
   InlinedVector& operator=(const InlinedVector&) = delete;
   ~InlinedVector() { DestroyFixed(); }
 
-  void push_back(T v) {
-    if (!heap_ && n_ < N) [[likely]] {
-      new (fixed() + n_) T(std::move(v));
-      ++n_;
-      return;
-    }
-    PushSpilled(std::move(v));
-  }
+  // By reference, moved or copied once into place (a KeyPin is 72 bytes).
+  void push_back(T&& v) { Emplace(std::move(v)); }
+  void push_back(const T& v) { Emplace(v); }
   void clear() {
     DestroyFixed();
     spilled_.clear();
@@ -47,6 +43,15 @@ class InlinedVector {
  private:
   T* fixed() { return std::launder(reinterpret_cast<T*>(storage_)); }
   const T* fixed() const { return std::launder(reinterpret_cast<const T*>(storage_)); }
+  template <typename U>
+  void Emplace(U&& v) {
+    if (!heap_ && n_ < N) [[likely]] {
+      new (fixed() + n_) T(std::forward<U>(v));
+      ++n_;
+      return;
+    }
+    PushSpilled(T(std::forward<U>(v)));
+  }
   // The N+1st element: everything moves to the heap, kept contiguous (out of line: the inline
   // push is what the data path runs).
   [[gnu::noinline]] void PushSpilled(T v) {
@@ -60,7 +65,8 @@ class InlinedVector {
   }
   // The inline elements, in reverse order of construction (as a vector's are destroyed).
   void DestroyFixed() {
-    for (size_t i = n_; i > 0; --i) fixed()[i - 1].~T();
+    if constexpr (!std::is_trivially_destructible_v<T>)
+      for (size_t i = n_; i > 0; --i) fixed()[i - 1].~T();
     n_ = 0;
   }
 

@@ -21,10 +21,6 @@ bool ComputeLayoutLengths(LayoutHeader& h, const LayoutEntry* entries) {
   return true;
 }
 
-void PinnedPieces::Add(iovec piece) { pieces_.push_back(piece); }
-
-void PinnedPieces::Keep(KeyPin&& pin) { pins_.push_back(std::move(pin)); }
-
 uint8_t* PinnedPieces::Hold(size_t n) {
   held_.push_back(std::unique_ptr<uint8_t[]>(new (std::nothrow) uint8_t[n]));
   return held_.back().get();

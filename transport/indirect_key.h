@@ -96,8 +96,8 @@ bool WalkLayout(const LayoutHeader& h, const LayoutEntry* entries, uint64_t offs
 // kMaxSge of each inline (the direct-key case), growing on the heap for indirect keys.
 class PinnedPieces {
  public:
-  void Add(iovec piece);
-  void Keep(KeyPin&& pin);
+  void Add(iovec piece) { pieces_.push_back(piece); }
+  void Keep(KeyPin&& pin) { pins_.push_back(std::move(pin)); }
   // `n` bytes this list owns until cleared (nullptr if there is no memory for them): a piece
   // copied from another process's memory (transport/imported_key.h), the wire view of a
   // signature key (signature_access.h).

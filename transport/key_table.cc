@@ -88,17 +88,26 @@ uint32_t SelfPinner(fabric::HostRegistry& registry) {
 }
 
 // This thread's hazard line in `registry`, or nullptr (a registry apart from this process's, a
-// process whose threads took every line): cached like SelfPinner.
+// process whose threads took every line). Remembered per thread for the registry it was asked
+// for and the fork generation it was found in (a child of fork() finds its own): a pin is on
+// every access.
+struct HazardsSeen {
+  fabric::HostRegistry* registry = nullptr;
+  uint32_t fork_generation = 0;
+  fabric::HazardLine* line = nullptr;
+};
+constinit thread_local HazardsSeen t_hazards_seen;
+
 fabric::HazardLine* SelfHazards(fabric::HostRegistry& registry) {
-  static std::atomic<fabric::LocalProcess*> cached{nullptr};
-  fabric::LocalProcess* local = cached.load(std::memory_order_acquire);
-  if (local == nullptr || !local->is_current()) {
-    auto got = fabric::LocalProcess::Get();
-    if (!got.ok()) return nullptr;
-    local = got.value();
-    cached.store(local, std::memory_order_release);
-  }
-  return &local->registry() == &registry ? fabric::ThisThreadHazards(*local) : nullptr;
+  HazardsSeen& seen = t_hazards_seen;
+  const uint32_t generation = fabric::LocalProcess::ForkGeneration();
+  if (seen.registry == &registry && seen.fork_generation == generation) return seen.line;
+  auto got = fabric::LocalProcess::Get();
+  if (!got.ok()) return nullptr;
+  fabric::LocalProcess* local = got.value();
+  fabric::HazardLine* line = &local->registry() == &registry ? fabric::ThisThreadHazards(*local) : nullptr;
+  seen = {&registry, generation, line};
+  return line;
 }
 
 void Account(const fabric::PinWait& w, uint32_t slot) {

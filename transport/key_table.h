@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "base/status.h"
+#include "fabric/host/hazard_lines.h"
 #include "fabric/host/host_directory.h"
 #include "fabric/host/host_registry.h"
 #include "transport/codes.h"
@@ -147,7 +148,12 @@ class KeyPin {
   KeyPin(const KeyPin&) = delete;
   KeyPin& operator=(const KeyPin&) = delete;
   ~KeyPin() {
-    if (*this) Release();
+    // A retraction is one store to this thread's line: inline (two of them per work request).
+    if (hazard_ != nullptr) {
+      fabric::Retract(hazard_);
+      hazard_ = nullptr;
+    }
+    if (pin_ != nullptr) Release();
   }
 
   // Pins `key` if it names a live registration; otherwise an empty pin.
