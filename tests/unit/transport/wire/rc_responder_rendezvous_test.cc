@@ -7,9 +7,9 @@
 
 #include "tests/unit/transport/rendezvous_fixture.h"
 #include "tests/unit/transport/wire/join_datagrams.h"
+#include "tests/unit/transport/wire/wire_qp.h"
 #include "transport/codes.h"
 #include "transport/wire/rc_responder.h"
-#include "transport/wire/wire_packets.h"
 
 namespace softverbs::core {
 namespace {
@@ -23,9 +23,8 @@ class RcResponderRendezvousTest : public rendezvous_testing::TmRcQpFixture {
     e.wire.lock.Init();
     e.mtu = 256;
     e.dest_qp_num = 0x777;
-    const uint8_t a[4] = {10, 0, 0, 2}, b[4] = {10, 0, 0, 1};
-    flow_ = packet::IpUdpInfo::V4(a, b, 4791);
-    path_.flow = packet::IpUdpInfo::V4(b, a, 4791);
+    flow_ = wire_testing::RequestFlow();
+    path_.flow = wire_testing::ResponseFlow();
     path_.send = [this](std::span<const iovec> pieces, std::span<const uint16_t> counts) {
       sent_ += transport::JoinDatagrams(pieces, counts).size();
       return Status::Ok();
@@ -40,14 +39,11 @@ class RcResponderRendezvousTest : public rendezvous_testing::TmRcQpFixture {
     transport::Request r = SendOf(&piece);
     r.psn = psn;
     r.mtu = 256;
-    uint8_t buffer[512];
-    ASSERT_TRUE(transport::BuildMessage(r, flow_, buffer, [&](std::span<const uint8_t> p) {
-                  std::vector<uint8_t> datagram(p.begin(), p.end());
-                  auto parsed = packet::Parse(datagram, &flow_);
-                  EXPECT_TRUE(parsed.ok());
-                  if (parsed.ok()) transport::RcResponder::Receive(target_, *parsed, path_);
-                  return Status::Ok();
-                }).ok());
+    for (const std::vector<uint8_t>& datagram : wire_testing::BuildPackets(r, flow_)) {
+      auto parsed = packet::Parse(datagram, &flow_);
+      EXPECT_TRUE(parsed.ok());
+      if (parsed.ok()) transport::RcResponder::Receive(target_, *parsed, path_);
+    }
   }
   void AddTag(uint64_t tag) { TmRcQpFixture::AddTag(tag, 128, 5); }
 
