@@ -23,7 +23,7 @@ namespace packet = fabric::packet;
 namespace op = packet::op;
 
 using transport::qp_type::kRc;
-constexpr uint32_t kMtu = 256;  // the QP's path MTU (wire_testing::ConnectWireQp)
+constexpr uint32_t kMtu = wire_testing::kWireMtu;  // the QP's (ConnectWireQp)
 
 class RcResponderTest : public CoreTest {
  protected:

@@ -19,14 +19,16 @@
 
 namespace softverbs::core::wire_testing {
 
-// QP 0x1234 of `type` in RTS, connected to QP 0x777 at a path MTU of 256 bytes, of PD `pd`,
+inline constexpr uint32_t kWireMtu = 256;
+
+// QP 0x1234 of `type` in RTS, connected to QP 0x777 at a path MTU of kWireMtu bytes, of PD `pd`,
 // its wire state ready; its queues and access are each test's.
 inline void ConnectWireQp(transport::QpEndpoint& e, uint32_t type, uint64_t pd) {
   e.wire.lock.Init();
   e.state.store(transport::qp_state::kRts);
   e.qp_num = 0x1234;
   e.type = type;
-  e.mtu = 256;
+  e.mtu = kWireMtu;
   e.dest_qp_num = 0x777;
   e.pd = pd;
   e.async_fd = -1;
@@ -50,14 +52,14 @@ inline transport::Request MessageTo(uint32_t type, transport::WrOpcode op, const
   r.opcode = op;
   r.dest_qp = 0x1234;
   r.psn = psn;
-  r.mtu = 256;
+  r.mtu = kWireMtu;
   r.local = piece;
   r.local_count = 1;
   r.length = piece->iov_len;
   return r;
 }
 
-// The packets of `r` on `flow`, as the wire's builder makes them (path MTU <= 256).
+// The packets of `r` on `flow`, as the wire's builder makes them (path MTU <= kWireMtu).
 inline std::vector<std::vector<uint8_t>> BuildPackets(const transport::Request& r,
                                                       const fabric::packet::IpUdpInfo& flow) {
   std::vector<std::vector<uint8_t>> out;
