@@ -76,7 +76,8 @@ class TmRcQpFixture : public CoreTest {
   }
   // Posts a tag matching `tag` exactly, of `length` bytes at the start of buf_.
   void AddTag(uint64_t tag, uint32_t length, uint64_t wr_id) {
-    ASSERT_TRUE(transport::TagAdd(*table_, {tag, ~0ull, wr_id, reinterpret_cast<uint64_t>(buf_), length, mr_->lkey(), 1}).ok);
+    const uint64_t addr = reinterpret_cast<uint64_t>(buf_);
+    ASSERT_TRUE(transport::TagAdd(*table_, {tag, ~0ull, wr_id, addr, length, mr_->lkey(), 1}).ok);
   }
   // A SEND to kQpn of the one piece `piece` (which must outlive the request).
   static transport::Request SendOf(const iovec* piece) {

@@ -25,8 +25,8 @@ class ResponderRendezvousTest : public rendezvous_testing::TmRcQpFixture {
   void AddTag(uint64_t tag, uint32_t length) { TmRcQpFixture::AddTag(tag, length, 9); }
   // The first packet of an RNDV: TMH (tag, app_ctx 0x55) then the RVH (va, rkey, len) and `extra` bytes.
   Request Rndv(uint64_t tag, uint32_t len, size_t extra = 0) {
-    rendezvous_testing::WriteTmhAndRvh(payload_, transport::TmHeader{transport::kTmhRndv, 0x55, tag}, 0xabcdef000ull, 0x77,
-                                       len);
+    const transport::TmHeader tmh{transport::kTmhRndv, 0x55, tag};
+    rendezvous_testing::WriteTmhAndRvh(payload_, tmh, 0xabcdef000ull, 0x77, len);
     memset(payload_ + 32, 0xee, extra);
     piece_ = {payload_, 32 + extra};
     Request r = SendOf(&piece_);
