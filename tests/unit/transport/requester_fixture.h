@@ -40,8 +40,9 @@ struct FakeQp : transport::RequesterHost {
   std::atomic<int> migrations{0};
 };
 
-// A requester whose host and wire links the test supplies, over a registered buffer.
-template <typename HostLink, typename WireLink, size_t kBufBytes>
+// A requester whose host and wire links the test supplies, over a registered buffer (aligned to
+// kBufAlign: a test that registers it at an iova of its own needs the page offsets to agree).
+template <typename HostLink, typename WireLink, size_t kBufBytes, size_t kBufAlign = 1>
 class RequesterFixture : public CoreTest {
  protected:
   RequesterFixture() : requester_(context_->local(), qp_, {&host_, &wire_}) {
@@ -77,7 +78,7 @@ class RequesterFixture : public CoreTest {
     for (int i = 0; i < 5000 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     return done();
   }
-  uint8_t buf_[kBufBytes] = {};
+  alignas(kBufAlign) uint8_t buf_[kBufBytes] = {};
   FakeQp qp_;
   HostLink host_;
   WireLink wire_;

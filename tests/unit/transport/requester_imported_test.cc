@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/mr.h"
-#include "tests/unit/core/test_context.h"
+#include "tests/unit/transport/requester_fixture.h"
 #include "transport/codes.h"
 #include "transport/requester.h"
 
@@ -26,7 +26,7 @@ using transport::wc_status::kLocProtErr, transport::wc_status::kSuccess;
 
 // Answers each request at once with `answer`, or leaves it pending for the test to answer
 // through `sink`, as the wire does.
-struct Link : transport::Link {
+struct ImportedLink : transport::Link {
   void Attach(transport::ReplySink* s) override { sink = s; }
   Reply Carry(const Request& r) override {
     seen.push_back(r);
@@ -38,31 +38,13 @@ struct Link : transport::Link {
   transport::ReplySink* sink = nullptr;
 };
 
-struct Qp : transport::RequesterHost {
-  void Complete(const transport::Completion& c) override {
-    std::lock_guard lock(mu);
-    completions.push_back(c);
-  }
-  void EnterError() override {}
-  void EnterSendQueueError() override {}
-  std::mutex mu;
-  std::vector<transport::Completion> completions;
-};
-
-class RequesterImportedTest : public CoreTest {
+// buf_ is page aligned: iova 0x5000 is at the same page offset as its address.
+class RequesterImportedTest : public requester_testing::RequesterFixture<ImportedLink, ImportedLink, 256, 4096> {
  protected:
-  RequesterImportedTest() : requester_(context_->local(), qp_, {&host_, &wire_}) {}
   void Start(uint32_t access, bool on_host) {
     mr_ = std::move(Mr::Register(*pd_, {reinterpret_cast<uint64_t>(buf_), sizeof(buf_), 0x5000, access}).value());
-    transport::RequesterConfig c;
-    c.completer.qp_num = 0x200;
-    c.completer.type = transport::qp_type::kRc;
-    c.completer.timeout = 14;
-    c.completer.retry_cnt = 7;
-    c.completer.rnr_retry = 7;
-    c.pd = pd_->host_id();
+    transport::RequesterConfig c = BaseConfig(transport::qp_type::kRc, /*timeout=*/14, /*retry_cnt=*/7);
     c.process_slot = context_->local().slot() + 1;  // the QP of another process on the shared PD
-    c.dest_qp_num = 0x201;
     c.dest_on_host = on_host;
     c.path_mtu = 1024;
     c.max_rd_atomic = 4;
@@ -71,23 +53,14 @@ class RequesterImportedTest : public CoreTest {
     requester_.Configure(c);
   }
   SendWr Wr(WrOpcode op, uint64_t iova, uint32_t length) {
-    SendWr w;
-    w.wr_id = 1;
-    w.opcode = op;
-    w.flags = transport::send_flag::kSignaled;
-    w.num_sge = 1;
-    w.sge[0] = {iova, length, mr_->lkey()};
+    SendWr w = MakeWr(1, op, length);
+    w.sge[0].addr = iova;
     return w;
   }
   uint32_t Status0() {
     std::lock_guard lock(qp_.mu);
     return qp_.completions.empty() ? 0xffff : qp_.completions[0].status;
   }
-  alignas(4096) uint8_t buf_[256] = {};  // iova 0x5000: the same page offset as the address
-  Qp qp_;
-  Link host_, wire_;
-  std::unique_ptr<Mr> mr_;
-  transport::Requester requester_;
 };
 
 TEST_F(RequesterImportedTest, AReadOnThisHostLandsInTheOwnersMemory) {

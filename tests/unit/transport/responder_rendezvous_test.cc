@@ -3,15 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <optional>
 
 #include "base/big_endian.h"
-#include "core/cq.h"
-#include "core/mr.h"
-#include "tests/unit/core/test_context.h"
-#include "tests/unit/transport/fake_target.h"
+#include "tests/unit/transport/rendezvous_fixture.h"
 #include "transport/codes.h"
-#include "transport/rendezvous.h"
 #include "transport/responder.h"
 
 namespace softverbs::core {
@@ -21,69 +16,21 @@ using transport::ReceiveTm;
 using transport::ReplyCode;
 using transport::Request;
 using transport::TakenWqe;
-using transport::WrOpcode;
 namespace wc_flag = transport::wc_flag;
 namespace wc_status = transport::wc_status;
 
-constexpr uint32_t kQpn = 0x1234;
-
-struct FakeIssuer : transport::RendezvousIssuer {
-  bool CanIssueRendezvous() const override { return ready; }
-  bool IssueRendezvous(const transport::RendezvousRead& read) override {
-    issued = read;
-    return accept;
-  }
-  bool ready = true, accept = true;
-  std::optional<transport::RendezvousRead> issued;
-};
-
-class ResponderRendezvousTest : public CoreTest {
+class ResponderRendezvousTest : public rendezvous_testing::TmRcQpFixture {
  protected:
-  ResponderRendezvousTest() : target_(context_->local()) {
-    cq_ = std::move(Cq::Create(*context_, 64, nullptr, 0).value());
-    rq_ = std::move(transport::RecvQueue::Create(context_->local(), 16, 1).value());
-    mr_ = std::move(Mr::Register(*pd_, {reinterpret_cast<uint64_t>(buf_), sizeof(buf_), reinterpret_cast<uint64_t>(buf_),
-                                        access::kLocalWrite | access::kRemoteRead})
-                        .value());
-    table_ref_ = context_->local().Allocate(transport::TagTableBytes(4)).value();
-    table_ = static_cast<transport::TagTable*>(context_->local().At(table_ref_));
-    memset(static_cast<void*>(table_), 0, transport::TagTableBytes(4));
-    transport::TagTableInit(*table_, 4);
-    rq_->ring().tm = table_ref_;
-    transport::QpEndpoint& e = target_.e_;
-    e.state.store(transport::qp_state::kRts);
-    e.qp_num = kQpn;
-    e.type = transport::qp_type::kRc;
-    e.pd = pd_->host_id();
-    e.recv_cq = cq_->ring_ref();
-    e.recv_queue = rq_->ref();
-    e.async_fd = -1;
-    transport::RegisterRendezvousIssuer(kQpn, &issuer_);
-  }
-  ~ResponderRendezvousTest() override {
-    transport::UnregisterRendezvousIssuer(kQpn, &issuer_);
-    rq_->ring().tm = {};
-    context_->local().Free(table_ref_, transport::TagTableBytes(4));
-  }
-  void AddTag(uint64_t tag, uint32_t length) {
-    ASSERT_TRUE(transport::TagAdd(*table_, {tag, ~0ull, 9, reinterpret_cast<uint64_t>(buf_), length, mr_->lkey(), 1}).ok);
-  }
+  ResponderRendezvousTest() : TmRcQpFixture(64, 16, access::kLocalWrite | access::kRemoteRead) {}
+  void AddTag(uint64_t tag, uint32_t length) { TmRcQpFixture::AddTag(tag, length, 9); }
   // The first packet of an RNDV: TMH (tag, app_ctx 0x55) then the RVH (va, rkey, len) and `extra` bytes.
   Request Rndv(uint64_t tag, uint32_t len, size_t extra = 0) {
-    transport::WriteTmh(transport::TmHeader{transport::kTmhRndv, 0x55, tag}, payload_);
-    PutBe64(payload_ + 16, 0xabcdef000ull);
-    PutBe32(payload_ + 24, 0x77);
-    PutBe32(payload_ + 28, len);
+    const transport::TmHeader tmh{transport::kTmhRndv, 0x55, tag};
+    rendezvous_testing::WriteTmhAndRvh(payload_, tmh, 0xabcdef000ull, 0x77, len);
     memset(payload_ + 32, 0xee, extra);
     piece_ = {payload_, 32 + extra};
-    Request r;
-    r.qp_type = transport::qp_type::kRc;
-    r.opcode = WrOpcode::kSend;
+    Request r = SendOf(&piece_);
     r.src_qp = 0x99;
-    r.dest_qp = kQpn;
-    r.local = &piece_;
-    r.local_count = 1;
-    r.length = piece_.iov_len;
     return r;
   }
   // BeginReceive, PlaceReceive, CompleteReceive of a one-packet message, as the RC front end runs them.
@@ -101,16 +48,8 @@ class ResponderRendezvousTest : public CoreTest {
     return true;
   }
 
-  uint8_t buf_[256] = {};
   uint8_t payload_[128] = {};
   iovec piece_{};
-  FakeIssuer issuer_;
-  transport::FakeTarget target_;
-  std::unique_ptr<Cq> cq_;
-  std::unique_ptr<transport::RecvQueue> rq_;
-  std::unique_ptr<Mr> mr_;
-  fabric::SharedRef table_ref_{};
-  transport::TagTable* table_ = nullptr;
 };
 
 TEST_F(ResponderRendezvousTest, AMatchedRndvCompletesTheMatchAndHandsTheReadToTheOwner) {
@@ -139,8 +78,8 @@ TEST_F(ResponderRendezvousTest, AMatchedRndvCompletesTheMatchAndHandsTheReadToTh
   EXPECT_EQ(read.tag, 0x42u);
   EXPECT_EQ(read.app_ctx, 0x55u);
   transport::Responder::StartRendezvous(target_, read);
-  ASSERT_TRUE(issuer_.issued.has_value());
-  EXPECT_EQ(issuer_.issued->va, 0xabcdef000ull);
+  ASSERT_FALSE(issuer_.issued.empty());
+  EXPECT_EQ(issuer_.issued.back().va, 0xabcdef000ull);
   EXPECT_EQ(cq_->Poll(&c, 1), 0);  // the second completion is the READ's
 }
 
@@ -170,7 +109,7 @@ TEST_F(ResponderRendezvousTest, AQpThatCannotReadLeavesTheRendezvousToTheApplica
   EXPECT_EQ(c.status, wc_status::kTmRndvIncomplete);
   EXPECT_EQ(c.byte_len, 16u);  // the RVH, in the tag's buffer
   EXPECT_EQ(Be32(buf_ + 12), 48u);
-  EXPECT_FALSE(issuer_.issued.has_value());
+  EXPECT_TRUE(issuer_.issued.empty());
 }
 
 TEST_F(ResponderRendezvousTest, AFirstPacketWithoutAWholeRvhIsTheApplications) {

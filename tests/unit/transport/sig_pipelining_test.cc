@@ -5,8 +5,7 @@
 
 #include <vector>
 
-#include "core/mr.h"
-#include "tests/unit/core/test_context.h"
+#include "tests/unit/transport/requester_fixture.h"
 #include "transport/codes.h"
 #include "transport/requester.h"
 
@@ -29,29 +28,11 @@ struct PipeLink : transport::Link {
   Reply next = Reply::Of(ReplyCode::kAck);
 };
 
-struct PipeQp : transport::RequesterHost {
-  void Complete(const transport::Completion& c) override { completions.push_back(c); }
-  void EnterError() override {}
-  void EnterSendQueueError() override {}
-  std::vector<transport::Completion> completions;
-};
-
-class SigPipeliningTest : public CoreTest {
+class SigPipeliningTest : public requester_testing::RequesterFixture<PipeLink, PipeLink, 64> {
  protected:
-  SigPipeliningTest() : requester_(context_->local(), qp_, {&host_, &wire_}) {
-    mr_ = std::move(Mr::Register(*pd_, {reinterpret_cast<uint64_t>(buf_), sizeof(buf_),
-                                        reinterpret_cast<uint64_t>(buf_), access::kLocalWrite})
-                        .value());
-  }
   void Configure(bool on_host, bool pipelining) {
-    transport::RequesterConfig c;
-    c.completer.qp_num = 0x300;
-    c.completer.type = transport::qp_type::kRc;
-    c.completer.timeout = 20;  // no retry within the test
-    c.completer.retry_cnt = 7;
-    c.pd = pd_->host_id();
-    c.process_slot = context_->local().slot();
-    c.dest_qp_num = 0x301;
+    // timeout 20: no retry within the test
+    transport::RequesterConfig c = BaseConfig(transport::qp_type::kRc, /*timeout=*/20, /*retry_cnt=*/7);
     c.dest_on_host = on_host;
     c.max_rd_atomic = 1;
     c.max_send_wr = 16;
@@ -60,19 +41,10 @@ class SigPipeliningTest : public CoreTest {
     requester_.Configure(c);
   }
   SendWr Wr(WrOpcode op, uint64_t wr_id, uint32_t flags = transport::send_flag::kSignaled) {
-    SendWr w;
-    w.wr_id = wr_id;
-    w.opcode = op;
+    SendWr w = MakeWr(wr_id, op, 16);
     w.flags = flags;
-    w.num_sge = 1;
-    w.sge[0] = {reinterpret_cast<uint64_t>(buf_), 16, mr_->lkey()};
     return w;
   }
-  uint8_t buf_[64] = {};
-  PipeQp qp_;
-  PipeLink host_, wire_;
-  std::unique_ptr<Mr> mr_;
-  transport::Requester requester_;
 };
 
 // providers/mlx5/qp.c mlx5dv_qp_cancel_posted_send_wrs: every waiting WQE of the wr_id becomes a

@@ -15,14 +15,14 @@ constexpr uint8_t kKey[40] = {0x6d, 0x5a, 0x56, 0xda, 0x25, 0x5b, 0x0e, 0xc2, 0x
                               0x8f, 0xb0, 0xd0, 0xca, 0x2b, 0xcb, 0xae, 0x7b, 0x30, 0xb4, 0x77, 0xcb, 0x2d, 0xa3,
                               0x80, 0x30, 0xf2, 0x0c, 0x6a, 0x42, 0xb7, 0x3b, 0xbe, 0xac, 0x01, 0xfa};
 
-struct V4 {
+struct RssVector {
   const char* dst;
   uint16_t dport;
   const char* src;
   uint16_t sport;
   uint32_t ip, tcp;
 };
-constexpr V4 kV4[] = {
+constexpr RssVector kV4[] = {
     {"161.142.100.80", 1766, "66.9.149.187", 2794, 0x323e8fc2, 0x51ccc178},
     {"65.69.140.83", 4739, "199.92.111.2", 14230, 0xd718262a, 0xc626b0ea},
     {"12.22.207.184", 38024, "24.19.198.95", 12898, 0xd2d0a5de, 0x5c2b394a},
@@ -30,21 +30,14 @@ constexpr V4 kV4[] = {
     {"202.188.127.2", 1303, "153.39.163.191", 44251, 0x5d1809c5, 0x10e828a2},
 };
 
-struct V6 {
-  const char* dst;
-  uint16_t dport;
-  const char* src;
-  uint16_t sport;
-  uint32_t ip, tcp;
-};
-constexpr V6 kV6[] = {
+constexpr RssVector kV6[] = {
     {"3ffe:2501:200:3::1", 1766, "3ffe:2501:200:1fff::7", 2794, 0x2cc18cd5, 0x40207d3d},
     {"ff02::1", 4739, "3ffe:501:8::260:97ff:fe40:efab", 14230, 0x0f0c461c, 0xdde51bbf},
     {"fe80::200:f8ff:fe21:67cf", 38024, "3ffe:1900:4545:3:200:f8ff:fe21:67cf", 44251, 0x4b61e985, 0x02d1feef},
 };
 
 TEST(ToeplitzTest, MicrosoftIpv4Vectors) {
-  for (const V4& v : kV4) {
+  for (const RssVector& v : kV4) {
     fabric::raw::FrameView f;
     f.ip_version = 4;
     f.ip_proto = fabric::raw::kIpProtoTcp;
@@ -64,7 +57,7 @@ TEST(ToeplitzTest, MicrosoftIpv4Vectors) {
 }
 
 TEST(ToeplitzTest, MicrosoftIpv6Vectors) {
-  for (const V6& v : kV6) {
+  for (const RssVector& v : kV6) {
     fabric::raw::FrameView f;
     f.ip_version = 6;
     f.ip_proto = fabric::raw::kIpProtoTcp;
@@ -137,8 +130,8 @@ TEST(ToeplitzTest, InnerHashTakesTheVxlanPacketsHeaders) {
   using namespace rx_hash;
   const uint64_t ip4 = kSrcIpv4 | kDstIpv4, tcp = kSrcPortTcp | kDstPortTcp;
   for (size_t i = 0; i < std::size(kV4); ++i) {
-    const V4& in = kV4[i];
-    const V4& out = kV4[(i + 1) % std::size(kV4)];  // the outer addresses: another known vector
+    const RssVector& in = kV4[i];
+    const RssVector& out = kV4[(i + 1) % std::size(kV4)];  // the outer addresses: another known vector
     const auto frame = ToeplitzTestVxlan(
         out.src, out.dst, ToeplitzTestIpFrame(4, in.src, in.dst, fabric::raw::kIpProtoTcp, in.sport, in.dport, {1, 2}));
     EXPECT_EQ(ToeplitzTestFrameHash(frame, kInner | ip4 | tcp), in.tcp) << in.dst;
@@ -146,7 +139,7 @@ TEST(ToeplitzTest, InnerHashTakesTheVxlanPacketsHeaders) {
     // Without INNER the outer addresses are hashed (and the outer UDP ports are not TCP ports).
     EXPECT_EQ(ToeplitzTestFrameHash(frame, ip4 | tcp), out.ip) << out.dst;
   }
-  for (const V6& in : kV6) {
+  for (const RssVector& in : kV6) {
     const auto frame = ToeplitzTestVxlan(
         "10.0.0.1", "10.0.0.2",
         ToeplitzTestIpFrame(6, in.src, in.dst, fabric::raw::kIpProtoTcp, in.sport, in.dport, {}));
@@ -158,7 +151,7 @@ TEST(ToeplitzTest, InnerHashTakesTheVxlanPacketsHeaders) {
 
 TEST(ToeplitzTest, InnerHashOfAFrameWithoutVxlanTakesItsOwnHeaders) {
   using namespace rx_hash;
-  const V4& v = kV4[0];
+  const RssVector& v = kV4[0];
   const auto plain = ToeplitzTestIpFrame(4, v.src, v.dst, fabric::raw::kIpProtoTcp, v.sport, v.dport, {});
   EXPECT_EQ(ToeplitzTestFrameHash(plain, kInner | kSrcIpv4 | kDstIpv4 | kSrcPortTcp | kDstPortTcp), v.tcp);
 }

@@ -11,8 +11,8 @@
 #include "core/mr.h"
 #include "tests/unit/core/test_context.h"
 #include "tests/unit/transport/fake_target.h"
+#include "tests/unit/transport/wire/wire_qp.h"
 #include "transport/codes.h"
-#include "transport/wire/wire_packets.h"
 
 namespace softverbs::core {
 namespace {
@@ -22,7 +22,6 @@ using transport::Request;
 using transport::WrOpcode;
 
 using transport::qp_type::kUc;
-using transport::qp_state::kRts;
 
 class PacketResponderTest : public CoreTest {
  protected:
@@ -33,43 +32,21 @@ class PacketResponderTest : public CoreTest {
                                         access::kLocalWrite | access::kRemoteWrite})
                         .value());
     transport::QpEndpoint& e = target_.e_;
-    e.wire.lock.Init();
-    e.state.store(kRts);
-    e.qp_num = 0x1234;
-    e.type = kUc;
-    e.mtu = 256;
-    e.dest_qp_num = 0x777;
+    wire_testing::ConnectWireQp(e, kUc, pd_->host_id());
     e.access = access::kRemoteWrite;
-    e.pd = pd_->host_id();
     e.recv_cq = cq_->ring_ref();
     e.recv_queue = rq_->ref();
-    e.async_fd = -1;
     for (size_t i = 0; i < sizeof(message_); ++i) message_[i] = static_cast<uint8_t>(i * 7 + 1);
-    const uint8_t a[4] = {10, 0, 0, 2}, b[4] = {10, 0, 0, 1};
-    flow_ = packet::IpUdpInfo::V4(a, b, 4791);
+    flow_ = wire_testing::RequestFlow();
   }
   // The packets of a UC message of `length` bytes of message_, PSNs from `psn`.
   std::vector<std::vector<uint8_t>> Packets(WrOpcode op, uint32_t length, uint32_t psn) {
     iovec piece{message_, length};
-    Request r;
-    r.qp_type = kUc;
-    r.opcode = op;
-    r.dest_qp = 0x1234;
-    r.psn = psn;
-    r.mtu = 256;
-    r.local = &piece;
-    r.local_count = 1;
-    r.length = length;
+    Request r = wire_testing::MessageTo(kUc, op, &piece, psn);
     r.remote_addr = reinterpret_cast<uint64_t>(buf_) + 1000;
     r.rkey = mr_->rkey();
     r.imm_data = 0x05060708;
-    std::vector<std::vector<uint8_t>> out;
-    uint8_t buffer[512];
-    EXPECT_TRUE(transport::BuildMessage(r, flow_, buffer, [&](std::span<const uint8_t> p) {
-                  out.emplace_back(p.begin(), p.end());
-                  return Status::Ok();
-                }).ok());
-    return out;
+    return wire_testing::BuildPackets(r, flow_);
   }
   void Receive(const std::vector<uint8_t>& bytes) {
     auto parsed = packet::Parse(bytes, &flow_);

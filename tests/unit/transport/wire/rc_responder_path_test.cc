@@ -12,7 +12,7 @@
 #include "tests/unit/transport/fake_target.h"
 #include "transport/codes.h"
 #include "tests/unit/transport/wire/join_datagrams.h"
-#include "transport/wire/wire_packets.h"
+#include "tests/unit/transport/wire/wire_qp.h"
 
 namespace softverbs::core {
 namespace {
@@ -22,7 +22,6 @@ using transport::Request;
 using transport::WrOpcode;
 
 using transport::qp_type::kRc;
-using transport::qp_state::kRts;
 
 class RcResponderPathTest : public CoreTest {
  protected:
@@ -31,19 +30,11 @@ class RcResponderPathTest : public CoreTest {
                                         access::kLocalWrite | access::kRemoteWrite})
                         .value());
     transport::QpEndpoint& e = target_.e_;
-    e.wire.lock.Init();
-    e.state.store(kRts);
-    e.qp_num = 0x1234;
-    e.type = kRc;
-    e.mtu = 256;
-    e.dest_qp_num = 0x777;
+    wire_testing::ConnectWireQp(e, kRc, pd_->host_id());
     e.access = access::kRemoteWrite;
-    e.pd = pd_->host_id();
-    e.async_fd = -1;
     e.wire.epsn = 100;
-    const uint8_t a[4] = {10, 0, 0, 2}, b[4] = {10, 0, 0, 1};
-    flow_ = packet::IpUdpInfo::V4(a, b, 4791);
-    path_.flow = packet::IpUdpInfo::V4(b, a, 4791);
+    flow_ = wire_testing::RequestFlow();
+    path_.flow = wire_testing::ResponseFlow();
     path_.send = [this](std::span<const iovec> pieces, std::span<const uint16_t> counts) {
       for (const std::vector<uint8_t>& d : transport::JoinDatagrams(pieces, counts)) sent_.push_back(Decode(d));
       return Status::Ok();
@@ -63,24 +54,10 @@ class RcResponderPathTest : public CoreTest {
   // The packets of an RC WRITE of `length` bytes at offset 0 of buf_, PSNs from `psn`.
   std::vector<std::vector<uint8_t>> Write(uint32_t length, uint32_t psn) {
     iovec piece{message_, length};
-    Request r;
-    r.qp_type = kRc;
-    r.opcode = WrOpcode::kRdmaWrite;
-    r.dest_qp = 0x1234;
-    r.psn = psn;
-    r.mtu = 256;
-    r.local = &piece;
-    r.local_count = 1;
-    r.length = length;
+    Request r = wire_testing::MessageTo(kRc, WrOpcode::kRdmaWrite, &piece, psn);
     r.remote_addr = reinterpret_cast<uint64_t>(buf_);
     r.rkey = mr_->rkey();
-    std::vector<std::vector<uint8_t>> out;
-    uint8_t buffer[512];
-    EXPECT_TRUE(transport::BuildMessage(r, flow_, buffer, [&](std::span<const uint8_t> p) {
-                  out.emplace_back(p.begin(), p.end());
-                  return Status::Ok();
-                }).ok());
-    return out;
+    return wire_testing::BuildPackets(r, flow_);
   }
   void Receive(const std::vector<uint8_t>& bytes) {
     auto parsed = packet::Parse(bytes, &flow_);

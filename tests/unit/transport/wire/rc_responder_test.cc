@@ -14,7 +14,7 @@
 #include "tests/unit/transport/fake_target.h"
 #include "transport/codes.h"
 #include "tests/unit/transport/wire/join_datagrams.h"
-#include "transport/wire/wire_packets.h"
+#include "tests/unit/transport/wire/wire_qp.h"
 
 namespace softverbs::core {
 namespace {
@@ -23,8 +23,7 @@ namespace packet = fabric::packet;
 namespace op = packet::op;
 
 using transport::qp_type::kRc;
-using transport::qp_state::kRts;
-constexpr uint32_t kMtu = 256;
+constexpr uint32_t kMtu = wire_testing::kWireMtu;  // the QP's (ConnectWireQp)
 
 class RcResponderTest : public CoreTest {
  protected:
@@ -38,20 +37,12 @@ class RcResponderTest : public CoreTest {
                                             access::kRemoteAtomic})
                         .value());
     transport::QpEndpoint& e = target_.e_;
-    e.wire.lock.Init();
-    e.state.store(kRts);
-    e.qp_num = 0x1234;
-    e.type = kRc;
-    e.mtu = kMtu;
-    e.dest_qp_num = 0x777;
+    wire_testing::ConnectWireQp(e, kRc, pd_->host_id());
     e.access = access::kRemoteWrite | access::kRemoteRead | access::kRemoteAtomic;
     e.max_dest_rd_atomic = 4;
-    e.pd = pd_->host_id();
     e.recv_cq = cq_->ring_ref();
     e.recv_queue = rq_->ref();
-    e.async_fd = -1;
-    const uint8_t a[4] = {10, 0, 0, 2}, b[4] = {10, 0, 0, 1};
-    flow_ = packet::IpUdpInfo::V4(a, b, 4791);
+    flow_ = wire_testing::RequestFlow();
     path_.flow = flow_;
     path_.send = [this](std::span<const iovec> pieces, std::span<const uint16_t> counts) {
       for (const std::vector<uint8_t>& d : transport::JoinDatagrams(pieces, counts)) sent_.push_back(d);
