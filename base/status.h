@@ -15,20 +15,40 @@ namespace softverbs {
 class [[nodiscard]] Status {
  public:
   Status() = default;  // success
-  Status(int code, std::string rule) : code_(code), rule_(std::move(rule)) {}
+  Status(int code, std::string rule) : rep_(new Rep{code, std::move(rule)}) {}
+  Status(const Status& o) : rep_(o.rep_ ? new Rep(*o.rep_) : nullptr) {}
+  Status(Status&& o) noexcept : rep_(std::exchange(o.rep_, nullptr)) {}
+  Status& operator=(const Status& o) {
+    if (this != &o) *this = Status(o);
+    return *this;
+  }
+  Status& operator=(Status&& o) noexcept {
+    std::swap(rep_, o.rep_);
+    return *this;
+  }
+  ~Status() {
+    if (rep_ != nullptr) delete rep_;
+  }
 
   static Status Ok() { return Status(); }
 
-  bool ok() const { return code_ == 0; }
-  int code() const { return code_; }            // an errno value; 0 on success
-  const std::string& rule() const { return rule_; }  // the rule broken, for the log line
+  // Success is a null pointer (Abseil's layout): the success path, every verb and every work
+  // request, makes, moves and drops Statuses that are one word and own nothing.
+  bool ok() const { return rep_ == nullptr || rep_->code == 0; }
+  int code() const { return rep_ ? rep_->code : 0; }  // an errno value; 0 on success
+  const std::string& rule() const {                 // the rule broken, for the log line
+    static const std::string kNone;
+    return rep_ ? rep_->rule : kNone;
+  }
 
  private:
-  int code_ = 0;
-  std::string rule_;
+  struct Rep {
+    int code;
+    std::string rule;
+  };
+  Rep* rep_ = nullptr;
 };
 
-// Shorthands that read like the man pages: return Invalid("...") where the spec says EINVAL.
 inline Status Invalid(std::string rule) { return Status(EINVAL, std::move(rule)); }
 inline Status NotSupported(std::string rule) { return Status(EOPNOTSUPP, std::move(rule)); }
 inline Status Busy(std::string rule) { return Status(EBUSY, std::move(rule)); }
