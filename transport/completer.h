@@ -113,6 +113,7 @@ class Completer {
   // The work requests internal ones asked to post after them (SendWr::internal): taken by the
   // requester, which queues them.
   std::vector<SendWr> TakeFollowUps() { return std::exchange(follow_ups_, {}); }
+  bool HasFollowUps() const { return !follow_ups_.empty(); }
 
  private:
   // The primary path failed with the alternate armed (IBA 17.2.8).

@@ -246,6 +246,7 @@ void Requester::RunQueue() {
 
 bool Requester::QueueFollowUps() {
   // (the rendezvous FIN after its READ: transport/rendezvous.h)
+  if (!completer_.HasFollowUps()) return false;  // nearly always: no vector made and dropped
   std::vector<SendWr> next = completer_.TakeFollowUps();
   for (SendWr& wr : next) {
     Pending p;
