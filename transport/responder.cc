@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "base/big_endian.h"
+#include "base/inlined_vector.h"
 #include "base/log.h"
 #include "transport/codes.h"
 #include "transport/cq_ring.h"
@@ -428,10 +429,9 @@ Reply Responder::Deliver(const TargetQp& t, const Request& r, const uint8_t* grh
   }
   // The message's bytes: the GRH, then the sender's pieces (more than kMaxSge through an
   // indirect key).
-  std::vector<iovec> gather;
-  gather.reserve(r.local_count + 1);
+  InlinedVector<iovec, kMaxSge + 1> gather;  // (a heap vector per message cost ~150 instructions)
   if (grh) gather.push_back({const_cast<uint8_t*>(grh), 40});
-  gather.insert(gather.end(), r.local, r.local + r.local_count);
+  for (size_t i = 0; i < r.local_count; ++i) gather.push_back(r.local[i]);
   if (landing) {
     // (A full receive CQ loses the completion either way: an overrun, IBA 11.4.2.1.)
     CompleteAtTarget(t, c, [&](CqEntry& entry) { FillLanding(entry, gather.data(), gather.size(), scatter); });

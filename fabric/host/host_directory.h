@@ -80,6 +80,12 @@ class Peer {
   // This process's address of `ref` in the peer's arena (mapping the segment on first use), or
   // an error if the segment cannot be reached.
   Result<void*> At(SharedRef ref, HostRegistry& registry);
+  // At, for a segment mapped already (nearly every call): nullptr otherwise, and then At.
+  void* AtMapped(SharedRef ref) const {
+    if (ref.segment >= SharedArena::kMaxSegments || ref.offset == 0) return nullptr;
+    const RemoteSegment* mapped = mapped_[ref.segment].load(std::memory_order_acquire);
+    return mapped != nullptr ? mapped->At(ref.offset) : nullptr;
+  }
 
  private:
   uint32_t process_slot_;

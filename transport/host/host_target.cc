@@ -240,6 +240,7 @@ Result<uint64_t> HostTarget::AtomicUpdate(const PinnedPieces& remote, uint64_t (
 
 void* HostTarget::Resolve(fabric::SharedRef ref) const {
   if (peer_ == nullptr) return local_->At(ref);
+  if (void* p = peer_->AtMapped(ref)) return p;
   auto at = peer_->At(ref, local_->registry());
   return at.ok() ? at.value() : nullptr;
 }
