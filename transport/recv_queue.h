@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 
+#include "base/spin_lock.h"
 #include "base/status.h"
 #include "fabric/host/host_directory.h"
 #include "fabric/host/robust_mutex.h"
@@ -120,7 +121,7 @@ class RecvQueue {
   RecvQueue(fabric::LocalProcess& local, fabric::SharedRef ref) : local_(local), ref_(ref) {}
   fabric::LocalProcess& local_;
   fabric::SharedRef ref_;
-  std::mutex post_mu_;     // the owner's threads post one at a time
+  SpinLock post_mu_;       // the owner's threads post one at a time (base/spin_lock.h)
   uint64_t head_seen_ = 0;  // the takers' head as last read (under post_mu_): re-read when full
 };
 
