@@ -80,8 +80,9 @@ bool RobustMutex::LockContended(uint64_t self) {
   }
   // Asleep from here on. A sleeper woken by a release takes the lock with kWaiters set, since it
   // cannot know whether others still sleep (Drepper, "Futexes Are Tricky", mutex3); at worst one
-  // release wakes nobody.
-  uint64_t alive = 0;  // the holder last found alive: checked again only after a slice
+  // release wakes nobody. The holder's liveness is looked at only when a slice ran out: reading
+  // /proc costs more than most waits, and a holder dies far more rarely than it is waited for.
+  bool check = false;
   for (;;) {
     uint64_t seen = word_.load(std::memory_order_relaxed);
     if (seen == 0) {
@@ -89,25 +90,24 @@ bool RobustMutex::LockContended(uint64_t self) {
         return false;
       continue;
     }
-    if ((seen & ~kWaiters) != alive) {
-      if (HolderIsAlive(seen)) {
-        alive = seen & ~kWaiters;
-      } else if (word_.compare_exchange_strong(seen, self | kWaiters, std::memory_order_acquire,
-                                               std::memory_order_relaxed)) {
-        return true;  // taken from a dead holder, kWaiters kept: others may sleep on it
-      }
-      continue;  // look again (if the word moved, a dead holder is checked again)
+    if (check && !HolderIsAlive(seen)) {
+      // Taken from a dead holder, kWaiters kept: others may sleep on it. If the word moved
+      // meanwhile, its new value is checked too.
+      if (word_.compare_exchange_strong(seen, self | kWaiters, std::memory_order_acquire, std::memory_order_relaxed))
+        return true;
+      continue;
     }
+    check = false;
     if (!(seen & kWaiters) &&
         !word_.compare_exchange_weak(seen, seen | kWaiters, std::memory_order_relaxed, std::memory_order_relaxed))
       continue;
     const uint32_t ms = sleep_slice_ms.load(std::memory_order_relaxed);
     timespec slice{static_cast<time_t>(ms / 1000), static_cast<long>(ms % 1000) * 1000000L};
     // Returns at a release's wake, at once if the word moved meanwhile (EAGAIN), or after the
-    // slice (ETIMEDOUT): then the holder is looked at again.
+    // slice (ETIMEDOUT): then the holder is looked at.
     long r = syscall(SYS_futex, FutexWord(), FUTEX_WAIT, static_cast<uint32_t>((seen | kWaiters) >> 32), &slice,
                      nullptr, 0);
-    if (r != 0 && errno == ETIMEDOUT) alive = 0;
+    if (r != 0 && errno == ETIMEDOUT) check = true;
   }
 }
 

@@ -138,7 +138,7 @@ TEST(RobustMutexTest, ASleeperWakesWhenItsHolderIsKilled) {
     died.store(d ? 1 : 0);
     page->mutex.unlock();
   });
-  // The waiter found the holder alive and went to sleep.
+  // The waiter went to sleep on the lock.
   EXPECT_TRUE(RobustMutexTestWaitFor([page] { return page->mutex.has_sleepers(); }));
   EXPECT_EQ(died.load(), -1);
   kill(child, SIGKILL);  // (not reaped before the waiter sees it: a zombie holds nothing)
