@@ -37,11 +37,11 @@ namespace {
 
 // Holders' sections are short (a ring's slot, a few fields): a contender spins this many rounds
 // before it sleeps, rather than paying two system calls for a wait of a few hundred nanoseconds.
-constexpr int kSpins = 100;
+constexpr int kRobustMutexSpins = 100;
 // How long a sleeper waits before it checks that the holder still exists.
-std::atomic<uint32_t> sleep_slice_ms{20};
+std::atomic<uint32_t> robust_mutex_sleep_slice_ms{20};
 
-inline void CpuRelax() {
+inline void RobustMutexPause() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
 #elif defined(__aarch64__)
@@ -52,7 +52,7 @@ inline void CpuRelax() {
 }  // namespace
 
 void RobustMutex::SetSleepSliceForTesting(uint32_t milliseconds) {
-  sleep_slice_ms.store(milliseconds, std::memory_order_relaxed);
+  robust_mutex_sleep_slice_ms.store(milliseconds, std::memory_order_relaxed);
 }
 
 // The half of the word that holds the pid and kWaiters: a sleeper's value changes whenever the
@@ -72,8 +72,8 @@ void RobustMutex::WakeOne() { syscall(SYS_futex, FutexWord(), FUTEX_WAKE, 1, nul
 bool RobustMutex::HolderIsAlive(uint64_t seen) { return ProcessToken(seen & ~kWaiters).IsAlive(); }
 
 bool RobustMutex::LockContended(uint64_t self) {
-  for (int i = 0; i < kSpins; ++i) {
-    CpuRelax();
+  for (int i = 0; i < kRobustMutexSpins; ++i) {
+    RobustMutexPause();
     uint64_t seen = word_.load(std::memory_order_relaxed);
     if (seen == 0 && word_.compare_exchange_weak(seen, self, std::memory_order_acquire, std::memory_order_relaxed))
       return false;
@@ -101,7 +101,7 @@ bool RobustMutex::LockContended(uint64_t self) {
     if (!(seen & kWaiters) &&
         !word_.compare_exchange_weak(seen, seen | kWaiters, std::memory_order_relaxed, std::memory_order_relaxed))
       continue;
-    const uint32_t ms = sleep_slice_ms.load(std::memory_order_relaxed);
+    const uint32_t ms = robust_mutex_sleep_slice_ms.load(std::memory_order_relaxed);
     timespec slice{static_cast<time_t>(ms / 1000), static_cast<long>(ms % 1000) * 1000000L};
     // Returns at a release's wake, at once if the word moved meanwhile (EAGAIN), or after the
     // slice (ETIMEDOUT): then the holder is looked at.
