@@ -18,7 +18,9 @@ namespace softverbs::fabric {
 namespace {
 
 constexpr uint64_t kMagic = 0x47455256'534f5353ull;  // "SSOSVREG"
-constexpr int kLayoutVersion = 10;  // 8: XRC domains, XRC SRQ entries; 9: hazard lines; 10: key owners, wire TM state
+// 8: XRC domains, XRC SRQ entries; 9: hazard lines; 10: key owners, wire TM state; 11: one-word
+// robust mutexes in the arenas' rings (fabric/host/robust_mutex.h)
+constexpr int kLayoutVersion = 11;
 constexpr unsigned long long kInitialPidNamespace = 0xEFFFFFFCull;  // PROC_PID_INIT_INO
 
 struct RegionHeader {
