@@ -57,20 +57,6 @@ void ForEachLine(HostRegistry& registry, Fn&& fn) {
   }
 }
 
-// The store-then-load barrier of both sides (the accessor's announcement before its read of the
-// key; the withdrawer's withdrawal before its read of the announcements). ThreadSanitizer does
-// not model fences (GCC refuses them under -fsanitize=thread): there both sides make a
-// sequentially consistent read-modify-write of one shared word instead, which orders them for
-// it (and for the CPU: a locked instruction is a full barrier on x86).
-void StoreLoadBarrier() {
-#if defined(__SANITIZE_THREAD__)
-  static std::atomic<uint32_t> word{0};
-  word.fetch_add(0, std::memory_order_seq_cst);
-#else
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-#endif
-}
-
 bool OwnerAlive(HostRegistry& registry, uint32_t process_slot) {
   const uint64_t owner = registry.processes().slot(process_slot).owner.load(std::memory_order_acquire);
   return owner != 0 && ProcessToken(owner).IsAlive();
@@ -90,20 +76,8 @@ HazardLine* ThisThreadHazards(LocalProcess& local) {
   return claim.line;
 }
 
-std::atomic<uint32_t>* Announce(HazardLine& line, uint32_t value) {
-  for (auto& e : line.held) {
-    if (e.load(std::memory_order_relaxed) != 0) continue;
-    // Only this thread writes its line's entries: a store, then the fence that orders it
-    // before the key is read (the withdrawer's side stores, fences, then reads this).
-    e.store(value, std::memory_order_relaxed);
-    StoreLoadBarrier();
-    return &e;
-  }
-  return nullptr;
-}
-
 bool Announced(HostRegistry& registry, uint32_t value) {
-  StoreLoadBarrier();
+  HazardStoreLoadBarrier();
   bool found = false;
   ForEachLine(registry, [&](HazardLine& line, uint32_t) {
     for (auto& e : line.held) found = found || e.load(std::memory_order_acquire) == value;
@@ -118,7 +92,7 @@ PinWait WaitUnannounced(HostRegistry& registry, uint32_t value, const std::strin
   // that died are dropped (and counted) instead, and `who` lists the holders for the log.
   auto scan = [&](bool clear_dead, uint32_t* cleared, std::string* who) {
     bool held = false;
-    StoreLoadBarrier();  // after the caller's withdrawal
+    HazardStoreLoadBarrier();  // after the caller's withdrawal
     ForEachLine(registry, [&](HazardLine& line, uint32_t p) {
       const bool own_process = registry.processes().slot(p).owner.load(std::memory_order_acquire) == self_owner;
       if (own_process && line.tid.load(std::memory_order_relaxed) == self) return;

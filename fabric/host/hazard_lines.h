@@ -42,9 +42,33 @@ inline uint32_t QpHazardValue(uint32_t qpn) { return kQpHazard | qpn; }
 // exits; nullptr when every line of the process is taken (the caller pins as before).
 HazardLine* ThisThreadHazards(LocalProcess& local);
 
+// The store-then-load barrier of both sides (the accessor's announcement before its read of the
+// key; the withdrawer's withdrawal before its read of the announcements). ThreadSanitizer does
+// not model fences (GCC refuses them under -fsanitize=thread): there both sides make a
+// sequentially consistent read-modify-write of one shared word instead, which orders them for
+// it (and for the CPU: a locked instruction is a full barrier on x86).
+inline void HazardStoreLoadBarrier() {
+#if defined(__SANITIZE_THREAD__)
+  static std::atomic<uint32_t> word{0};
+  word.fetch_add(0, std::memory_order_seq_cst);
+#else
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+#endif
+}
+
 // Announces `value` in `line` (this thread's); the entry to retract, or nullptr when the line is
-// full. Every load after it is ordered after the announcement.
-std::atomic<uint32_t>* Announce(HazardLine& line, uint32_t value);
+// full. Every load after it is ordered after the announcement. Inline: three per work request.
+inline std::atomic<uint32_t>* Announce(HazardLine& line, uint32_t value) {
+  for (auto& e : line.held) {
+    if (e.load(std::memory_order_relaxed) != 0) continue;
+    // Only this thread writes its line's entries: a store, then the fence that orders it
+    // before the key is read (the withdrawer's side stores, fences, then reads this).
+    e.store(value, std::memory_order_relaxed);
+    HazardStoreLoadBarrier();
+    return &e;
+  }
+  return nullptr;
+}
 inline void Retract(std::atomic<uint32_t>* entry) { entry->store(0, std::memory_order_release); }
 
 // Whether a thread of a process holding a slot (this one included) announces `value` now. A

@@ -50,16 +50,14 @@ bool Peer::AliveRecently() {
   return false;
 }
 
-namespace {
-std::atomic<uint32_t> g_fork_generation{0};
-void OnFork() { g_fork_generation.fetch_add(1, std::memory_order_relaxed); }
-}  // namespace
+std::atomic<uint32_t> internal::g_fork_generation{0};
 
-uint32_t LocalProcess::ForkGeneration() {
-  static const int registered = pthread_atfork(nullptr, nullptr, OnFork);
-  (void)registered;
-  return g_fork_generation.load(std::memory_order_relaxed);
-}
+namespace {
+void OnFork() { internal::g_fork_generation.fetch_add(1, std::memory_order_relaxed); }
+// Registered when the library is loaded, before any LocalProcess exists: ForkGeneration is then
+// a load (it was a guard check and a call on every key pin).
+[[maybe_unused]] const int g_fork_handler = pthread_atfork(nullptr, nullptr, OnFork);
+}  // namespace
 
 Result<LocalProcess*> LocalProcess::Get() {
   static std::mutex mu;

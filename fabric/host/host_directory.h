@@ -98,6 +98,11 @@ class Peer {
   std::array<std::atomic<const RemoteSegment*>, SharedArena::kMaxSegments> mapped_{};
 };
 
+namespace internal {
+// Incremented in every child of fork() (pthread_atfork, host_directory.cc).
+extern std::atomic<uint32_t> g_fork_generation;
+}  // namespace internal
+
 // This process's membership of the host: its process slot, its arena, and its cache of peers.
 // One per process (a child after fork() gets its own on first use).
 class LocalProcess {
@@ -108,7 +113,7 @@ class LocalProcess {
   // False in a child of fork(): the parent's objects are not the child's (ibv_fork_init(3)).
   bool is_current() const { return fork_generation_ == ForkGeneration(); }
   // Incremented in every child of fork(), so a check is a load, not a system call.
-  static uint32_t ForkGeneration();
+  static uint32_t ForkGeneration() { return internal::g_fork_generation.load(std::memory_order_relaxed); }
   uint32_t slot() const { return slot_; }
   ProcessToken token() const { return token_; }
   // How this process's pins are recorded (fabric/host/pin_line.h): its slot and that slot's

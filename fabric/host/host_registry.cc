@@ -60,12 +60,6 @@ Status Errno(const char* what, const std::string& name) {
 
 }  // namespace
 
-uint32_t SlotTable::extent() const {
-  if (extent_ == nullptr) return count_;
-  uint64_t e = extent_->load(std::memory_order_acquire);
-  return e == 0 ? std::min(kInitialExtent, count_) : static_cast<uint32_t>(std::min<uint64_t>(e, count_));
-}
-
 bool SlotTable::Grow(uint32_t from) {
   const uint32_t to = std::min<uint64_t>(static_cast<uint64_t>(from) * 2, count_);
   // Reserve the store first, so a full /dev/shm is a refusal here, not a SIGBUS in a verb later.

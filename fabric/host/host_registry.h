@@ -68,7 +68,12 @@ class SlotTable {
   HostSlot& slot(uint32_t index) { return slots_[index]; }
   uint32_t count() const { return count_; }
   // Slots [0, extent()) may be in use; the others are untouched.
-  uint32_t extent() const;
+  uint32_t extent() const {  // inline: every key and QP lookup asks it
+    if (extent_ == nullptr) return count_;
+    const uint64_t e = extent_->load(std::memory_order_acquire);
+    return e == 0 ? (kInitialExtent < count_ ? kInitialExtent : count_)
+                  : static_cast<uint32_t>(e < count_ ? e : count_);
+  }
   // Reserves the store of the current extent (when a process opens the region).
   bool ReserveInitial() { return !reserve_ || reserve_(0, extent()); }
 

@@ -65,5 +65,25 @@ TEST(InlinedVectorTest, MoveOnlyElementsAreReleased) {
   EXPECT_EQ(shared.use_count(), 1);
 }
 
+// A pushed element is moved into place once (a KeyPin is 72 bytes, pushed per work request).
+struct MoveCounted {
+  static inline int moves = 0;
+  static inline int copies = 0;
+  MoveCounted() = default;
+  MoveCounted(MoveCounted&&) noexcept { ++moves; }
+  MoveCounted(const MoveCounted&) { ++copies; }
+};
+
+TEST(InlinedVectorTest, APushedElementIsMovedOrCopiedOnce) {
+  MoveCounted::moves = MoveCounted::copies = 0;
+  InlinedVector<MoveCounted, 2> v;
+  MoveCounted m;
+  v.push_back(std::move(m));
+  EXPECT_EQ(MoveCounted::moves, 1);
+  v.push_back(m);
+  EXPECT_EQ(MoveCounted::copies, 1);
+  EXPECT_EQ(MoveCounted::moves, 1);
+}
+
 }  // namespace
 }  // namespace softverbs
