@@ -148,20 +148,23 @@ Status HostTarget::Move(bool write, const iovec* local, size_t nl, const PinnedP
 }
 
 Status HostTarget::MoveBounded(bool write, const iovec* local, size_t nl, const PinnedPieces& remote) const {
-  auto revoked = [this, &remote] { return Revoked(remote); };
   fabric::BackingMaps& maps = fabric::BackingMaps::ForThisProcess();
-  if (MappedPieces mapped; mapped.Map(local_->registry(), maps, peer_, remote)) {
-    // One chunk into a file that cannot shrink (most small accesses): copied straight. Asking
-    // whether the access was revoked first would not change what may happen: a withdrawal
-    // waits for the holds this access has until it ends, however it ends.
-    if (!mapped.guarded() && mapped.size() == 1 && nl == 1 && local[0].iov_len == mapped.data()[0].iov_len &&
-        local[0].iov_len <= kCopyChunkBytes) {
+  // One chunk from one piece into one piece of a file that cannot shrink (most small accesses):
+  // copied straight. Asking whether the access was revoked first would not change what may
+  // happen: a withdrawal waits for the holds this access has until it ends, however it ends.
+  if (nl == 1 && local[0].iov_len <= kCopyChunkBytes) {
+    uint8_t* at = nullptr;
+    if (fabric::BorrowedWindow w = MappedPieces::MapSingle(local_->registry(), maps, peer_, remote, &at);
+        w && !w.get()->can_shrink() && remote.data()[0].iov_len == local[0].iov_len) {
       if (write)
-        memmove(mapped.data()[0].iov_base, local[0].iov_base, local[0].iov_len);
+        memmove(at, local[0].iov_base, local[0].iov_len);
       else
-        memmove(local[0].iov_base, mapped.data()[0].iov_base, local[0].iov_len);
+        memmove(local[0].iov_base, at, local[0].iov_len);
       return Status::Ok();
     }
+  }
+  auto revoked = [this, &remote] { return Revoked(remote); };
+  if (MappedPieces mapped; mapped.Map(local_->registry(), maps, peer_, remote)) {
     Status s = CopyBounded(local, nl, mapped.data(), mapped.size(),
                            [write, guarded = mapped.guarded()](const iovec* l, size_t ln, const iovec* m, size_t mn) {
                              return CopyMapped(write, l, ln, m, mn, guarded);

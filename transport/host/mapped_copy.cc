@@ -31,45 +31,58 @@ size_t PinHolding(const PinnedPieces& remote, uint64_t addr, uint64_t length, si
 
 }  // namespace
 
-bool MappedPieces::Map(fabric::HostRegistry& registry, fabric::BackingMaps& maps, fabric::Peer* peer,
-                       const PinnedPieces& remote) {
-  if (peer == nullptr) return false;  // this process's own memory is reached by memcpy anyway
-  // SOFTVERBS_PEER_MAP=0: this initiator never maps a peer's backing (process_vm_* for every
-  // access; a comparison switch, and how tests mix both paths on one target).
+namespace {
+
+// SOFTVERBS_PEER_MAP=0: this initiator never maps a peer's backing (process_vm_* for every
+// access; a comparison switch, and how tests mix both paths on one target).
+bool PeerMapEnabled() {
   static const bool enabled = [] {
     const char* v = getenv("SOFTVERBS_PEER_MAP");
     return v == nullptr || strcmp(v, "0") != 0;
   }();
-  if (!enabled) return false;
+  return enabled;
+}
+
+}  // namespace
+
+fabric::BorrowedWindow MappedPieces::MapSingle(fabric::HostRegistry& registry, fabric::BackingMaps& maps,
+                                               fabric::Peer* peer, const PinnedPieces& remote, uint8_t** at) {
+  // Translate's rules for its commonest shape, one piece in one plain key, in a straight line.
+  if (peer == nullptr || remote.size() != 1 || remote.pin_count() != 1 || !PeerMapEnabled()) return {};
+  const KeyView& v = remote.pin(0).view();
+  const iovec& piece = remote.data()[0];
+  const auto addr = reinterpret_cast<uint64_t>(piece.iov_base);
+  if (v.indirect() || !(v.access & kSharedBacking) || !RangeWithin(v.addr, v.length, addr, piece.iov_len)) return {};
+  // The pin keeps the key published, and the owner writes the record before publishing: it
+  // describes this registration if it names this key.
+  const fabric::BackingRecord& r = fabric::BackingOf(registry, KeySlot(v.key));
+  if (r.key.load(std::memory_order_acquire) != v.key) return {};
+  fabric::BorrowedWindow window = maps.Borrow(fabric::IdOf(peer->process().token().raw(), r), r.offset, v.length);
+  if (window) *at = window.get()->base() + r.offset + (addr - v.addr);
+  return window;
+}
+
+bool MappedPieces::Map(fabric::HostRegistry& registry, fabric::BackingMaps& maps, fabric::Peer* peer,
+                       const PinnedPieces& remote) {
+  if (peer == nullptr) return false;  // this process's own memory is reached by memcpy anyway
+  if (!PeerMapEnabled()) return false;
   // Cheap refusal first: private memory (the common case) has no key marked kSharedBacking.
   bool any = false;
   for (size_t i = 0; i < remote.pin_count() && !any; ++i) any = (remote.pin(i).view().access & kSharedBacking) != 0;
   if (!any) return false;
   // Most accesses need one window, the one this thread used last: borrowed, no reference taken.
   // Anything else (a miss, a second window) takes references (Translate's shared mode).
-  const uint64_t owner = peer->process().token().raw();
-  if (remote.size() == 1 && remote.pin_count() == 1 && MapOne(registry, maps, owner, remote)) return true;
-  return Translate(registry, maps, *peer, owner, remote, /*borrow=*/true) ||
-         Translate(registry, maps, *peer, owner, remote, /*borrow=*/false);
-}
-
-bool MappedPieces::MapOne(fabric::HostRegistry& registry, fabric::BackingMaps& maps, uint64_t owner,
-                          const PinnedPieces& remote) {
-  // Translate's rules for its commonest shape, one piece in one plain key, in a straight line.
-  const KeyView& v = remote.pin(0).view();
-  const iovec& piece = remote.data()[0];
-  const auto addr = reinterpret_cast<uint64_t>(piece.iov_base);
-  if (v.indirect() || !(v.access & kSharedBacking) || !RangeWithin(v.addr, v.length, addr, piece.iov_len))
-    return false;
-  const fabric::BackingRecord& r = fabric::BackingOf(registry, KeySlot(v.key));
-  if (r.key.load(std::memory_order_acquire) != v.key) return false;
   pieces_.clear();
   windows_.clear();
-  borrowed_ = maps.Borrow(fabric::IdOf(owner, r), r.offset, v.length);
-  if (!borrowed_) return false;
-  guarded_ = borrowed_.get()->can_shrink();
-  pieces_.push_back({borrowed_.get()->base() + r.offset + (addr - v.addr), piece.iov_len});
-  return true;
+  uint8_t* at = nullptr;
+  if ((borrowed_ = MapSingle(registry, maps, peer, remote, &at))) {
+    guarded_ = borrowed_.get()->can_shrink();
+    pieces_.push_back({at, remote.data()[0].iov_len});
+    return true;
+  }
+  const uint64_t owner = peer->process().token().raw();
+  return Translate(registry, maps, *peer, owner, remote, /*borrow=*/true) ||
+         Translate(registry, maps, *peer, owner, remote, /*borrow=*/false);
 }
 
 bool MappedPieces::Translate(fabric::HostRegistry& registry, fabric::BackingMaps& maps, fabric::Peer& peer,

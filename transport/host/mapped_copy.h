@@ -36,6 +36,11 @@ class MappedPieces {
   bool Map(fabric::HostRegistry& registry, fabric::BackingMaps& maps, fabric::Peer* peer, const PinnedPieces& remote);
   const iovec* data() const { return pieces_.data(); }
   size_t size() const { return pieces_.size(); }
+  // The commonest shape, one piece of `remote` in one plain shared-backed key, through this
+  // thread's last window (no reference taken): the piece's address in `*at`; an empty borrow
+  // if `remote` is not that (then Map).
+  static fabric::BorrowedWindow MapSingle(fabric::HostRegistry& registry, fabric::BackingMaps& maps,
+                                          fabric::Peer* peer, const PinnedPieces& remote, uint8_t** at);
   // Drops this access's windows from `maps` (a copy through them faulted: the file shrank).
   void Forget(fabric::BackingMaps& maps) const;
   // Whether a copy through these pieces must run under the SIGBUS guard: one of their files may
@@ -43,8 +48,6 @@ class MappedPieces {
   bool guarded() const { return guarded_; }
 
  private:
-  // One piece in one key, through the thread's last window; false if not that (then Translate).
-  bool MapOne(fabric::HostRegistry& registry, fabric::BackingMaps& maps, uint64_t owner, const PinnedPieces& remote);
   // `borrow`: the one window is this thread's last, used without a reference; false if the
   // access needs another or it is not that one. Otherwise every window is referenced.
   bool Translate(fabric::HostRegistry& registry, fabric::BackingMaps& maps, fabric::Peer& peer, uint64_t owner,
