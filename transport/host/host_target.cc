@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <optional>
 
 #include "base/event_fd.h"
 #include "base/log.h"
@@ -147,20 +148,37 @@ Status HostTarget::Move(bool write, const iovec* local, size_t nl, const PinnedP
   return s;
 }
 
+void HostTarget::ForgetFaulted(bool write, const Status& s, fabric::BackingMaps& maps, const fabric::BackingWindow* window,
+                               const MappedPieces* mapped) const {
+  // IBA 9.7.5.2.4-like: the target's memory is not there; the initiator gets an error
+  // completion, never a SIGBUS (issue 17 item 9). Map the file again next time.
+  SV_LOG(kError, "RDMA %s at qp 0x%x of pid %d: %s", write ? "write" : "read", qpn_, peer_->process().token().pid(),
+         s.rule().c_str());
+  if (window != nullptr) maps.Forget(window);
+  if (mapped != nullptr) mapped->Forget(maps);
+}
+
 Status HostTarget::MoveBounded(bool write, const iovec* local, size_t nl, const PinnedPieces& remote) const {
   fabric::BackingMaps& maps = fabric::BackingMaps::ForThisProcess();
-  // One chunk from one piece into one piece of a file that cannot shrink (most small accesses):
-  // copied straight. Asking whether the access was revoked first would not change what may
-  // happen: a withdrawal waits for the holds this access has until it ends, however it ends.
+  // One chunk from one piece into one piece of a shared backing (most small accesses): copied
+  // straight, under the SIGBUS guard only if the file can shrink. Asking whether the access was
+  // revoked first would not change what may happen: a withdrawal waits for the holds this
+  // access has until it ends, however it ends.
   if (nl == 1 && local[0].iov_len <= kCopyChunkBytes) {
     uint8_t* at = nullptr;
     if (fabric::BorrowedWindow w = MappedPieces::MapSingle(local_->registry(), maps, peer_, remote, &at);
-        w && !w.get()->can_shrink() && remote.data()[0].iov_len == local[0].iov_len) {
-      if (write)
-        memmove(at, local[0].iov_base, local[0].iov_len);
-      else
-        memmove(local[0].iov_base, at, local[0].iov_len);
-      return Status::Ok();
+        w && remote.data()[0].iov_len == local[0].iov_len) {
+      if (!w.get()->can_shrink()) {
+        if (write)
+          memmove(at, local[0].iov_base, local[0].iov_len);
+        else
+          memmove(local[0].iov_base, at, local[0].iov_len);
+        return Status::Ok();
+      }
+      const iovec mapped{at, local[0].iov_len};
+      Status s = CopyMapped(write, local, 1, &mapped, 1, /*guarded=*/true);
+      if (s.code() == EFAULT) ForgetFaulted(write, s, maps, w.get());
+      return s;
     }
   }
   auto revoked = [this, &remote] { return Revoked(remote); };
@@ -170,13 +188,7 @@ Status HostTarget::MoveBounded(bool write, const iovec* local, size_t nl, const 
                              return CopyMapped(write, l, ln, m, mn, guarded);
                            },
                            revoked);
-    if (s.code() == EFAULT) {
-      // IBA 9.7.5.2.4-like: the target's memory is not there; the initiator gets an error
-      // completion, never a SIGBUS (issue 17 item 9). Map the file again next time.
-      SV_LOG(kError, "RDMA %s at qp 0x%x of pid %d: %s", write ? "write" : "read", qpn_,
-             peer_->process().token().pid(), s.rule().c_str());
-      mapped.Forget(maps);
-    }
+    if (s.code() == EFAULT) ForgetFaulted(write, s, maps, nullptr, &mapped);
     return s;
   }
   return CopyBounded(local, nl, remote.data(), remote.size(),
@@ -196,17 +208,27 @@ Result<uint64_t> HostTarget::AtomicUpdate(const PinnedPieces& remote, uint64_t (
   const uint64_t stripe = (static_cast<uint64_t>(process_slot_) * 0x9E3779B97F4A7C15ull) ^ (va >> 3);
   fabric::TokenLock lock(local_->registry().atomic_stripe(static_cast<uint32_t>(stripe ^ (stripe >> 29))),
                          local_->token());
-  // The word through a mapping of the target's shared backing, if it has one (the same lock).
-  MappedPieces mapped;
+  // The word through a mapping of the target's shared backing, if it has one (the same lock):
+  // through this thread's last window when the word's key is one plain key (nearly always).
   fabric::BackingMaps& maps = fabric::BackingMaps::ForThisProcess();
-  if (mapped.Map(local_->registry(), maps, peer_, remote)) {
+  uint8_t* at = nullptr;
+  bool guarded = false;
+  std::optional<MappedPieces> mapped;
+  fabric::BorrowedWindow single = MappedPieces::MapSingle(local_->registry(), maps, peer_, remote, &at);
+  if (single) {
+    guarded = single.get()->can_shrink();
+  } else if (mapped.emplace(); mapped->Map(local_->registry(), maps, peer_, remote)) {
+    at = static_cast<uint8_t*>(mapped->data()[0].iov_base);
+    guarded = mapped->guarded();
+  }
+  if (at != nullptr) {
     // Under the SIGBUS guard when the file may have shrunk: plain data only inside it.
     struct Rmw {
       uint64_t* word;
       uint64_t (*op)(uint64_t, const void*);
       const void* arg;
       uint64_t value;
-    } rmw{static_cast<uint64_t*>(mapped.data()[0].iov_base), op, arg, 0};
+    } rmw{reinterpret_cast<uint64_t*>(at), op, arg, 0};
     auto apply = [](void* p) {
       auto& m = *static_cast<Rmw*>(p);
       // A lock-prefixed compare-and-swap on the word itself: atomic against the other
@@ -219,12 +241,15 @@ Result<uint64_t> HostTarget::AtomicUpdate(const PinnedPieces& remote, uint64_t (
       m.value = seen;
     };
     bool done = true;
-    if (mapped.guarded())
+    if (guarded)
       done = fabric::RunGuarded(apply, &rmw);
     else
       apply(&rmw);
     if (done) return rmw.value;
-    mapped.Forget(maps);
+    if (single)
+      maps.Forget(single.get());
+    else
+      mapped->Forget(maps);
     SV_LOG(kError, "atomic at qp 0x%x of pid %d: the owner's file no longer holds the word (truncated under the "
            "registration)", qpn_, peer_->process().token().pid());
     return Status(EFAULT, "the owner's file no longer holds the registered word");

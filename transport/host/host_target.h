@@ -15,7 +15,14 @@
 #include "transport/qp_endpoint.h"
 #include "transport/target_qp.h"
 
+namespace softverbs::fabric {
+class BackingMaps;
+class BackingWindow;
+}  // namespace softverbs::fabric
+
 namespace softverbs::transport {
+
+class MappedPieces;
 
 // The process an initiator reached last, kept by its link: most work requests of a QP go to the
 // same process, and this spares the process-cache lookup (DESIGN.md section 5's fast path).
@@ -81,6 +88,9 @@ class HostTarget final : public TargetQp {
         users_word_(hold.word), hazard_(hold.hazard) {}
   // Move's copy, in bounded chunks that stop when the access is revoked (ECANCELED).
   Status MoveBounded(bool write, const iovec* local, size_t nl, const PinnedPieces& remote) const;
+  // A mapped copy faulted (the file shrank): says so, and drops the window(s) from the cache.
+  void ForgetFaulted(bool write, const Status& s, fabric::BackingMaps& maps, const fabric::BackingWindow* window,
+                     const MappedPieces* mapped = nullptr) const;
   void Release() {
     if (users_word_ != nullptr) fabric::Unpin(users_word_, local_->pinner_id());
     if (hazard_ != nullptr) fabric::Retract(hazard_);
