@@ -49,6 +49,7 @@ class [[nodiscard]] Status {
   Rep* rep_ = nullptr;
 };
 
+// Shorthands that read like the man pages: return Invalid("...") where the spec says EINVAL.
 inline Status Invalid(std::string rule) { return Status(EINVAL, std::move(rule)); }
 inline Status NotSupported(std::string rule) { return Status(EOPNOTSUPP, std::move(rule)); }
 inline Status Busy(std::string rule) { return Status(EBUSY, std::move(rule)); }

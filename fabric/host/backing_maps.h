@@ -9,9 +9,9 @@
 #include <cstdint>
 #include <list>
 #include <memory>
-#include <utility>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 
 #include "base/status.h"
 #include "fabric/host/peer_process.h"
