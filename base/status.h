@@ -60,6 +60,16 @@ class [[nodiscard]] Result {
  public:
   Result(T value) : v_(std::move(value)) {}         // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {}  // NOLINT: must not be ok()
+  // The refusal in place of what was held (not a variant move-assignment from a temporary
+  // Result: GCC's -O1 sanitizer builds saw a maybe-uninitialized T in that).
+  Result& operator=(Status status) {
+    v_.template emplace<1>(std::move(status));
+    return *this;
+  }
+  Result& operator=(Result&&) = default;
+  Result(Result&&) = default;
+  Result& operator=(const Result&) = default;
+  Result(const Result&) = default;
 
   bool ok() const { return v_.index() == 0; }
   T& value() & { return std::get<0>(v_); }
