@@ -197,7 +197,7 @@ class Requester final : private ReplySink {
   RequesterHost& host_;
   Completer completer_;
   Links links_;
-  SpinLock mu_;  // a post never sleeps holding it (base/spin_lock.h)
+  SpinLock mu_;  // the poster and the progress thread, one at a time (base/spin_lock.h)
   RequesterConfig config_;
   std::deque<Pending> queue_;
   bool stopped_ = false;  // a completion error stopped the queue (ERR, or SQE for UC/UD)
