@@ -5,34 +5,23 @@
 namespace softverbs::transport {
 namespace {
 
-// Table-driven reflected CRC-32 for the reflected polynomial `poly`.
+// Table-driven reflected CRC of `Word`'s width for the reflected polynomial `poly`.
+template <typename Word>
 struct SigReflectedTable {
-  std::array<uint32_t, 256> t{};
-  explicit constexpr SigReflectedTable(uint32_t poly) {
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
+  std::array<Word, 256> t{};
+  explicit constexpr SigReflectedTable(Word poly) {
+    for (Word i = 0; i < 256; ++i) {
+      Word c = i;
       for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ poly : c >> 1;
       t[i] = c;
     }
   }
 };
-constexpr SigReflectedTable kSigCrc32Table(0xEDB88320u);   // 0x04C11DB7 reflected
-constexpr SigReflectedTable kSigCrc32cTable(0x82F63B78u);  // 0x1EDC6F41 reflected
+constexpr SigReflectedTable<uint32_t> kSigCrc32Table(0xEDB88320u);   // 0x04C11DB7 reflected
+constexpr SigReflectedTable<uint32_t> kSigCrc32cTable(0x82F63B78u);  // 0x1EDC6F41 reflected
+constexpr SigReflectedTable<uint64_t> kSigCrc64Xp10Table(0x9A6C9329AC4BC9B5ull);  // 0xAD93D23594C93659 reflected
 
-// The same for a 64-bit reflected polynomial (CRC64_XP10).
-struct SigReflectedTable64 {
-  std::array<uint64_t, 256> t{};
-  explicit constexpr SigReflectedTable64(uint64_t poly) {
-    for (uint64_t i = 0; i < 256; ++i) {
-      uint64_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ poly : c >> 1;
-      t[i] = c;
-    }
-  }
-};
-constexpr SigReflectedTable64 kSigCrc64Xp10Table(0x9A6C9329AC4BC9B5ull);  // 0xAD93D23594C93659 reflected
-
-uint32_t SigReflectedCrc(const SigReflectedTable& table, uint32_t seed, const uint8_t* p, size_t n) {
+uint32_t SigReflectedCrc(const SigReflectedTable<uint32_t>& table, uint32_t seed, const uint8_t* p, size_t n) {
   uint32_t c = seed;
   for (size_t i = 0; i < n; ++i) c = table.t[(c ^ p[i]) & 0xff] ^ (c >> 8);
   return ~c;
