@@ -40,6 +40,28 @@ void PinnedPieces::Clear() {
   imported_.clear();
 }
 
+bool ResolveHeldKey(fabric::HostRegistry& registry, const HeldKey& held, uint32_t key, uint64_t addr,
+                    uint64_t length, const KeyRule& rule, PinnedPieces* out) {
+  if (held.key() != key || key == 0) return false;
+  fabric::HazardLine* line = KeyHazards(registry);
+  std::atomic<uint32_t>* hazard = line != nullptr ? fabric::Announce(*line, held.hazard_value()) : nullptr;
+  if (hazard == nullptr) return false;
+  const KeyView& k = held.view();
+  if (!held.Current() || !KeyAdmits(k, rule) || !KeyCovers(k, addr, length)) {
+    fabric::Retract(hazard);
+    return false;
+  }
+  out->Add({reinterpret_cast<void*>(k.addr + (addr - k.iova)), length});
+  out->Keep(KeyPin::Announced(hazard, k));
+  return true;
+}
+
+void LearnPlainKey(fabric::HostRegistry& registry, uint32_t key, HeldKey* held) {
+  if (!held->Learn(registry, key)) return;
+  const KeyView& k = held->view();
+  if (k.indirect() || k.null_key() || k.on_demand() || k.window()) held->Forget();
+}
+
 bool AddNullPieces(const KeyView& k, uint64_t use, const KeyRule& rule, PinnedPieces* out) {
   if (rule.remote) return false;  // ibv_alloc_null_mr(3): "the MR is not exposed as an rkey"
   const uint64_t chunk = rule.writes ? k.addr + kNullChunk : k.addr;

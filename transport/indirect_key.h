@@ -205,6 +205,16 @@ bool ResolveKey(fabric::HostRegistry& registry, uint32_t key, uint64_t addr, uin
   return true;
 }
 
+// ResolveKey for a plain key kept across accesses (`held`, learned by LearnPlainKey): announced
+// in this thread's hazard line, found current, then ResolveKey's rules (KeyAdmits, KeyCovers);
+// its piece and pin appended to `out`. False -- nothing held or added -- when `held` is not
+// `key`, has changed, or a rule refuses: ResolveKey then decides, as for any access.
+bool ResolveHeldKey(fabric::HostRegistry& registry, const HeldKey& held, uint32_t key, uint64_t addr,
+                    uint64_t length, const KeyRule& rule, PinnedPieces* out);
+// Keeps `key` in `held` if it names a plain registration now -- not indirect, null, on demand
+// or a window, the keys whose accesses need more than the view (ResolveKey) -- else empties it.
+void LearnPlainKey(fabric::HostRegistry& registry, uint32_t key, HeldKey* held);
+
 // Copies between `local` and `remote` pieces through `copy(lv, ln, rv, rn)` in chunks of at most
 // kMaxIov pieces a side (process_vm_writev/readv take at most IOV_MAX).
 inline constexpr size_t kMaxIov = 1024;

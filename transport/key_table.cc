@@ -193,8 +193,9 @@ KeyPin& KeyPin::operator=(KeyPin&& o) noexcept {
 
 namespace {
 
-// A consistent copy of entry `e` (seqlock read); false if it does not hold `key` now.
-bool ReadView(fabric::KeyEntry& e, uint32_t key, KeyView* out) {
+// A consistent copy of entry `e` (seqlock read); false if it does not hold `key` now. `seq_out`:
+// the count it was read under.
+bool ReadView(fabric::KeyEntry& e, uint32_t key, KeyView* out, uint32_t* seq_out = nullptr) {
   for (;;) {
     uint32_t seq = e.seq.load(std::memory_order_acquire);
     if (seq & 1) {
@@ -207,6 +208,7 @@ bool ReadView(fabric::KeyEntry& e, uint32_t key, KeyView* out) {
     if (e.seq.load(kAcq) != seq) continue;
     if (v.key != key) return false;  // withdrawn, or a stale variant of a reused slot
     *out = v;
+    if (seq_out != nullptr) *seq_out = seq;
     return true;
   }
 }
@@ -247,6 +249,18 @@ bool KeyPin::Peek(fabric::HostRegistry& registry, uint32_t key, KeyView* view) {
   if (key == 0 || slot >= registry.keys().extent()) return false;
   return ReadView(Entry(registry, slot), key, view);
 }
+
+bool HeldKey::Learn(fabric::HostRegistry& registry, uint32_t key) {
+  Forget();
+  const uint32_t slot = KeySlot(key);
+  if (key == 0 || slot >= registry.keys().extent()) return false;
+  fabric::KeyEntry& e = Entry(registry, slot);
+  if (!ReadView(e, key, &view_, &seq_)) return false;
+  entry_ = &e;
+  return true;
+}
+
+fabric::HazardLine* KeyHazards(fabric::HostRegistry& registry) { return SelfHazards(registry); }
 
 bool KeyPin::Withdrawn(fabric::HostRegistry& registry) const {
   // One load of a read-mostly line: the owner changes `key` only when it withdraws it.

@@ -158,6 +158,14 @@ class KeyPin {
 
   // Pins `key` if it names a live registration; otherwise an empty pin.
   static KeyPin Acquire(fabric::HostRegistry& registry, uint32_t key);
+  // The pin of an access that announced `view.key` in this thread's line (`hazard`) and found it
+  // current (HeldKey::Current): retracted when the pin goes.
+  static KeyPin Announced(std::atomic<uint32_t>* hazard, const KeyView& view) {
+    KeyPin pin;
+    pin.hazard_ = hazard;
+    pin.view_ = view;
+    return pin;
+  }
   // The registration `key` names now, without pinning it: for checks whose access happens
   // later under a pin of its own (a landed message is written by the owner's poll).
   static bool Peek(fabric::HostRegistry& registry, uint32_t key, KeyView* view);
@@ -177,5 +185,40 @@ class KeyPin {
   uint32_t pinner_ = 0;
   KeyView view_;
 };
+
+// A key kept resolved across accesses by one user -- a route's R_Key, a requester's lkey (issue
+// 16: resolving it per work request cost more than the access). The view is read once, with the
+// entry's seqlock count; an access then announces the key in this thread's hazard line and
+// re-reads only the count and the key. The owner changes the count whenever it publishes or
+// withdraws (PublishKey, WithdrawKey) and an invalidation changes the key (InvalidateKey): an
+// access that finds both as learned uses exactly the view a full read would give, and a
+// withdrawal after that waits for its announcement (the order of fabric/host/hazard_lines.h).
+// The rules are the caller's, applied to view() on every access (KeyAdmits, KeyCovers).
+class HeldKey {
+ public:
+  // Reads `key`'s registration now; false (nothing kept) if it names none.
+  bool Learn(fabric::HostRegistry& registry, uint32_t key);
+  void Forget() { *this = HeldKey(); }
+  uint32_t key() const { return view_.key; }  // 0: nothing kept
+  const KeyView& view() const { return view_; }
+  // What to announce in this thread's hazard line before Current (fabric::Announce).
+  uint32_t hazard_value() const { return KeySlot(view_.key) + 1; }
+  // After the announcement and its barrier: the registration is still the one learned.
+  bool Current() const {
+    return entry_->seq.load(std::memory_order_acquire) == seq_ &&
+           entry_->key.load(std::memory_order_acquire) == view_.key;
+  }
+  // The seqlock count learned with the view (tests).
+  uint32_t seq() const { return seq_; }
+
+ private:
+  fabric::KeyEntry* entry_ = nullptr;
+  uint32_t seq_ = 0;
+  KeyView view_;
+};
+
+// This thread's hazard line in `registry` (nullptr: a registry apart from this process's, or a
+// process whose threads took every line): where HeldKey's users announce.
+fabric::HazardLine* KeyHazards(fabric::HostRegistry& registry);
 
 }  // namespace softverbs::transport

@@ -152,8 +152,7 @@ uint64_t AtomicWriteValue(uint64_t, const void* arg) { return *static_cast<const
 
 }  // namespace
 
-bool Responder::Admits(const TargetQp& t, const Request& r) {
-  const QpEndpoint& e = t.endpoint();
+bool Responder::Admits(const QpEndpoint& e, const Request& r) {
   // A NIC discards a packet whose transport is not its QP's (IBA 9.6.1.1: the opcode's
   // transport must match the QP's service type; rxe's check_type_state), one for a DCT without
   // its access key (transport/dc_access.h), and any while the QP does not receive (10.3.1).
@@ -164,7 +163,7 @@ bool Responder::Admits(const TargetQp& t, const Request& r) {
 
 Reply Responder::Execute(const TargetQp& t, const Request& r, const uint8_t* grh) {
   const QpEndpoint& e = t.endpoint();
-  if (!Admits(t, r)) return Silence(r);
+  if (!Admits(t.endpoint(), r)) return Silence(r);
   switch (r.opcode) {
     case WrOpcode::kSend:
     case WrOpcode::kSendWithImm:
@@ -189,6 +188,54 @@ Reply Responder::Execute(const TargetQp& t, const Request& r, const uint8_t* grh
       FailTarget(t);  // an opcode no responder executes: invalid request (IBA 9.7.5.2.2)
       return Reply::Of(ReplyCode::kInvalidRequest);
   }
+}
+
+bool Responder::ExecuteDirect(const DirectTarget& t, const Request& r, Reply* reply) {
+  // Execute's rules for its success case, in the order Rdma and Atomic apply them; a request
+  // any of them refuses is Execute's to answer.
+  const QpEndpoint& e = *t.endpoint;
+  uint32_t access = 0;
+  uint64_t length = r.length;
+  switch (r.opcode) {
+    case WrOpcode::kRdmaWrite:
+      access = kRemoteWrite;
+      break;
+    case WrOpcode::kRdmaRead:
+      access = kRemoteRead;
+      break;
+    case WrOpcode::kAtomicCmpSwp:
+    case WrOpcode::kAtomicFetchAdd:
+      access = kRemoteAtomic;
+      length = 8;  // IBA 9.4.5: the naturally aligned word, whatever the local side's length
+      if (r.remote_addr % 8 != 0) return false;
+      break;
+    default:
+      return false;
+  }
+  if (r.local_count != 1 || r.length == 0 || length > kDirectMaxBytes || r.local[0].iov_len != r.length) return false;
+  if (!Admits(e, r) || !(e.access & access)) return false;
+  if (access != kRemoteWrite && e.max_dest_rd_atomic == 0) return false;  // IBA 9.7.5.1.4
+  const KeyView& k = *t.key;
+  const KeyRule rule{t.process_slot, e.pd, access, access != kRemoteRead, /*remote=*/true, e.qp_num};
+  if (k.key != r.rkey || k.indirect() || k.null_key() || k.on_demand() || !KeyAdmits(k, rule) ||
+      !KeyCovers(k, r.remote_addr, length))
+    return false;
+  const uint64_t offset = r.remote_addr - k.iova;
+  uint8_t* at = t.base + offset;
+  if (access == kRemoteAtomic) {
+    const uint64_t va = k.addr + offset;
+    if (va % 8 != 0) return false;  // the owner's word must be aligned too (Atomic's rule)
+    *reply = Reply::Of(ReplyCode::kAck);
+    reply->original = t.atomic(t.ctx, va, reinterpret_cast<uint64_t*>(at),
+                               r.opcode == WrOpcode::kAtomicCmpSwp ? CompareSwap : FetchAdd, &r);
+    return true;
+  }
+  if (access == kRemoteWrite)
+    memmove(at, r.local[0].iov_base, length);
+  else
+    memmove(r.local[0].iov_base, at, length);
+  *reply = Reply::Of(ReplyCode::kAck);
+  return true;
 }
 
 namespace {
@@ -249,7 +296,7 @@ void ResponderTmCompletion(const ReceiveTm& tm, Completion* c) {
 }  // namespace
 
 Reply Responder::BeginReceive(const TargetQp& t, const Request& r, TakenWqe* wqe, ReceiveTm* tm) {
-  if (!Admits(t, r)) return Silence(r);
+  if (!Admits(t.endpoint(), r)) return Silence(r);
   QpEndpoint& e = t.endpoint();
   auto* rq = static_cast<RecvRing*>(t.Resolve(e.recv_queue));
   if (rq == nullptr) return Silence(r);

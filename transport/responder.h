@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "transport/indirect_key.h"
+#include "transport/key_table.h"
 #include "transport/recv_queue.h"
 #include "transport/rendezvous.h"
 #include "transport/request.h"
@@ -29,8 +30,33 @@ struct ScatterList {
                            // (ResponderImportedReceive)
 };
 
+// A one-sided request's destination as a route kept across work requests reaches it (the
+// same host's, transport/host/direct_route.h): the QP's live endpoint, the R_Key's registration
+// as last read and found current, and this process's address of the registration's first byte.
+// `atomic` applies an atomic's operation to the word at owner address `va` (mapped at `word`)
+// under the fabric's IBV_ATOMIC_HCA exclusion and returns the value before.
+struct DirectTarget {
+  const QpEndpoint* endpoint = nullptr;
+  uint32_t process_slot = 0;
+  const KeyView* key = nullptr;
+  uint8_t* base = nullptr;
+  uint64_t (*atomic)(const void* ctx, uint64_t va, uint64_t* word, uint64_t (*op)(uint64_t, const void*),
+                     const void* arg) = nullptr;
+  const void* ctx = nullptr;
+};
+
 class Responder {
  public:
+  // The most bytes ExecuteDirect moves in one step: more go through Execute, whose copies stop
+  // between bounded chunks when the access is revoked (transport/host/mapped_copy.h).
+  static constexpr uint64_t kDirectMaxBytes = 256 * 1024;
+  // Executes an RDMA WRITE, READ or atomic (one local piece) at `t` when every rule Execute
+  // applies to it holds -- the QP admits it (Admits), grants the access and has the resources,
+  // the key admits it and covers the range, the atomic is aligned -- and answers kAck. False
+  // when any does not, or `r` is not such a request: nothing was done, and the caller runs
+  // Execute, which answers (and logs) as usual. The caller holds the QP and the key.
+  static bool ExecuteDirect(const DirectTarget& t, const Request& r, Reply* reply);
+
   // Executes `r` at `t`. `grh`: the 40-byte network header a UD receive starts with (built by
   // the fabric that carried the datagram), nullptr for RC/UC.
   static Reply Execute(const TargetQp& t, const Request& r, const uint8_t* grh = nullptr);
@@ -89,7 +115,7 @@ class Responder {
   static void CompleteAt(const TargetQp& t, const Completion& c, const TmInfo* info);
   static void FailAt(const TargetQp& t, const Completion& c, uint32_t status);
   // The gates every request passes (transport, DC access, receiving state); false: discarded.
-  static bool Admits(const TargetQp& t, const Request& r);
+  static bool Admits(const QpEndpoint& e, const Request& r);
   static Reply Rdma(const TargetQp& t, const Request& r, bool write);
   static Reply Atomic(const TargetQp& t, const Request& r);
   static Reply AtomicWrite(const TargetQp& t, const Request& r);

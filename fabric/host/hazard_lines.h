@@ -56,18 +56,25 @@ inline void HazardStoreLoadBarrier() {
 #endif
 }
 
-// Announces `value` in `line` (this thread's); the entry to retract, or nullptr when the line is
-// full. Every load after it is ordered after the announcement. Inline: three per work request.
-inline std::atomic<uint32_t>* Announce(HazardLine& line, uint32_t value) {
+// Announce's store without its barrier: for a caller that announces several values, then
+// calls HazardStoreLoadBarrier once before it reads anything they protect.
+inline std::atomic<uint32_t>* AnnounceUnfenced(HazardLine& line, uint32_t value) {
   for (auto& e : line.held) {
     if (e.load(std::memory_order_relaxed) != 0) continue;
-    // Only this thread writes its line's entries: a store, then the fence that orders it
-    // before the key is read (the withdrawer's side stores, fences, then reads this).
+    // Only this thread writes its line's entries: a plain store.
     e.store(value, std::memory_order_relaxed);
-    HazardStoreLoadBarrier();
     return &e;
   }
   return nullptr;
+}
+
+// Announces `value` in `line` (this thread's); the entry to retract, or nullptr when the line is
+// full. Every load after it is ordered after the announcement (the withdrawer's side stores,
+// fences, then reads this). Inline: three per work request.
+inline std::atomic<uint32_t>* Announce(HazardLine& line, uint32_t value) {
+  std::atomic<uint32_t>* e = AnnounceUnfenced(line, value);
+  if (e != nullptr) HazardStoreLoadBarrier();
+  return e;
 }
 inline void Retract(std::atomic<uint32_t>* entry) { entry->store(0, std::memory_order_release); }
 

@@ -14,11 +14,16 @@ using qp_type::kRc, qp_type::kUd;
 }  // namespace
 
 Reply HostLink::Carry(const Request& r) {
+  if (Reply reply; route_.Carry(r, &reply)) return reply;
   auto target = HostTarget::Find(local_, r.dest_qp, &hint_);
   // No such QP: nobody answers (IBA 9.6.1.1 / C9-54: a packet for an unknown QP is discarded).
   if (!target.ok()) return Reply::Of(r.qp_type == kRc ? ReplyCode::kNoAnswer : ReplyCode::kDropped);
   if (r.xrc) return XrcTarget::Execute(local_, *target, r);  // its SRQ receives it (host/xrc_target.h)
-  if (r.qp_type != kUd || r.addressing == nullptr) return Responder::Execute(*target, r);
+  if (r.qp_type != kUd || r.addressing == nullptr) {
+    const Reply reply = Responder::Execute(*target, r);
+    if (reply.code == ReplyCode::kAck) route_.Learn(r, hint_);
+    return reply;
+  }
   uint8_t grh[kGrhBytes];
   BuildGrh(grh, *r.addressing, static_cast<uint32_t>(r.length));
   return Responder::Execute(*target, r, grh);

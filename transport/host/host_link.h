@@ -5,6 +5,7 @@
 #pragma once
 
 #include "fabric/host/host_directory.h"
+#include "transport/host/direct_route.h"
 #include "transport/host/host_target.h"
 #include "transport/link.h"
 
@@ -12,13 +13,14 @@ namespace softverbs::transport {
 
 class HostLink final : public Link {
  public:
-  explicit HostLink(fabric::LocalProcess& local) : local_(local) {}
+  explicit HostLink(fabric::LocalProcess& local) : local_(local), route_(local) {}
   Reply Carry(const Request& r) override;
   void CarryMulticast(const Request& r, uint32_t skip_qp) override;
 
  private:
   fabric::LocalProcess& local_;
   PeerHint hint_;
+  DirectRoute route_;  // RC WRITE / READ / atomics kept resolved across requests
 };
 
 }  // namespace softverbs::transport

@@ -198,6 +198,22 @@ Status HostTarget::MoveBounded(bool write, const iovec* local, size_t nl, const 
                      revoked);
 }
 
+std::atomic<uint64_t>& HostTarget::AtomicStripe(fabric::LocalProcess& local, uint32_t process_slot, uint64_t va) {
+  const uint64_t stripe = (static_cast<uint64_t>(process_slot) * 0x9E3779B97F4A7C15ull) ^ (va >> 3);
+  return local.registry().atomic_stripe(static_cast<uint32_t>(stripe ^ (stripe >> 29)));
+}
+
+uint64_t HostTarget::ApplyAtomicWord(uint64_t* at, uint64_t (*op)(uint64_t, const void*), const void* arg) {
+  // A lock-prefixed compare-and-swap on the word itself: atomic against the other initiators
+  // (they hold the same stripe) and against the owner's own CPU atomics on it too. A compare
+  // that fails (or an add of 0) writes nothing, as a NIC's.
+  std::atomic_ref<uint64_t> word(*at);
+  uint64_t seen = word.load(std::memory_order_acquire);
+  for (uint64_t next; (next = op(seen, arg)) != seen;)
+    if (word.compare_exchange_weak(seen, next, std::memory_order_acq_rel, std::memory_order_acquire)) break;
+  return seen;
+}
+
 Result<uint64_t> HostTarget::AtomicUpdate(const PinnedPieces& remote, uint64_t (*op)(uint64_t, const void*),
                                           const void* arg) const {
   // IBV_ATOMIC_HCA: atomic against every other atomic through softverbs on this host. The lock
@@ -205,9 +221,7 @@ Result<uint64_t> HostTarget::AtomicUpdate(const PinnedPieces& remote, uint64_t (
   // way they reach it: a process_vm read-modify-write (private memory not moved, an initiator
   // that cannot map the backing) and a CPU atomic through a mapping agree because both hold it.
   const uint64_t va = reinterpret_cast<uint64_t>(remote.data()[0].iov_base);
-  const uint64_t stripe = (static_cast<uint64_t>(process_slot_) * 0x9E3779B97F4A7C15ull) ^ (va >> 3);
-  fabric::TokenLock lock(local_->registry().atomic_stripe(static_cast<uint32_t>(stripe ^ (stripe >> 29))),
-                         local_->token());
+  fabric::TokenLock lock(AtomicStripe(*local_, process_slot_, va), local_->token());
   // The word through a mapping of the target's shared backing, if it has one (the same lock):
   // through this thread's last window when the word's key is one plain key (nearly always).
   fabric::BackingMaps& maps = fabric::BackingMaps::ForThisProcess();
@@ -231,14 +245,7 @@ Result<uint64_t> HostTarget::AtomicUpdate(const PinnedPieces& remote, uint64_t (
     } rmw{reinterpret_cast<uint64_t*>(at), op, arg, 0};
     auto apply = [](void* p) {
       auto& m = *static_cast<Rmw*>(p);
-      // A lock-prefixed compare-and-swap on the word itself: atomic against the other
-      // initiators (they hold the same stripe) and against the owner's own CPU atomics on
-      // it too. A compare that fails (or an add of 0) writes nothing, as a NIC's.
-      std::atomic_ref<uint64_t> word(*m.word);
-      uint64_t seen = word.load(std::memory_order_acquire);
-      for (uint64_t next; (next = m.op(seen, m.arg)) != seen;)
-        if (word.compare_exchange_weak(seen, next, std::memory_order_acq_rel, std::memory_order_acquire)) break;
-      m.value = seen;
+      m.value = ApplyAtomicWord(m.word, m.op, m.arg);
     };
     bool done = true;
     if (guarded)

@@ -72,6 +72,14 @@ class HostTarget final : public TargetQp {
   // The requester of a same-host message is on this host too (usually this very process).
   std::unique_ptr<TargetQp> Requester(uint32_t qpn) const override;
 
+  // IBV_ATOMIC_HCA on this host: the lock every initiator of an atomic on the word at `va` of
+  // process `process_slot` holds, however it reaches the word (a CPU atomic through a mapping,
+  // a process_vm read-modify-write), chosen by (process, address).
+  static std::atomic<uint64_t>& AtomicStripe(fabric::LocalProcess& local, uint32_t process_slot, uint64_t va);
+  // `op` applied to the mapped word `at` with compare-and-swap (under AtomicStripe); the value
+  // before.
+  static uint64_t ApplyAtomicWord(uint64_t* at, uint64_t (*op)(uint64_t, const void*), const void* arg);
+
  private:
   // `peer` is kept alive by `owned` or, when found through a PeerHint, by the hint (which
   // outlives the target: HostLink::Carry).

@@ -31,8 +31,6 @@ size_t PinHolding(const PinnedPieces& remote, uint64_t addr, uint64_t length, si
 
 }  // namespace
 
-namespace {
-
 // SOFTVERBS_PEER_MAP=0: this initiator never maps a peer's backing (process_vm_* for every
 // access; a comparison switch, and how tests mix both paths on one target).
 bool PeerMapEnabled() {
@@ -42,8 +40,6 @@ bool PeerMapEnabled() {
   }();
   return enabled;
 }
-
-}  // namespace
 
 fabric::BorrowedWindow MappedPieces::MapSingle(fabric::HostRegistry& registry, fabric::BackingMaps& maps,
                                                fabric::Peer* peer, const PinnedPieces& remote, uint8_t** at) {

@@ -26,6 +26,10 @@
 
 namespace softverbs::transport {
 
+// SOFTVERBS_PEER_MAP=0 turns the mapped path off: every copy to another process goes through
+// process_vm_writev/readv.
+bool PeerMapEnabled();
+
 // The target's pieces as this process reaches them through mappings of their backings.
 class MappedPieces {
  public:

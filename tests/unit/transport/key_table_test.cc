@@ -14,6 +14,7 @@
 #include "core/context.h"
 #include "core/mr.h"
 #include "fabric/host/pin_line.h"
+#include "transport/indirect_key.h"
 #include "tests/unit/core/test_context.h"
 
 namespace softverbs::core {
@@ -99,6 +100,74 @@ TEST_F(KeyTableTest, ReregistrationIsSeenAtomically) {
   EXPECT_EQ(pin.view().addr, reinterpret_cast<uint64_t>(other));
   EXPECT_EQ(pin.view().length, sizeof(other));
   EXPECT_EQ(pin.view().access, moved.access);
+}
+
+// HeldKey (a key kept across accesses): current until the owner publishes, withdraws or
+// invalidates it -- then every user of the kept view misses and resolves again.
+TEST_F(KeyTableTest, AKeptKeyIsCurrentUntilItsEntryChanges) {
+  fabric::HostRegistry& reg = context_->registry();
+  auto mr = Register(access::kLocalWrite | access::kRemoteRead);
+  transport::HeldKey held;
+  EXPECT_FALSE(held.Learn(reg, mr->rkey() ^ 0x1));  // a stale variant names nothing
+  EXPECT_EQ(held.key(), 0u);
+  ASSERT_TRUE(held.Learn(reg, mr->rkey()));
+  EXPECT_TRUE(held.Current());
+  EXPECT_EQ(held.view().addr, reinterpret_cast<uint64_t>(buf_));
+  EXPECT_EQ(held.seq() % 2, 0u);
+  uint8_t other[64];
+  MrLayout moved{reinterpret_cast<uint64_t>(other), sizeof(other), 0, 0};
+  ASSERT_TRUE(mr->Reregister(rereg::kChangeTranslation, nullptr, moved).ok());  // same key, new place
+  EXPECT_FALSE(held.Current()) << "a re-registration must not be used through the old view";
+  ASSERT_TRUE(held.Learn(reg, mr->rkey()));
+  EXPECT_EQ(held.view().addr, reinterpret_cast<uint64_t>(other));
+  EXPECT_TRUE(held.Current());
+  ASSERT_TRUE(transport::InvalidateKey(reg, mr->rkey()));  // changes the key, not the count
+  EXPECT_FALSE(held.Current());
+  auto mr2 = Register(access::kLocalWrite);
+  ASSERT_TRUE(held.Learn(reg, mr2->lkey()));
+  mr2.reset();  // ibv_dereg_mr
+  EXPECT_FALSE(held.Current());
+}
+
+// ResolveHeldKey: ResolveKey's rules on the kept view, and the access holds the key as a pin
+// of ResolveKey does (a withdrawal waits for it).
+TEST_F(KeyTableTest, AKeptKeyResolvesUnderTheSameRulesAndHoldsTheKey) {
+  fabric::HostRegistry& reg = context_->registry();
+  auto mr = Register(access::kLocalWrite);
+  transport::HeldKey held;
+  transport::LearnPlainKey(reg, mr->lkey(), &held);
+  ASSERT_EQ(held.key(), mr->lkey());
+  const uint32_t self = context_->local().slot();
+  const transport::KeyRule writes{self, pd_->host_id(), access::kLocalWrite, true};
+  {
+    transport::PinnedPieces pieces;
+    ASSERT_TRUE(transport::ResolveHeldKey(reg, held, mr->lkey(), 0x1010, 16, writes, &pieces));
+    ASSERT_EQ(pieces.size(), 1u);
+    EXPECT_EQ(pieces.data()[0].iov_base, buf_ + 0x10);
+    EXPECT_EQ(pieces.data()[0].iov_len, 16u);
+    EXPECT_TRUE(transport::KeyAccessed(reg, transport::KeySlot(mr->lkey())));
+    std::atomic<bool> done{false};
+    std::thread dereg([&] {
+      mr.reset();
+      done = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_FALSE(done.load()) << "ibv_dereg_mr returned while a kept key's access was in flight";
+    pieces.Clear();
+    dereg.join();
+  }
+  transport::PinnedPieces none;
+  EXPECT_FALSE(transport::ResolveHeldKey(reg, held, held.key(), 0x1010, 16, writes, &none))
+      << "a withdrawn key resolved from its kept view";
+  auto mr2 = Register(access::kLocalWrite);
+  transport::LearnPlainKey(reg, mr2->lkey(), &held);
+  EXPECT_FALSE(transport::ResolveHeldKey(reg, held, mr2->lkey(), 0x1000 + sizeof(buf_) - 8, 16, writes, &none));
+  const transport::KeyRule other_pd{self, pd_->host_id() + 1, access::kLocalWrite, true};
+  EXPECT_FALSE(transport::ResolveHeldKey(reg, held, mr2->lkey(), 0x1000, 16, other_pd, &none));
+  const transport::KeyRule remote_read{self, pd_->host_id(), access::kRemoteRead, false};
+  EXPECT_FALSE(transport::ResolveHeldKey(reg, held, mr2->lkey(), 0x1000, 16, remote_read, &none));
+  EXPECT_EQ(none.size(), 0u);
+  EXPECT_FALSE(transport::KeyAccessed(reg, transport::KeySlot(mr2->lkey()))) << "a refusal left the key held";
 }
 
 // A thread holds a key by announcing it in a hazard line of its own (fabric/host/hazard_lines.h);

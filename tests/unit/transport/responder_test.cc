@@ -329,5 +329,138 @@ TEST_F(ResponderTagTest, RendezvousTheFabricCannotDoIsLeftToTheApplication) {
   EXPECT_EQ(c.wr_id, 9u);
 }
 
+// Responder::ExecuteDirect (a route kept across work requests, transport/host/direct_route.h):
+// the success case of Execute's rules for WRITE, READ and atomics; anything any rule refuses is
+// left untouched for Execute to answer.
+class ResponderDirectTest : public ResponderTest {
+ protected:
+  ResponderDirectTest() { EXPECT_TRUE(transport::KeyPin::Peek(context_->registry(), mr_->rkey(), &view_)); }
+  transport::DirectTarget Target() {
+    transport::DirectTarget t;
+    t.endpoint = &target_.e_;
+    t.process_slot = target_.process_slot();
+    t.key = &view_;
+    t.base = reinterpret_cast<uint8_t*>(view_.addr);
+    t.atomic = [](const void* ctx, uint64_t va, uint64_t* word, uint64_t (*op)(uint64_t, const void*),
+                  const void* arg) {
+      ++*static_cast<int*>(const_cast<void*>(ctx));
+      EXPECT_EQ(va, reinterpret_cast<uint64_t>(word));  // (the owner's memory is this process's here)
+      const uint64_t before = *word;
+      *word = op(before, arg);
+      return before;
+    };
+    t.ctx = &atomics_;
+    return t;
+  }
+  // Runs `r` directly; whether it was taken. Refused: the buffer must be as it was.
+  bool Direct(const Request& r, Reply* reply) {
+    uint8_t before[sizeof(buf_)];
+    memcpy(before, buf_, sizeof(buf_));
+    const bool taken = transport::Responder::ExecuteDirect(Target(), r, reply);
+    if (!taken) {
+      EXPECT_EQ(memcmp(before, buf_, sizeof(buf_)), 0) << "a refused request changed memory";
+    }
+    return taken;
+  }
+  transport::KeyView view_;
+  int atomics_ = 0;
+};
+
+TEST_F(ResponderDirectTest, WriteReadAndAtomicsAreDoneAndAcknowledged) {
+  Reply reply;
+  Request w = Make(WrOpcode::kRdmaWrite);
+  w.remote_addr += 200;
+  ASSERT_TRUE(Direct(w, &reply));
+  EXPECT_EQ(reply.code, ReplyCode::kAck);
+  EXPECT_EQ(memcmp(buf_ + 200, "hello", 5), 0);
+
+  uint8_t into[5] = {};
+  iovec to{into, 5};
+  Request rd = Make(WrOpcode::kRdmaRead);
+  rd.local = &to;
+  rd.remote_addr += 200;
+  ASSERT_TRUE(Direct(rd, &reply));
+  EXPECT_EQ(memcmp(into, "hello", 5), 0);
+
+  uint64_t word = 40, original = 0;
+  memcpy(buf_ + 64, &word, 8);
+  iovec orig{&original, 8};
+  Request fa = Make(WrOpcode::kAtomicFetchAdd);
+  fa.local = &orig;
+  fa.length = 8;
+  fa.remote_addr += 64;
+  fa.compare_add = 2;
+  ASSERT_TRUE(Direct(fa, &reply));
+  EXPECT_EQ(reply.original, 40u);
+  Request cs = fa;
+  cs.opcode = WrOpcode::kAtomicCmpSwp;
+  cs.compare_add = 42;
+  cs.swap = 7;
+  ASSERT_TRUE(Direct(cs, &reply));
+  EXPECT_EQ(reply.original, 42u);
+  memcpy(&word, buf_ + 64, 8);
+  EXPECT_EQ(word, 7u);
+  EXPECT_EQ(atomics_, 2) << "atomics go through the fabric's exclusion";
+}
+
+TEST_F(ResponderDirectTest, WhatAnyRuleRefusesIsLeftToExecute) {
+  Reply reply;
+  Request base = Make(WrOpcode::kRdmaWrite);
+  auto refused = [&](Request r) { return !Direct(r, &reply); };
+  Request r = base;
+  r.rkey ^= 0x1;  // another key than the one the route keeps
+  EXPECT_TRUE(refused(r));
+  r = base;
+  r.remote_addr = view_.iova + sizeof(buf_) - 2;  // leaves the region (IBA 10.6.3)
+  EXPECT_TRUE(refused(r));
+  r = base;
+  r.opcode = WrOpcode::kSend;  // not one-sided
+  EXPECT_TRUE(refused(r));
+  r = base;
+  r.qp_type = kUc;  // another transport than the QP's (IBA 9.6.1.1)
+  EXPECT_TRUE(refused(r));
+  r = base;
+  r.length = 0;  // zero-length: Execute's (no R_Key check)
+  EXPECT_TRUE(refused(r));
+  iovec two[2] = {local_, local_};
+  r = base;
+  r.local = two;
+  r.local_count = 2;
+  r.length = 10;
+  EXPECT_TRUE(refused(r));
+  std::vector<uint8_t> big(transport::Responder::kDirectMaxBytes + 1);
+  iovec large{big.data(), big.size()};
+  r = base;
+  r.local = &large;
+  r.length = big.size();
+  EXPECT_TRUE(refused(r));  // beyond one bounded chunk: Execute's copies re-check between chunks
+
+  Request fa = Make(WrOpcode::kAtomicFetchAdd);
+  uint64_t original = 0;
+  iovec orig{&original, 8};
+  fa.local = &orig;
+  fa.length = 8;
+  fa.remote_addr += 4;  // not naturally aligned (IBA 9.4.5)
+  EXPECT_TRUE(refused(fa));
+  EXPECT_EQ(atomics_, 0);
+
+  // The QP's side, read live on every request.
+  transport::QpEndpoint& e = target_.e_;
+  e.access = access::kRemoteRead;  // no REMOTE_WRITE granted
+  EXPECT_TRUE(refused(base));
+  e.access = access::kRemoteWrite | access::kRemoteRead | access::kRemoteAtomic;
+  e.state.store(kInit);  // not receiving (IBA 10.3.1)
+  EXPECT_TRUE(refused(base));
+  e.state.store(kRts);
+  e.max_dest_rd_atomic = 0;  // no responder resources for READ (IBA 9.7.5.1.4)
+  Request rd = Make(WrOpcode::kRdmaRead);
+  EXPECT_TRUE(refused(rd));
+  e.max_dest_rd_atomic = 4;
+  e.pd ^= 1;  // the key is not of the QP's PD
+  EXPECT_TRUE(refused(base));
+  e.pd ^= 1;
+  EXPECT_TRUE(Direct(base, &reply));  // and with everything restored, it is taken
+}
+
 }  // namespace
 }  // namespace softverbs::core

@@ -1,0 +1,273 @@
+// The same-host route kept across work requests (transport/host/direct_route.h): an initiator in
+// a child process (a host member of its own after fork) reaches this process's QP and a memfd
+// registration; the route is used only while the QP, its process and the key are as learned.
+#include "transport/host/direct_route.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "core/cq.h"
+#include "core/mr.h"
+#include "core/qp.h"
+#include "tests/unit/core/test_context.h"
+#include "transport/host/host_link.h"
+#include "transport/host/host_target.h"
+#include "transport/responder.h"
+
+namespace softverbs::core {
+namespace {
+
+using transport::ReplyCode;
+using transport::WrOpcode;
+
+constexpr size_t kRouteMemBytes = 1 << 20;
+constexpr uint64_t kRouteIova = 0x40000;
+
+class DirectRouteTest : public CoreTest {
+ protected:
+  DirectRouteTest() {
+    cq_ = std::move(Cq::Create(*context_, 64, nullptr, 0).value());
+    QpInitAttributes a;
+    a.type = QpType::kRc;
+    a.pd = pd_.get();
+    a.send_cq = a.recv_cq = cq_.get();
+    a.cap = {16, 16, 1, 1, 0};
+    qp_ = std::move(Qp::Create(*context_, a).value());
+    QpAttributes m;
+    m.qp_state = QpState::kInit;
+    m.port_num = 1;
+    m.qp_access_flags = access::kRemoteWrite | access::kRemoteRead | access::kRemoteAtomic;
+    EXPECT_TRUE(qp_->Modify(m, attr::kState | attr::kPkeyIndex | attr::kPort | attr::kAccessFlags).ok());
+    m.qp_state = QpState::kRtr;
+    m.path_mtu = Mtu::k4096;
+    m.dest_qp_num = qp_->qp_num();
+    m.max_dest_rd_atomic = 1;
+    m.min_rnr_timer = 1;
+    m.ah_attr.is_global = true;
+    m.ah_attr.port_num = 1;
+    m.ah_attr.sgid_index = 1;
+    m.ah_attr.dgid = context_->gids().at(1).gid;
+    EXPECT_TRUE(qp_->Modify(m, attr::kState | attr::kAv | attr::kPathMtu | attr::kDestQpn | attr::kRqPsn |
+                                   attr::kMaxDestRdAtomic | attr::kMinRnrTimer).ok());
+    memfd_ = memfd_create("sv-direct-route-test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    EXPECT_GE(memfd_, 0);
+    EXPECT_EQ(ftruncate(memfd_, kRouteMemBytes), 0);
+    EXPECT_EQ(fcntl(memfd_, F_ADD_SEALS, F_SEAL_SHRINK), 0);  // copied unguarded: the route may keep it
+    mem_ = static_cast<uint8_t*>(mmap(nullptr, kRouteMemBytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd_, 0));
+    EXPECT_NE(mem_, MAP_FAILED);
+    mr_ = Register(0);
+  }
+  ~DirectRouteTest() override {
+    if (child_ > 0) {
+      kill(child_, SIGKILL);
+      waitpid(child_, nullptr, 0);
+    }
+    for (int fd : {to_child_, from_child_, memfd_})
+      if (fd >= 0) close(fd);
+    mr_.reset();
+    munmap(mem_, kRouteMemBytes);
+  }
+  std::unique_ptr<Mr> Register(uint64_t offset) {
+    MrLayout l{reinterpret_cast<uint64_t>(mem_ + offset), kRouteMemBytes / 2, kRouteIova,
+               access::kLocalWrite | access::kRemoteWrite | access::kRemoteRead | access::kRemoteAtomic};
+    return std::move(Mr::Register(*pd_, l).value());
+  }
+
+  // The initiator: commands in, one answer byte out. 'r' v: a WRITE of byte v through the route
+  // only ('N' if it did not take it, else the reply code); 'u' v: the usual way (HostTarget::Find,
+  // Responder::Execute), the route learning from a kAck; 'k' rkey, address (12 bytes): where to
+  // write from now on.
+  void StartInitiator() {
+    int in[2], out[2];
+    ASSERT_EQ(pipe(in), 0);
+    ASSERT_EQ(pipe(out), 0);
+    const uint32_t qpn = qp_->qp_num();
+    uint32_t rkey = mr_->rkey();
+    uint64_t remote_addr = kRouteIova + 7;
+    child_ = fork();
+    if (child_ == 0) {
+      close(in[1]);
+      close(out[0]);
+      alarm(60);
+      auto local = fabric::LocalProcess::Get();
+      if (!local.ok()) _exit(1);
+      transport::DirectRoute route(*local.value());
+      transport::PeerHint hint;
+      for (uint8_t cmd, v; read(in[0], &cmd, 1) == 1;) {
+        if (cmd == 'k') {
+          if (read(in[0], &rkey, 4) != 4 || read(in[0], &remote_addr, 8) != 8) _exit(1);
+          continue;
+        }
+        if (read(in[0], &v, 1) != 1) _exit(1);
+        iovec iov{&v, 1};
+        transport::Request r;
+        r.qp_type = transport::qp_type::kRc;
+        r.opcode = WrOpcode::kRdmaWrite;
+        r.dest_qp = qpn;
+        r.local = &iov;
+        r.local_count = 1;
+        r.length = 1;
+        r.remote_addr = remote_addr;
+        r.rkey = rkey;
+        transport::Reply reply;
+        uint8_t answer = 'N';
+        if (cmd == 'r') {
+          if (route.Carry(r, &reply)) answer = static_cast<uint8_t>(reply.code);
+        } else {
+          auto target = transport::HostTarget::Find(*local.value(), qpn, &hint);
+          answer = static_cast<uint8_t>(target.ok() ? transport::Responder::Execute(*target, r).code
+                                                    : ReplyCode::kNoAnswer);
+          if (answer == static_cast<uint8_t>(ReplyCode::kAck)) route.Learn(r, hint);
+        }
+        if (write(out[1], &answer, 1) != 1) _exit(1);
+      }
+      _exit(0);
+    }
+    close(in[0]);
+    close(out[1]);
+    to_child_ = in[1];
+    from_child_ = out[0];
+  }
+  int Ask(uint8_t cmd, uint8_t v) {
+    uint8_t msg[2] = {cmd, v};
+    if (write(to_child_, msg, 2) != 2) return -1;
+    pollfd p{from_child_, POLLIN, 0};
+    if (poll(&p, 1, 10000) != 1) return -1;
+    uint8_t answer;
+    return read(from_child_, &answer, 1) == 1 ? answer : -1;
+  }
+  void UseKey(uint32_t rkey, uint64_t remote_addr) {
+    uint8_t msg[13] = {'k'};
+    memcpy(msg + 1, &rkey, 4);
+    memcpy(msg + 5, &remote_addr, 8);
+    ASSERT_EQ(write(to_child_, msg, 13), 13);
+  }
+  static constexpr int kAck = static_cast<int>(ReplyCode::kAck);
+
+  std::unique_ptr<Cq> cq_;
+  std::unique_ptr<Qp> qp_;
+  int memfd_ = -1;
+  uint8_t* mem_ = nullptr;
+  std::unique_ptr<Mr> mr_;
+  pid_t child_ = -1;
+  int to_child_ = -1, from_child_ = -1;
+};
+
+TEST_F(DirectRouteTest, AnAcknowledgedWriteTeachesTheRouteAndTheNextGoesThroughIt) {
+  transport::KeyView view;
+  ASSERT_TRUE(transport::KeyPin::Peek(context_->registry(), mr_->rkey(), &view));
+  ASSERT_NE(view.access & transport::kSharedBacking, 0u) << "the memfd must be a shared backing";
+  StartInitiator();
+  EXPECT_EQ(Ask('r', 0x11), 'N') << "nothing learned yet";
+  EXPECT_EQ(mem_[7], 0);
+  EXPECT_EQ(Ask('u', 0x22), kAck);
+  EXPECT_EQ(mem_[7], 0x22);
+  EXPECT_EQ(Ask('r', 0x33), kAck);
+  EXPECT_EQ(mem_[7], 0x33);
+}
+
+TEST_F(DirectRouteTest, AReregisteredKeyOrADestroyedQpIsNotReachedThroughTheRoute) {
+  StartInitiator();
+  ASSERT_EQ(Ask('u', 0x01), kAck);
+  ASSERT_EQ(Ask('r', 0x02), kAck);
+  // Same key, another place (ibv_rereg_mr; the iova becomes the new address): the kept view is
+  // stale, even for an address the new registration covers.
+  uint8_t* half = mem_ + kRouteMemBytes / 2;
+  MrLayout moved{reinterpret_cast<uint64_t>(half), kRouteMemBytes / 2, 0, access::kLocalWrite | access::kRemoteWrite};
+  ASSERT_TRUE(mr_->Reregister(rereg::kChangeTranslation | rereg::kChangeAccess, nullptr, moved).ok());
+  UseKey(mr_->rkey(), reinterpret_cast<uint64_t>(half) + 7);
+  EXPECT_EQ(Ask('r', 0x03), 'N');
+  EXPECT_EQ(mem_[7], 0x02);
+  EXPECT_EQ(mem_[kRouteMemBytes / 2 + 7], 0);
+  EXPECT_EQ(Ask('u', 0x04), kAck);  // the usual way, into the new place, and learned again
+  EXPECT_EQ(mem_[kRouteMemBytes / 2 + 7], 0x04);
+  EXPECT_EQ(Ask('r', 0x05), kAck);
+  EXPECT_EQ(mem_[kRouteMemBytes / 2 + 7], 0x05);
+  // Deregistered: neither way reaches it (IBA 10.6.3).
+  const uint32_t old_rkey = mr_->rkey();
+  mr_.reset();
+  EXPECT_EQ(Ask('r', 0x06), 'N');
+  EXPECT_EQ(Ask('u', 0x06), static_cast<int>(ReplyCode::kRemoteAccess));
+  EXPECT_EQ(mem_[kRouteMemBytes / 2 + 7], 0x05);
+  // A new registration and key; then the QP destroyed: nothing answers (IBA 9.6.1.1).
+  mr_ = Register(0);
+  ASSERT_NE(mr_->rkey(), old_rkey);
+  UseKey(mr_->rkey(), kRouteIova + 7);
+  ASSERT_EQ(Ask('u', 0x07), kAck);
+  ASSERT_EQ(Ask('r', 0x08), kAck);
+  qp_.reset();
+  EXPECT_EQ(Ask('r', 0x09), 'N');
+  EXPECT_EQ(Ask('u', 0x09), static_cast<int>(ReplyCode::kNoAnswer));
+  EXPECT_EQ(mem_[7], 0x08);
+}
+
+// IBV_ATOMIC_HCA across the two ways: the child's fetch-adds go through the route (CPU atomics
+// in the mapping), this process's own through a read-modify-write with process_vm (its own QP
+// as the target): both hold the same stripe lock, so no increment is lost.
+TEST_F(DirectRouteTest, AtomicsThroughTheRouteAndAProcessVmUpdateStayExact) {
+  constexpr int kAdds = 3000;
+  const uint32_t qpn = qp_->qp_num();
+  const uint32_t rkey = mr_->rkey();
+  uint64_t original = 0;
+  iovec iov{&original, 8};
+  transport::Request r;
+  r.qp_type = transport::qp_type::kRc;
+  r.opcode = WrOpcode::kAtomicFetchAdd;
+  r.dest_qp = qpn;
+  r.local = &iov;
+  r.local_count = 1;
+  r.length = 8;
+  r.remote_addr = kRouteIova + 64;
+  r.rkey = rkey;
+  r.compare_add = 1;
+  int done[2];
+  ASSERT_EQ(pipe(done), 0);
+  child_ = fork();
+  if (child_ == 0) {
+    alarm(60);
+    auto local = fabric::LocalProcess::Get();
+    if (!local.ok()) _exit(1);
+    transport::DirectRoute route(*local.value());
+    transport::PeerHint hint;
+    int routed = 0, acked = 0;
+    for (int i = 0; i < kAdds; ++i) {
+      transport::Reply reply;
+      if (route.Carry(r, &reply)) {
+        ++routed;
+      } else if (auto target = transport::HostTarget::Find(*local.value(), qpn, &hint); target.ok()) {
+        reply = transport::Responder::Execute(*target, r);
+        if (reply.code == ReplyCode::kAck) route.Learn(r, hint);
+      }
+      acked += reply.code == ReplyCode::kAck ? 1 : 0;
+    }
+    // (all acknowledged, and all but the first through the route)
+    uint8_t ok = acked == kAdds && routed == kAdds - 1 ? 1 : 0;
+    if (write(done[1], &ok, 1) != 1) _exit(1);
+    _exit(0);
+  }
+  close(done[1]);
+  from_child_ = done[0];
+  transport::HostLink mine(context_->local());  // this process's own QP: the usual way, process_vm
+  int acked = 0;
+  for (int i = 0; i < kAdds; ++i) acked += mine.Carry(r).code == ReplyCode::kAck ? 1 : 0;
+  EXPECT_EQ(acked, kAdds);
+  pollfd p{done[0], POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 30000), 1);
+  uint8_t ok = 0;
+  ASSERT_EQ(read(done[0], &ok, 1), 1);
+  EXPECT_EQ(ok, 1);
+  uint64_t total = 0;
+  memcpy(&total, mem_ + 64, 8);
+  EXPECT_EQ(total, 2u * kAdds);
+}
+
+}  // namespace
+}  // namespace softverbs::core

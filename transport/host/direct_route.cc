@@ -1,0 +1,166 @@
+#include "transport/host/direct_route.h"
+
+#include <atomic>
+
+#include "fabric/host/hazard_lines.h"
+#include "fabric/host/shared_backing.h"
+#include "fabric/host/token_lock.h"
+#include "transport/codes.h"
+#include "transport/host/mapped_copy.h"
+#include "transport/responder.h"
+
+namespace softverbs::transport {
+namespace {
+
+bool OneSided(const Request& r) {
+  if (r.qp_type != qp_type::kRc || r.from_dci || r.xrc || r.rkey == 0) return false;
+  switch (r.opcode) {
+    case WrOpcode::kRdmaWrite:
+    case WrOpcode::kRdmaRead:
+    case WrOpcode::kAtomicCmpSwp:
+    case WrOpcode::kAtomicFetchAdd:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+DirectRoute::Remote* DirectRoute::Find(uint32_t rkey) {
+  for (Remote& k : keys_)
+    if (k.key.key() == rkey && rkey != 0) return &k;
+  return nullptr;
+}
+
+bool DirectRoute::Carry(const Request& r, Reply* reply) {
+  const Target& t = target_;
+  if (t.endpoint == nullptr || r.dest_qp != t.qpn || !OneSided(r)) return false;
+  const Remote* key = Find(r.rkey);
+  if (key == nullptr) return false;
+  fabric::HazardLine* line = fabric::ThisThreadHazards(local_);
+  if (line == nullptr) return false;
+  // Held first, then checked (HostTarget::Pin's and KeyPin's order): ibv_destroy_qp clears the
+  // endpoint's number, a withdrawal changes the key's entry, each with a full barrier, before
+  // it waits for the announcements -- so either this sees the change or the owner waits.
+  std::atomic<uint32_t>* qp_hold = fabric::AnnounceUnfenced(*line, fabric::QpHazardValue(t.qpn));
+  std::atomic<uint32_t>* key_hold = qp_hold ? fabric::AnnounceUnfenced(*line, key->key.hazard_value()) : nullptr;
+  bool done = false;
+  if (key_hold != nullptr) {
+    fabric::HazardStoreLoadBarrier();
+    fabric::HostRegistry& registry = local_.registry();
+    // The QP is the one found: its entry names the same process (the same incarnation of its
+    // slot, alive) and block, and the endpoint there still has its number.
+    const bool same_qp = t.entry->qp_num.load(std::memory_order_acquire) == t.qpn &&
+                         t.entry->process_slot.load(std::memory_order_relaxed) == t.process_slot &&
+                         t.entry->block == t.block &&
+                         registry.processes().slot(t.process_slot).owner.load(std::memory_order_acquire) == t.token &&
+                         std::atomic_ref<uint32_t>(t.endpoint->qp_num).load(std::memory_order_acquire) == t.qpn &&
+                         t.peer->AliveRecently();
+    if (same_qp && key->key.Current()) {
+      const DirectTarget target{t.endpoint, t.process_slot, &key->key.view(), key->base, &DirectRoute::Atomic, this};
+      done = Responder::ExecuteDirect(target, r, reply);
+    }
+    fabric::Retract(key_hold);
+  }
+  if (qp_hold != nullptr) fabric::Retract(qp_hold);
+  return done;
+}
+
+uint64_t DirectRoute::Atomic(const void* ctx, uint64_t va, uint64_t* word, uint64_t (*op)(uint64_t, const void*),
+                             const void* arg) {
+  // IBV_ATOMIC_HCA: the same stripe lock as every other initiator of the word (HostTarget::AtomicUpdate).
+  const auto* route = static_cast<const DirectRoute*>(ctx);
+  fabric::TokenLock lock(HostTarget::AtomicStripe(route->local_, route->target_.process_slot, va),
+                         route->local_.token());
+  return HostTarget::ApplyAtomicWord(word, op, arg);
+}
+
+void DirectRoute::Learn(const Request& r, const PeerHint& hint) {
+  if (!OneSided(r) || !PeerMapEnabled()) return;
+  if (refused_.key() == r.rkey && refused_.Current()) return;  // (a plain re-read: a memo only)
+  if (r.dest_qp == own_qpn_) return;  // (a QP of this process: never kept)
+  if ((target_.endpoint == nullptr || target_.qpn != r.dest_qp) && !LearnTarget(r.dest_qp, hint)) return;
+  // A key kept already but no longer current is read again in its place; a new one replaces
+  // the oldest.
+  Remote* slot = Find(r.rkey);
+  if (slot == nullptr) {
+    slot = &keys_[next_];
+    next_ = (next_ + 1) % kKeys;
+  }
+  Remote learned;
+  if (LearnKey(r.rkey, &learned)) {
+    *slot = std::move(learned);
+    refused_.Forget();
+  } else {
+    *slot = Remote();
+  }
+}
+
+bool DirectRoute::LearnTarget(uint32_t qpn, const PeerHint& hint) {
+  target_ = Target();
+  for (Remote& k : keys_) k = Remote();  // a key is kept for the QP it reached
+  refused_.Forget();
+  fabric::HostRegistry& registry = local_.registry();
+  // (HostTarget::Find's bounds: a number beyond the table's extent was never a QP)
+  if (qpn < 0x100 || qpn - 0x100 >= registry.qps().extent()) return false;
+  fabric::QpEntry& entry = fabric::EntryOf<fabric::QpEntry>(registry.qps().slot(qpn - 0x100));
+  if (entry.qp_num.load(std::memory_order_acquire) != qpn) return false;
+  Target t;
+  t.qpn = qpn;
+  t.entry = &entry;
+  t.process_slot = entry.process_slot.load(std::memory_order_relaxed);
+  t.block = entry.block;
+  // This process's own QPs stay on the usual way (its copies of its own memory are system
+  // calls there, which turn an unmapped page into an error).
+  if (t.process_slot == local_.slot()) {
+    own_qpn_ = qpn;
+    return false;
+  }
+  t.token = registry.processes().slot(t.process_slot).owner.load(std::memory_order_acquire);
+  if (hint.peer != nullptr && hint.token == t.token) {
+    t.peer = hint.peer;
+  } else {
+    auto found = local_.PeerAt(t.process_slot);
+    if (!found.ok()) return false;
+    t.peer = std::move(found.value());
+  }
+  auto at = t.peer->At(t.block, registry);
+  if (!at.ok()) return false;
+  t.endpoint = static_cast<QpEndpoint*>(at.value());
+  target_ = std::move(t);
+  return true;
+}
+
+bool DirectRoute::LearnKey(uint32_t rkey, Remote* out) {
+  fabric::HostRegistry& registry = local_.registry();
+  HeldKey key;
+  if (!key.Learn(registry, rkey)) return false;
+  const KeyView& v = key.view();
+  // Plain keys of the QP's process whose memory is a shared backing (MapSingle's shape).
+  if (v.owner_process_slot() != target_.process_slot || v.indirect() || v.null_key() || v.on_demand() ||
+      v.window() || !(v.access & kSharedBacking)) {
+    refused_ = key;
+    return false;
+  }
+  // The owner writes the record while the key is withdrawn, before it publishes it: read
+  // between two reads of the same registration, it describes that registration.
+  const fabric::BackingRecord& record = fabric::BackingOf(registry, KeySlot(v.key));
+  if (record.key.load(std::memory_order_acquire) != v.key) return false;
+  const fabric::BackingId id = fabric::IdOf(target_.peer->process().token().raw(), record);
+  const uint64_t offset = record.offset;
+  if (!key.Current()) return false;
+  auto window = fabric::BackingMaps::ForThisProcess().Get(target_.peer->process(), id, offset, v.length);
+  // Not mapped here, or a file that may shrink (copied under the SIGBUS guard, the usual way):
+  // not asked again while the registration stays.
+  if (!window.ok() || window.value()->can_shrink()) {
+    refused_ = key;
+    return false;
+  }
+  out->base = window.value()->base() + offset;
+  out->window = std::move(window.value());
+  out->key = key;
+  return true;
+}
+
+}  // namespace softverbs::transport

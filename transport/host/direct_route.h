@@ -1,0 +1,79 @@
+// A same-host link's route for one-sided operations kept resolved across work requests (issue 16:
+// resolving the target QP, the R_Key and the owner's file per work request cost several times
+// the access). It keeps the destination QP as it was found -- its registry entry, its process,
+// its endpoint -- and the R_Keys it was reached with: each key's registration as last read
+// (HeldKey) and the window of the owner's file it lies in, mapped here.
+//
+// A work request through it announces the QP and the key in this thread's hazard line (one
+// barrier for both), finds the entry, the process and the key as they were, and hands the rest
+// to Responder::ExecuteDirect: the responder's own rules on the live endpoint and the key's view,
+// then the copy or the atomic. Anything else -- not kept, changed since, a rule broken -- goes
+// the usual way (HostTarget::Find, Responder::Execute), which decides, answers and logs; a
+// request it answers kAck teaches the route (Learn). Only what the usual way itself reaches by
+// memcpy without the SIGBUS guard is kept: another process's memory in a shared backing that
+// cannot shrink (fabric/host/backing_maps.h), so both ways move the same bytes the same way.
+//
+// Used by one link, under its requester's lock (as PeerHint).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+
+#include "fabric/host/backing_maps.h"
+#include "fabric/host/host_directory.h"
+#include "transport/host/host_target.h"
+#include "transport/key_table.h"
+#include "transport/request.h"
+
+namespace softverbs::transport {
+
+class DirectRoute {
+ public:
+  explicit DirectRoute(fabric::LocalProcess& local) : local_(local) {}
+
+  // Executes `r` if the route holds for it; false: nothing was done.
+  bool Carry(const Request& r, Reply* reply);
+  // `r` was answered kAck the usual way: keeps its destination and R_Key for the next requests
+  // if they qualify (read again now; `hint` lends the peer found for it).
+  void Learn(const Request& r, const PeerHint& hint);
+
+  // What the route holds (tests).
+  uint32_t qpn() const { return target_.endpoint != nullptr ? target_.qpn : 0; }
+  bool Holds(uint32_t rkey) const { return const_cast<DirectRoute*>(this)->Find(rkey) != nullptr; }
+
+ private:
+  struct Target {
+    uint32_t qpn = 0;
+    fabric::QpEntry* entry = nullptr;  // registry entries never move
+    uint32_t process_slot = 0;
+    fabric::SharedRef block{};
+    uint64_t token = 0;  // the owner process's token (a reused slot is another process)
+    std::shared_ptr<fabric::Peer> peer;  // keeps its arena (the endpoint) mapped here
+    QpEndpoint* endpoint = nullptr;
+  };
+  struct Remote {
+    HeldKey key;
+    std::shared_ptr<const fabric::BackingWindow> window;  // keeps the mapping
+    uint8_t* base = nullptr;  // where the key's first byte (view().addr) is mapped here
+  };
+  static constexpr size_t kKeys = 4;
+
+  Remote* Find(uint32_t rkey);
+  bool LearnTarget(uint32_t qpn, const PeerHint& hint);
+  // The registration `rkey` names and its window, if it qualifies; false otherwise.
+  bool LearnKey(uint32_t rkey, Remote* out);
+  // DirectTarget::atomic: the word under HostTarget::AtomicStripe.
+  static uint64_t Atomic(const void* ctx, uint64_t va, uint64_t* word, uint64_t (*op)(uint64_t, const void*),
+                         const void* arg);
+
+  fabric::LocalProcess& local_;
+  Target target_;
+  std::array<Remote, kKeys> keys_;
+  size_t next_ = 0;  // the entry the next key replaces
+  // An R_Key found not to qualify, as it was then: not read again until it changes.
+  HeldKey refused_;
+  uint32_t own_qpn_ = 0;  // the last destination found to be a QP of this process
+};
+
+}  // namespace softverbs::transport
