@@ -151,7 +151,7 @@ Status Requester::Post(const SendWr& wr, uint32_t qp_state) {
   }
   if (queue_.size() >= config_.max_send_wr)
     return Status(ENOMEM, "the send queue is full (" + std::to_string(config_.max_send_wr) + " WRs waiting)");
-  Pending p;
+  WrProgress p;
   p.retry = completer_.Budget();
   // Nothing waits before it: executed here and now, without entering the queue (and without
   // copying the WR: it is copied only if it has to wait).
@@ -164,19 +164,24 @@ Status Requester::Post(const SendWr& wr, uint32_t qp_state) {
       return Status::Ok();
     }
     // In flight, or RNR / no answer: it waits in the queue like the rest.
-    p.wr = wr;
     p.in_flight = v.kind == Verdict::kInFlight;
     p.due = p.in_flight ? Clock::now() + AckTimeout(config_.completer.timeout) : v.retry_at;
-    Enqueue(std::move(p));
+    Enqueue(wr, p);
     ProgressThread::Get().Schedule(this, queue_.front().due);
     return Status::Ok();
   }
-  p.wr = wr;
   // SQD: accepted, executed once the QP is back in RTS; SQE: the send queue is stopped. A WR
   // the pacer holds back waits in the queue too (delayed, never failed).
-  Enqueue(std::move(p));
+  Enqueue(wr, p);
   if (qp_state == kRts) RunQueue();
   return Status::Ok();
+}
+
+void Requester::Enqueue(const SendWr& wr, const WrProgress& p) {
+  Pending q;
+  static_cast<WrProgress&>(q) = p;
+  q.wr = wr;
+  Enqueue(std::move(q));
 }
 
 void Requester::Enqueue(Pending&& p) {
@@ -589,14 +594,20 @@ uint32_t Requester::GatherLocal(const SendWr& wr, PinnedPieces& pieces, uint64_t
   }
   const bool writes = WritesLocal(wr.opcode);
   const KeyRule rule{config_.process_slot, config_.pd, writes ? kLocalWrite : 0, writes};
+  fabric::HostRegistry& registry = local_.registry();
   for (uint32_t i = 0; i < wr.num_sge; ++i) {
     const Sge& s = wr.sge[i];
     if (s.length == 0) continue;
-    if (!ResolveKey(local_.registry(), s.lkey, s.addr, s.length, s.length, rule,
-                    [this](fabric::SharedRef ref) { return local_.At(ref); }, &pieces) &&
-        !(!IsAtomic(wr.opcode) && GatherSignature(s, rule, pieces)) && !GatherImported(s, writes, pieces))
-      return wc_status::kLocProtErr;
     *total += s.length;
+    // The lkey of the last SGE, kept resolved: most work requests name the one before's.
+    if (ResolveHeldKey(registry, local_key_, s.lkey, s.addr, s.length, rule, &pieces)) continue;
+    if (ResolveKey(registry, s.lkey, s.addr, s.length, s.length, rule,
+                   [this](fabric::SharedRef ref) { return local_.At(ref); }, &pieces)) {
+      KeepLocalKey(s.lkey);
+      continue;
+    }
+    if (!(!IsAtomic(wr.opcode) && GatherSignature(s, rule, pieces)) && !GatherImported(s, writes, pieces))
+      return wc_status::kLocProtErr;
   }
   if (*total > (1ull << 31)) return wc_status::kLocLenErr;  // IBA: 2^31 bytes per message
   // The local buffer of an atomic is the 8-byte original value (IBA 9.4.5).
@@ -604,6 +615,13 @@ uint32_t Requester::GatherLocal(const SendWr& wr, PinnedPieces& pieces, uint64_t
   // A UD message fits one packet: at most the path MTU (IBA 9.6.3).
   if (config_.completer.type == kUd && *total > config_.path_mtu) return wc_status::kLocLenErr;
   return wc_status::kSuccess;
+}
+
+void Requester::KeepLocalKey(uint32_t lkey) {
+  // Read again only when it changed: a key that is not plain is not asked about twice in a row.
+  if ((local_key_.key() == lkey && local_key_.Current()) || lkey == not_plain_lkey_) return;
+  LearnPlainKey(local_.registry(), lkey, &local_key_);
+  not_plain_lkey_ = local_key_.key() == lkey ? 0 : lkey;
 }
 
 ImportedAccess Requester::ImportedAccessOf(uint32_t lkey, uint64_t addr, bool writes) const {
@@ -689,7 +707,7 @@ bool Requester::OnHost(const SendWr& wr) const {
   return config_.dc_initiator ? wr.dc.on_host : config_.dest_on_host;
 }
 
-Verdict Requester::Execute(const SendWr& wr, Pending& p, uint32_t budget) {
+Verdict Requester::Execute(const SendWr& wr, WrProgress& p, uint32_t budget) {
   if (p.canceled) {  // a NOP now: completes as the WR would have, nothing carried
     completer_.Finish(wr, wc_status::kSuccess, 0);
     return {};

@@ -23,6 +23,7 @@
 #include "fabric/host/host_directory.h"
 #include "transport/completer.h"
 #include "transport/imported_key.h"
+#include "transport/key_table.h"
 #include "transport/link.h"
 #include "transport/pacer.h"
 #include "transport/request.h"
@@ -96,8 +97,9 @@ class Requester final : private ReplySink {
   void SetPacingClock(PacingClock clock);
 
  private:
-  struct Pending {
-    SendWr wr;
+  // A work request's progress; apart from the WR itself so that one executed at once, which
+  // never waits in the queue, does not build a queue entry (a SendWr is ~700 bytes).
+  struct WrProgress {
     bool has_psn = false;  // a retry carries the PSNs of its first attempt
     uint32_t psn = 0;
     uint64_t ticket = 0;   // names it to a link that answers later
@@ -110,9 +112,12 @@ class Requester final : private ReplySink {
     uint32_t sent = 0;
     uint32_t acked = 0;
     bool canceled = false;  // mlx5dv_qp_cancel_posted_send_wrs: completes as a NOP
-    std::vector<uint8_t> inline_copy;  // IBV_SEND_INLINE bytes, copied at post time
     RetryState retry;
     std::chrono::steady_clock::time_point due{};
+  };
+  struct Pending : WrProgress {
+    SendWr wr;
+    std::vector<uint8_t> inline_copy;  // IBV_SEND_INLINE bytes, copied at post time
   };
   // Work requests a link may have in flight at once, and the PSNs carried and not acknowledged:
   // like rxe (RXE_MAX_UNACKED_PSNS, 128), so a burst fits the receiver's socket buffer. A long
@@ -125,17 +130,19 @@ class Requester final : private ReplySink {
   Status Check(const SendWr& wr, uint32_t qp_state) const;
   // Appends `p` to the queue (under mu_), copying its inline bytes.
   void Enqueue(Pending&& p);
+  // Appends `wr` with its progress so far `p`.
+  void Enqueue(const SendWr& wr, const WrProgress& p);
   // Runs `p` once; what the completer decided. A sliced message carries at most `budget` of its
   // packets from p.sent on (a part); a part beyond the first whose local side fails now
   // (its MR withdrawn) is not carried and not completed: `p` waits for its timeout, and fails
   // in order when it heads the queue.
   // `wr` is `p.wr` for a queued WR; the caller's own WR when it runs at once (not copied).
-  Completer::Verdict Execute(const SendWr& wr, Pending& p, uint32_t budget);
+  Completer::Verdict Execute(const SendWr& wr, WrProgress& p, uint32_t budget);
   // `p` is a SEND or WRITE that the window carries in parts (RC to another host).
   bool Sliced(const SendWr& wr) const;
   bool Sliced(const Pending& p) const { return Sliced(p.wr); }
   // The PSNs `p` (in flight) holds in the window.
-  static uint32_t Outstanding(const Pending& p, bool sliced) { return sliced ? p.sent - p.acked : p.packets; }
+  static uint32_t Outstanding(const WrProgress& p, bool sliced) { return sliced ? p.sent - p.acked : p.packets; }
   // A UMR (kDriver1): configures an indirect mkey of this process (transport/indirect_key.h).
   Completer::Verdict ExecuteUmr(const SendWr& wr);
   // BIND_MW / LOCAL_INV: changes a key of this process (transport/window_key.h).
@@ -148,6 +155,8 @@ class Requester final : private ReplySink {
   bool GatherImported(const Sge& s, bool writes, PinnedPieces& pieces);
   bool LandImported(const PinnedPieces& pieces);
   ImportedAccess ImportedAccessOf(uint32_t lkey, uint64_t addr, bool writes) const;
+  // After `lkey` was resolved the usual way: kept for the next work requests if it is plain.
+  void KeepLocalKey(uint32_t lkey);
   void CarryFin(const Reply& reply);
   // The wire view of SGE `s` when its lkey is a signature mkey, added to `pieces`; false if not
   // one or the access is refused.
@@ -195,6 +204,8 @@ class Requester final : private ReplySink {
 
   fabric::LocalProcess& local_;
   RequesterHost& host_;
+  HeldKey local_key_;  // the lkey of the last SGE resolved, kept (indirect_key.h, ResolveHeldKey)
+  uint32_t not_plain_lkey_ = 0;  // the last lkey found not to be a plain key (not kept)
   Completer completer_;
   Links links_;
   SpinLock mu_;  // the poster and the progress thread, one at a time (base/spin_lock.h)
