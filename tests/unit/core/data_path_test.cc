@@ -38,22 +38,8 @@ class DataPathTest : public CoreTest {
     return std::move(Qp::Create(*context_, a).value());
   }
   void Connect(Qp& qp, uint32_t dest) {
+    ToRtr(qp, dest, access::kRemoteWrite | access::kRemoteRead | access::kRemoteAtomic);
     QpAttributes a;
-    a.qp_state = QpState::kInit;
-    a.port_num = 1;
-    a.qp_access_flags = access::kRemoteWrite | access::kRemoteRead | access::kRemoteAtomic;
-    ASSERT_TRUE(qp.Modify(a, attr::kState | attr::kPkeyIndex | attr::kPort | attr::kAccessFlags).ok());
-    a.qp_state = QpState::kRtr;
-    a.path_mtu = Mtu::k4096;
-    a.dest_qp_num = dest;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 1;
-    a.ah_attr.is_global = true;
-    a.ah_attr.port_num = 1;
-    a.ah_attr.sgid_index = 1;
-    a.ah_attr.dgid = context_->gids().at(1).gid;
-    ASSERT_TRUE(qp.Modify(a, attr::kState | attr::kAv | attr::kPathMtu | attr::kDestQpn | attr::kRqPsn |
-                                 attr::kMaxDestRdAtomic | attr::kMinRnrTimer).ok());
     a.qp_state = QpState::kRts;
     a.timeout = 4;
     a.retry_cnt = 7;

@@ -31,32 +31,26 @@ using transport::WrOpcode;
 constexpr size_t kRouteMemBytes = 1 << 20;
 constexpr uint64_t kRouteIova = 0x40000;
 
+// An RC request of `op` to QP `qpn` at [addr, +local->iov_len) of `rkey`.
+transport::Request RouteRequest(WrOpcode op, uint32_t qpn, iovec* local, uint32_t rkey, uint64_t addr) {
+  transport::Request r;
+  r.qp_type = transport::qp_type::kRc;
+  r.opcode = op;
+  r.dest_qp = qpn;
+  r.local = local;
+  r.local_count = 1;
+  r.length = local->iov_len;
+  r.remote_addr = addr;
+  r.rkey = rkey;
+  return r;
+}
+
 class DirectRouteTest : public CoreTest {
  protected:
   DirectRouteTest() {
     cq_ = std::move(Cq::Create(*context_, 64, nullptr, 0).value());
-    QpInitAttributes a;
-    a.type = QpType::kRc;
-    a.pd = pd_.get();
-    a.send_cq = a.recv_cq = cq_.get();
-    a.cap = {16, 16, 1, 1, 0};
-    qp_ = std::move(Qp::Create(*context_, a).value());
-    QpAttributes m;
-    m.qp_state = QpState::kInit;
-    m.port_num = 1;
-    m.qp_access_flags = access::kRemoteWrite | access::kRemoteRead | access::kRemoteAtomic;
-    EXPECT_TRUE(qp_->Modify(m, attr::kState | attr::kPkeyIndex | attr::kPort | attr::kAccessFlags).ok());
-    m.qp_state = QpState::kRtr;
-    m.path_mtu = Mtu::k4096;
-    m.dest_qp_num = qp_->qp_num();
-    m.max_dest_rd_atomic = 1;
-    m.min_rnr_timer = 1;
-    m.ah_attr.is_global = true;
-    m.ah_attr.port_num = 1;
-    m.ah_attr.sgid_index = 1;
-    m.ah_attr.dgid = context_->gids().at(1).gid;
-    EXPECT_TRUE(qp_->Modify(m, attr::kState | attr::kAv | attr::kPathMtu | attr::kDestQpn | attr::kRqPsn |
-                                   attr::kMaxDestRdAtomic | attr::kMinRnrTimer).ok());
+    qp_ = NewRcQp(*cq_);
+    ToRtr(*qp_, qp_->qp_num(), access::kRemoteWrite | access::kRemoteRead | access::kRemoteAtomic);
     memfd_ = memfd_create("sv-direct-route-test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     EXPECT_GE(memfd_, 0);
     EXPECT_EQ(ftruncate(memfd_, kRouteMemBytes), 0);
@@ -108,15 +102,7 @@ class DirectRouteTest : public CoreTest {
         }
         if (read(in[0], &v, 1) != 1) _exit(1);
         iovec iov{&v, 1};
-        transport::Request r;
-        r.qp_type = transport::qp_type::kRc;
-        r.opcode = WrOpcode::kRdmaWrite;
-        r.dest_qp = qpn;
-        r.local = &iov;
-        r.local_count = 1;
-        r.length = 1;
-        r.remote_addr = remote_addr;
-        r.rkey = rkey;
+        const transport::Request r = RouteRequest(WrOpcode::kRdmaWrite, qpn, &iov, rkey, remote_addr);
         transport::Reply reply;
         uint8_t answer = 'N';
         if (cmd == 'r') {
@@ -218,15 +204,7 @@ TEST_F(DirectRouteTest, AtomicsThroughTheRouteAndAProcessVmUpdateStayExact) {
   const uint32_t rkey = mr_->rkey();
   uint64_t original = 0;
   iovec iov{&original, 8};
-  transport::Request r;
-  r.qp_type = transport::qp_type::kRc;
-  r.opcode = WrOpcode::kAtomicFetchAdd;
-  r.dest_qp = qpn;
-  r.local = &iov;
-  r.local_count = 1;
-  r.length = 8;
-  r.remote_addr = kRouteIova + 64;
-  r.rkey = rkey;
+  transport::Request r = RouteRequest(WrOpcode::kAtomicFetchAdd, qpn, &iov, rkey, kRouteIova + 64);
   r.compare_add = 1;
   int done[2];
   ASSERT_EQ(pipe(done), 0);

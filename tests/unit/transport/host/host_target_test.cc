@@ -39,12 +39,7 @@ class HostTargetTest : public CoreTest {
  protected:
   HostTargetTest() {
     cq_ = std::move(Cq::Create(*context_, 64, nullptr, 0).value());
-    QpInitAttributes a;
-    a.type = QpType::kRc;
-    a.pd = pd_.get();
-    a.send_cq = a.recv_cq = cq_.get();
-    a.cap = {16, 16, 1, 1, 0};
-    qp_ = std::move(Qp::Create(*context_, a).value());
+    qp_ = NewRcQp(*cq_);
     ToRtr();
   }
   ~HostTargetTest() override {
@@ -56,24 +51,7 @@ class HostTargetTest : public CoreTest {
   }
 
   // RTR: the QP receives (IBA 10.3.1), and grants remote writes.
-  void ToRtr() {
-    QpAttributes a;
-    a.qp_state = QpState::kInit;
-    a.port_num = 1;
-    a.qp_access_flags = access::kRemoteWrite | access::kRemoteRead;
-    ASSERT_TRUE(qp_->Modify(a, attr::kState | attr::kPkeyIndex | attr::kPort | attr::kAccessFlags).ok());
-    a.qp_state = QpState::kRtr;
-    a.path_mtu = Mtu::k4096;
-    a.dest_qp_num = qp_->qp_num();
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 1;
-    a.ah_attr.is_global = true;
-    a.ah_attr.port_num = 1;
-    a.ah_attr.sgid_index = 1;
-    a.ah_attr.dgid = context_->gids().at(1).gid;
-    ASSERT_TRUE(qp_->Modify(a, attr::kState | attr::kAv | attr::kPathMtu | attr::kDestQpn | attr::kRqPsn |
-                                   attr::kMaxDestRdAtomic | attr::kMinRnrTimer).ok());
-  }
+  void ToRtr() { CoreTest::ToRtr(*qp_, qp_->qp_num(), access::kRemoteWrite | access::kRemoteRead); }
 
   // A child process (a member of the host of its own after fork) running `body`; killed by the
   // fixture. Its reports come through the returned pipe.
