@@ -222,19 +222,20 @@ bool Responder::ExecuteDirect(const DirectTarget& t, const Request& r, Reply* re
     return false;
   const uint64_t offset = r.remote_addr - k.iova;
   uint8_t* at = t.base + offset;
+  // (a copy or atomic the owner's memory was not there for: a remote operational error, as
+  // Execute answers it -- IBA 9.7.5.2.4)
   if (access == kRemoteAtomic) {
     const uint64_t va = k.addr + offset;
     if (va % 8 != 0) return false;  // the owner's word must be aligned too (Atomic's rule)
-    *reply = Reply::Of(ReplyCode::kAck);
-    reply->original = t.atomic(t.ctx, va, reinterpret_cast<uint64_t*>(at),
-                               r.opcode == WrOpcode::kAtomicCmpSwp ? CompareSwap : FetchAdd, &r);
+    uint64_t before = 0;
+    const bool done = t.atomic(t.ctx, va, reinterpret_cast<uint64_t*>(at),
+                               r.opcode == WrOpcode::kAtomicCmpSwp ? CompareSwap : FetchAdd, &r, &before);
+    *reply = Reply::Of(done ? ReplyCode::kAck : ReplyCode::kRemoteOp);
+    reply->original = before;
     return true;
   }
-  if (access == kRemoteWrite)
-    memmove(at, r.local[0].iov_base, length);
-  else
-    memmove(r.local[0].iov_base, at, length);
-  *reply = Reply::Of(ReplyCode::kAck);
+  const bool done = t.move(t.ctx, access == kRemoteWrite, at, r.local[0].iov_base, length);
+  *reply = Reply::Of(done ? ReplyCode::kAck : ReplyCode::kRemoteOp);
   return true;
 }
 

@@ -33,15 +33,18 @@ struct ScatterList {
 // A one-sided request's destination as a route kept across work requests reaches it (the
 // same host's, transport/host/direct_route.h): the QP's live endpoint, the R_Key's registration
 // as last read and found current, and this process's address of the registration's first byte.
+// The fabric moves the bytes: `move` copies `n` bytes between `at` (mapped) and `local`;
 // `atomic` applies an atomic's operation to the word at owner address `va` (mapped at `word`)
-// under the fabric's IBV_ATOMIC_HCA exclusion and returns the value before.
+// under its IBV_ATOMIC_HCA exclusion, the value before in `*before`. Both return false when the
+// owner's memory was not there (a file truncated under the registration: the fabric said why).
 struct DirectTarget {
   const QpEndpoint* endpoint = nullptr;
   uint32_t process_slot = 0;
   const KeyView* key = nullptr;
   uint8_t* base = nullptr;
-  uint64_t (*atomic)(const void* ctx, uint64_t va, uint64_t* word, uint64_t (*op)(uint64_t, const void*),
-                     const void* arg) = nullptr;
+  bool (*move)(const void* ctx, bool write, uint8_t* at, void* local, size_t n) = nullptr;
+  bool (*atomic)(const void* ctx, uint64_t va, uint64_t* word, uint64_t (*op)(uint64_t, const void*),
+                 const void* arg, uint64_t* before) = nullptr;
   const void* ctx = nullptr;
 };
 
@@ -52,9 +55,10 @@ class Responder {
   static constexpr uint64_t kDirectMaxBytes = 256 * 1024;
   // Executes an RDMA WRITE, READ or atomic (one local piece) at `t` when every rule Execute
   // applies to it holds -- the QP admits it (Admits), grants the access and has the resources,
-  // the key admits it and covers the range, the atomic is aligned -- and answers kAck. False
-  // when any does not, or `r` is not such a request: nothing was done, and the caller runs
-  // Execute, which answers (and logs) as usual. The caller holds the QP and the key.
+  // the key admits it and covers the range, the atomic is aligned -- and answers kAck (or, as
+  // Execute, kRemoteOp when the memory was not there). False when a rule does not hold, or `r`
+  // is not such a request: nothing was done, and the caller runs Execute, which answers (and
+  // logs) as usual. The caller holds the QP and the key.
   static bool ExecuteDirect(const DirectTarget& t, const Request& r, Reply* reply);
 
   // Executes `r` at `t`. `grh`: the 40-byte network header a UD receive starts with (built by

@@ -1,7 +1,9 @@
 #include "transport/host/direct_route.h"
 
 #include <atomic>
+#include <cstring>
 
+#include "base/log.h"
 #include "fabric/host/hazard_lines.h"
 #include "fabric/host/shared_backing.h"
 #include "fabric/host/token_lock.h"
@@ -36,7 +38,7 @@ DirectRoute::Remote* DirectRoute::Find(uint32_t rkey) {
 bool DirectRoute::Carry(const Request& r, Reply* reply) {
   const Target& t = target_;
   if (t.endpoint == nullptr || r.dest_qp != t.qpn || !OneSided(r)) return false;
-  const Remote* key = Find(r.rkey);
+  Remote* key = Find(r.rkey);
   if (key == nullptr) return false;
   fabric::HazardLine* line = fabric::ThisThreadHazards(local_);
   if (line == nullptr) return false;
@@ -57,23 +59,51 @@ bool DirectRoute::Carry(const Request& r, Reply* reply) {
                          registry.processes().slot(t.process_slot).owner.load(std::memory_order_acquire) == t.token &&
                          std::atomic_ref<uint32_t>(t.endpoint->qp_num).load(std::memory_order_acquire) == t.qpn &&
                          t.peer->AliveRecently();
+    Access access{this, key, false};
     if (same_qp && key->key.Current()) {
-      const DirectTarget target{t.endpoint, t.process_slot, &key->key.view(), key->base, &DirectRoute::Atomic, this};
+      const DirectTarget target{t.endpoint,          t.process_slot,       &key->key.view(), key->base,
+                                &DirectRoute::Move, &DirectRoute::Atomic, &access};
       done = Responder::ExecuteDirect(target, r, reply);
     }
     fabric::Retract(key_hold);
+    if (access.faulted) Faulted(r, key);
   }
   if (qp_hold != nullptr) fabric::Retract(qp_hold);
   return done;
 }
 
-uint64_t DirectRoute::Atomic(const void* ctx, uint64_t va, uint64_t* word, uint64_t (*op)(uint64_t, const void*),
-                             const void* arg) {
+bool DirectRoute::Move(const void* ctx, bool write, uint8_t* at, void* local, size_t n) {
+  auto* access = static_cast<Access*>(const_cast<void*>(ctx));
+  if (!access->key->guarded) {  // a file that cannot shrink: nothing to catch
+    if (write)
+      memmove(at, local, n);
+    else
+      memmove(local, at, n);
+    return true;
+  }
+  const iovec l{local, n}, m{at, n};
+  access->faulted = !CopyMapped(write, &l, 1, &m, 1, /*guarded=*/true).ok();
+  return !access->faulted;
+}
+
+bool DirectRoute::Atomic(const void* ctx, uint64_t va, uint64_t* word, uint64_t (*op)(uint64_t, const void*),
+                         const void* arg, uint64_t* before) {
   // IBV_ATOMIC_HCA: the same stripe lock as every other initiator of the word (HostTarget::AtomicUpdate).
-  const auto* route = static_cast<const DirectRoute*>(ctx);
-  fabric::TokenLock lock(HostTarget::AtomicStripe(route->local_, route->target_.process_slot, va),
-                         route->local_.token());
-  return HostTarget::ApplyAtomicWord(word, op, arg);
+  auto* access = static_cast<Access*>(const_cast<void*>(ctx));
+  const DirectRoute& route = *access->route;
+  fabric::TokenLock lock(HostTarget::AtomicStripe(route.local_, route.target_.process_slot, va), route.local_.token());
+  access->faulted = !HostTarget::ApplyAtomicWord(word, op, arg, access->key->guarded, before);
+  return !access->faulted;
+}
+
+void DirectRoute::Faulted(const Request& r, Remote* key) {
+  // As the usual way's HostTarget::ForgetFaulted: the initiator gets an error completion, never
+  // a SIGBUS (issue 17 item 9), and the file is mapped again next time.
+  SV_LOG(kError, "RDMA %s at qp 0x%x of pid %d: the owner's file no longer holds the registered range (truncated "
+         "under the registration): SIGBUS caught", r.opcode == WrOpcode::kRdmaRead ? "read" : "write", target_.qpn,
+         target_.peer->process().token().pid());
+  fabric::BackingMaps::ForThisProcess().Forget(key->window.get());
+  *key = Remote();
 }
 
 void DirectRoute::Learn(const Request& r, const PeerHint& hint) {
@@ -151,12 +181,11 @@ bool DirectRoute::LearnKey(uint32_t rkey, Remote* out) {
   const uint64_t offset = record.offset;
   if (!key.Current()) return false;
   auto window = fabric::BackingMaps::ForThisProcess().Get(target_.peer->process(), id, offset, v.length);
-  // Not mapped here, or a file that may shrink (copied under the SIGBUS guard, the usual way):
-  // not asked again while the registration stays.
-  if (!window.ok() || window.value()->can_shrink()) {
+  if (!window.ok()) {  // not mapped here: not asked again while the registration stays
     refused_ = key;
     return false;
   }
+  out->guarded = window.value()->can_shrink();
   out->base = window.value()->base() + offset;
   out->window = std::move(window.value());
   out->key = key;

@@ -10,8 +10,8 @@
 // then the copy or the atomic. Anything else -- not kept, changed since, a rule broken -- goes
 // the usual way (HostTarget::Find, Responder::Execute), which decides, answers and logs; a
 // request it answers kAck teaches the route (Learn). Only what the usual way itself reaches by
-// memcpy without the SIGBUS guard is kept: another process's memory in a shared backing that
-// cannot shrink (fabric/host/backing_maps.h), so both ways move the same bytes the same way.
+// memcpy is kept -- another process's plain key in a shared backing (fabric/host/backing_maps.h)
+// -- and moved the same way: under the SIGBUS guard when the file may shrink.
 //
 // Used by one link, under its requester's lock (as PeerHint).
 #pragma once
@@ -56,6 +56,13 @@ class DirectRoute {
     HeldKey key;
     std::shared_ptr<const fabric::BackingWindow> window;  // keeps the mapping
     uint8_t* base = nullptr;  // where the key's first byte (view().addr) is mapped here
+    bool guarded = false;     // the file may shrink: copies run under the SIGBUS guard
+  };
+  // One request's access through `key` (DirectTarget's context).
+  struct Access {
+    const DirectRoute* route;
+    const Remote* key;
+    bool faulted;  // the owner's file no longer held the range
   };
   static constexpr size_t kKeys = 4;
 
@@ -63,9 +70,12 @@ class DirectRoute {
   bool LearnTarget(uint32_t qpn, const PeerHint& hint);
   // The registration `rkey` names and its window, if it qualifies; false otherwise.
   bool LearnKey(uint32_t rkey, Remote* out);
-  // DirectTarget::atomic: the word under HostTarget::AtomicStripe.
-  static uint64_t Atomic(const void* ctx, uint64_t va, uint64_t* word, uint64_t (*op)(uint64_t, const void*),
-                         const void* arg);
+  // DirectTarget::move and ::atomic (the word under HostTarget::AtomicStripe).
+  static bool Move(const void* ctx, bool write, uint8_t* at, void* local, size_t n);
+  static bool Atomic(const void* ctx, uint64_t va, uint64_t* word, uint64_t (*op)(uint64_t, const void*),
+                     const void* arg, uint64_t* before);
+  // A guarded access faulted: said, and the window dropped here and from the cache.
+  void Faulted(const Request& r, Remote* key);
 
   fabric::LocalProcess& local_;
   Target target_;

@@ -76,9 +76,11 @@ class HostTarget final : public TargetQp {
   // process `process_slot` holds, however it reaches the word (a CPU atomic through a mapping,
   // a process_vm read-modify-write), chosen by (process, address).
   static std::atomic<uint64_t>& AtomicStripe(fabric::LocalProcess& local, uint32_t process_slot, uint64_t va);
-  // `op` applied to the mapped word `at` with compare-and-swap (under AtomicStripe); the value
-  // before.
-  static uint64_t ApplyAtomicWord(uint64_t* at, uint64_t (*op)(uint64_t, const void*), const void* arg);
+  // `op` applied to the mapped word `at` with compare-and-swap (under AtomicStripe), the value
+  // before in `*before`; `guarded`: under the SIGBUS guard (a file that may shrink), false if
+  // the word was not there.
+  static bool ApplyAtomicWord(uint64_t* at, uint64_t (*op)(uint64_t, const void*), const void* arg, bool guarded,
+                              uint64_t* before);
 
  private:
   // `peer` is kept alive by `owned` or, when found through a PeerHint, by the hint (which

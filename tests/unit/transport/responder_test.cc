@@ -341,15 +341,24 @@ class ResponderDirectTest : public ResponderTest {
     t.process_slot = target_.process_slot();
     t.key = &view_;
     t.base = reinterpret_cast<uint8_t*>(view_.addr);
-    t.atomic = [](const void* ctx, uint64_t va, uint64_t* word, uint64_t (*op)(uint64_t, const void*),
-                  const void* arg) {
-      ++*static_cast<int*>(const_cast<void*>(ctx));
-      EXPECT_EQ(va, reinterpret_cast<uint64_t>(word));  // (the owner's memory is this process's here)
-      const uint64_t before = *word;
-      *word = op(before, arg);
-      return before;
+    t.move = [](const void* ctx, bool write, uint8_t* at, void* local, size_t n) {
+      auto* self = static_cast<ResponderDirectTest*>(const_cast<void*>(ctx));
+      if (write)
+        memcpy(at, local, n);
+      else
+        memcpy(local, at, n);
+      return !self->fault_;
     };
-    t.ctx = &atomics_;
+    t.atomic = [](const void* ctx, uint64_t va, uint64_t* word, uint64_t (*op)(uint64_t, const void*),
+                  const void* arg, uint64_t* before) {
+      auto* self = static_cast<ResponderDirectTest*>(const_cast<void*>(ctx));
+      ++self->atomics_;
+      EXPECT_EQ(va, reinterpret_cast<uint64_t>(word));  // (the owner's memory is this process's here)
+      *before = *word;
+      *word = op(*before, arg);
+      return !self->fault_;
+    };
+    t.ctx = this;
     return t;
   }
   // Runs `r` directly; whether it was taken. Refused: the buffer must be as it was.
@@ -364,6 +373,7 @@ class ResponderDirectTest : public ResponderTest {
   }
   transport::KeyView view_;
   int atomics_ = 0;
+  bool fault_ = false;  // the fabric's moves report the owner's memory gone
 };
 
 TEST_F(ResponderDirectTest, WriteReadAndAtomicsAreDoneAndAcknowledged) {
@@ -401,6 +411,23 @@ TEST_F(ResponderDirectTest, WriteReadAndAtomicsAreDoneAndAcknowledged) {
   memcpy(&word, buf_ + 64, 8);
   EXPECT_EQ(word, 7u);
   EXPECT_EQ(atomics_, 2) << "atomics go through the fabric's exclusion";
+}
+
+// The owner's memory not there (a file truncated under the registration): answered as Execute
+// answers it, a remote operational error (IBA 9.7.5.2.4), the QP left as it is.
+TEST_F(ResponderDirectTest, MemoryThatIsNotThereIsARemoteOperationalError) {
+  fault_ = true;
+  Reply reply;
+  ASSERT_TRUE(transport::Responder::ExecuteDirect(Target(), Make(WrOpcode::kRdmaWrite), &reply));
+  EXPECT_EQ(reply.code, ReplyCode::kRemoteOp);
+  uint64_t original = 0;
+  iovec orig{&original, 8};
+  Request fa = Make(WrOpcode::kAtomicFetchAdd);
+  fa.local = &orig;
+  fa.length = 8;
+  ASSERT_TRUE(transport::Responder::ExecuteDirect(Target(), fa, &reply));
+  EXPECT_EQ(reply.code, ReplyCode::kRemoteOp);
+  EXPECT_EQ(target_.e_.remote_error.load(), 0u) << "Execute moves no QP to ERR for it either";
 }
 
 TEST_F(ResponderDirectTest, WhatAnyRuleRefusesIsLeftToExecute) {

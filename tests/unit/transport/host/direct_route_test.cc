@@ -195,6 +195,33 @@ TEST_F(DirectRouteTest, AReregisteredKeyOrADestroyedQpIsNotReachedThroughTheRout
   EXPECT_EQ(mem_[7], 0x08);
 }
 
+// A file that may shrink (not sealed) is kept too, and copied under the SIGBUS guard: truncated
+// under the registration, the access is a remote operational error (the usual way's answer),
+// never a crash, and the route lets the window go.
+TEST_F(DirectRouteTest, ATruncatedFileIsAnErrorThroughTheRouteNotASignal) {
+  constexpr size_t kSize = 64 << 10;
+  const int fd = memfd_create("sv-direct-route-shrinks", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, kSize), 0);
+  auto* mem = static_cast<uint8_t*>(mmap(nullptr, kSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  ASSERT_NE(mem, MAP_FAILED);
+  auto mr = std::move(Mr::Register(*pd_, {reinterpret_cast<uint64_t>(mem), kSize, kRouteIova,
+                                          access::kLocalWrite | access::kRemoteWrite})
+                          .value());
+  StartInitiator();
+  UseKey(mr->rkey(), kRouteIova + 7);
+  ASSERT_EQ(Ask('u', 0x41), kAck);
+  ASSERT_EQ(Ask('r', 0x42), kAck) << "a file that may shrink is kept (guarded)";
+  EXPECT_EQ(mem[7], 0x42);
+  ASSERT_EQ(ftruncate(fd, 0), 0);  // the owner's bug: the registered pages leave the file
+  EXPECT_EQ(Ask('r', 0x43), static_cast<int>(ReplyCode::kRemoteOp));
+  EXPECT_EQ(Ask('r', 0x44), 'N') << "the faulted window was not let go";
+  EXPECT_EQ(Ask('u', 0x45), static_cast<int>(ReplyCode::kRemoteOp));  // the usual way agrees
+  mr.reset();
+  munmap(mem, kSize);
+  close(fd);
+}
+
 // IBV_ATOMIC_HCA across the two ways: the child's fetch-adds go through the route (CPU atomics
 // in the mapping), this process's own through a read-modify-write with process_vm (its own QP
 // as the target): both hold the same stripe lock, so no increment is lost.
