@@ -50,17 +50,8 @@ bool DirectRoute::Carry(const Request& r, Reply* reply) {
   bool done = false;
   if (key_hold != nullptr) {
     fabric::HazardStoreLoadBarrier();
-    fabric::HostRegistry& registry = local_.registry();
-    // The QP is the one found: its entry names the same process (the same incarnation of its
-    // slot, alive) and block, and the endpoint there still has its number.
-    const bool same_qp = t.entry->qp_num.load(std::memory_order_acquire) == t.qpn &&
-                         t.entry->process_slot.load(std::memory_order_relaxed) == t.process_slot &&
-                         t.entry->block == t.block &&
-                         registry.processes().slot(t.process_slot).owner.load(std::memory_order_acquire) == t.token &&
-                         std::atomic_ref<uint32_t>(t.endpoint->qp_num).load(std::memory_order_acquire) == t.qpn &&
-                         t.peer->AliveRecently();
     Access access{this, key, false};
-    if (same_qp && key->key.Current()) {
+    if (TargetCurrent() && key->key.Current()) {
       const DirectTarget target{t.endpoint,          t.process_slot,       &key->key.view(), key->base,
                                 &DirectRoute::Move, &DirectRoute::Atomic, &access};
       done = Responder::ExecuteDirect(target, r, reply);
@@ -70,6 +61,31 @@ bool DirectRoute::Carry(const Request& r, Reply* reply) {
   }
   if (qp_hold != nullptr) fabric::Retract(qp_hold);
   return done;
+}
+
+bool DirectRoute::TargetCurrent() {
+  // The QP is the one found: its entry names the same process (the same incarnation of its
+  // slot, alive) and block, and the endpoint there still has its number.
+  const Target& t = target_;
+  return t.entry->qp_num.load(std::memory_order_acquire) == t.qpn &&
+         t.entry->process_slot.load(std::memory_order_relaxed) == t.process_slot && t.entry->block == t.block &&
+         local_.registry().processes().slot(t.process_slot).owner.load(std::memory_order_acquire) == t.token &&
+         std::atomic_ref<uint32_t>(t.endpoint->qp_num).load(std::memory_order_acquire) == t.qpn &&
+         t.peer->AliveRecently();
+}
+
+std::optional<HostTarget> DirectRoute::HeldTarget(const Request& r) {
+  const Target& t = target_;
+  if (t.endpoint == nullptr || r.dest_qp != t.qpn || r.xrc || r.qp_type == qp_type::kUd) return std::nullopt;
+  fabric::HazardLine* line = fabric::ThisThreadHazards(local_);
+  std::atomic<uint32_t>* hold = line != nullptr ? fabric::Announce(*line, fabric::QpHazardValue(t.qpn)) : nullptr;
+  if (hold == nullptr) return std::nullopt;
+  if (!TargetCurrent()) {
+    fabric::Retract(hold);
+    return std::nullopt;
+  }
+  // (the peer is kept alive by the route, which outlives the request: HostLink::Carry)
+  return HostTarget(local_, t.process_slot, t.qpn, nullptr, t.peer.get(), t.endpoint, {nullptr, hold});
 }
 
 bool DirectRoute::Move(const void* ctx, bool write, uint8_t* at, void* local, size_t n) {
@@ -107,10 +123,11 @@ void DirectRoute::Faulted(const Request& r, Remote* key) {
 }
 
 void DirectRoute::Learn(const Request& r, const PeerHint& hint) {
+  // (XRC and UD targets differ per request, a DCI's too: never kept; own_qpn_: a QP of this process)
+  if (r.xrc || r.from_dci || r.qp_type == qp_type::kUd || r.dest_qp == own_qpn_) return;
+  if ((target_.endpoint == nullptr || target_.qpn != r.dest_qp) && !LearnTarget(r.dest_qp, hint)) return;
   if (!OneSided(r) || !PeerMapEnabled()) return;
   if (refused_.key() == r.rkey && refused_.Current()) return;  // (a plain re-read: a memo only)
-  if (r.dest_qp == own_qpn_) return;  // (a QP of this process: never kept)
-  if ((target_.endpoint == nullptr || target_.qpn != r.dest_qp) && !LearnTarget(r.dest_qp, hint)) return;
   // A key kept already but no longer current is read again in its place; a new one replaces
   // the oldest.
   Remote* slot = Find(r.rkey);

@@ -19,6 +19,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "fabric/host/backing_maps.h"
 #include "fabric/host/host_directory.h"
@@ -34,8 +35,13 @@ class DirectRoute {
 
   // Executes `r` if the route holds for it; false: nothing was done.
   bool Carry(const Request& r, Reply* reply);
-  // `r` was answered kAck the usual way: keeps its destination and R_Key for the next requests
-  // if they qualify (read again now; `hint` lends the peer found for it).
+  // The kept QP, held for one request the responder executes the usual way (a SEND, a WRITE
+  // with immediate, anything Carry did not take): HostTarget::Find's answer without the lookup.
+  // Empty when `r` is not for it (or is XRC / UD) or it is no longer as learned.
+  std::optional<HostTarget> HeldTarget(const Request& r);
+  // `r` was answered kAck the usual way: keeps its destination QP (RC, UC) and, for a WRITE,
+  // READ or atomic, its R_Key for the next requests if they qualify (read again now; `hint`
+  // lends the peer found for it).
   void Learn(const Request& r, const PeerHint& hint);
 
   // What the route holds (tests).
@@ -67,6 +73,8 @@ class DirectRoute {
   static constexpr size_t kKeys = 4;
 
   Remote* Find(uint32_t rkey);
+  // After the QP's announcement and its barrier: the kept QP is still the one learned.
+  bool TargetCurrent();
   bool LearnTarget(uint32_t qpn, const PeerHint& hint);
   // The registration `rkey` names and its window, if it qualifies; false otherwise.
   bool LearnKey(uint32_t rkey, Remote* out);

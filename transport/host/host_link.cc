@@ -15,9 +15,13 @@ using qp_type::kRc, qp_type::kUd;
 
 Reply HostLink::Carry(const Request& r) {
   if (Reply reply; route_.Carry(r, &reply)) return reply;
-  auto target = HostTarget::Find(local_, r.dest_qp, &hint_);
-  // No such QP: nobody answers (IBA 9.6.1.1 / C9-54: a packet for an unknown QP is discarded).
-  if (!target.ok()) return Reply::Of(r.qp_type == kRc ? ReplyCode::kNoAnswer : ReplyCode::kDropped);
+  std::optional<HostTarget> target = route_.HeldTarget(r);
+  if (!target) {
+    auto found = HostTarget::Find(local_, r.dest_qp, &hint_);
+    // No such QP: nobody answers (IBA 9.6.1.1 / C9-54: a packet for an unknown QP is discarded).
+    if (!found.ok()) return Reply::Of(r.qp_type == kRc ? ReplyCode::kNoAnswer : ReplyCode::kDropped);
+    target.emplace(std::move(found.value()));
+  }
   if (r.xrc) return XrcTarget::Execute(local_, *target, r);  // its SRQ receives it (host/xrc_target.h)
   if (r.qp_type != kUd || r.addressing == nullptr) {
     const Reply reply = Responder::Execute(*target, r);

@@ -92,6 +92,7 @@ class HostTarget final : public TargetQp {
     std::atomic<uint32_t>* hazard = nullptr;
     explicit operator bool() const { return word != nullptr || hazard != nullptr; }
   };
+  friend class DirectRoute;  // holds the QP it keeps (DirectRoute::HeldTarget)
   HostTarget(fabric::LocalProcess& local, uint32_t slot, uint32_t qpn, std::shared_ptr<fabric::Peer> owned,
              fabric::Peer* peer, QpEndpoint* e, Hold hold)
       : local_(&local), process_slot_(slot), qpn_(qpn), owned_peer_(std::move(owned)), peer_(peer), endpoint_(e),

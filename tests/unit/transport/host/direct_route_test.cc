@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -77,7 +78,8 @@ class DirectRouteTest : public CoreTest {
 
   // The initiator: commands in, one answer byte out. 'r' v: a WRITE of byte v through the route
   // only ('N' if it did not take it, else the reply code); 'u' v: the usual way (HostTarget::Find,
-  // Responder::Execute), the route learning from a kAck; 'k' rkey, address (12 bytes): where to
+  // Responder::Execute), the route learning from a kAck; 'h' v: 'Y' if the route holds the QP for
+  // a SEND (HeldTarget), else 'N'; 'k' rkey, address (12 bytes): where to
   // write from now on.
   void StartInitiator() {
     int in[2], out[2];
@@ -107,6 +109,11 @@ class DirectRouteTest : public CoreTest {
         uint8_t answer = 'N';
         if (cmd == 'r') {
           if (route.Carry(r, &reply)) answer = static_cast<uint8_t>(reply.code);
+        } else if (cmd == 'h') {  // the kept QP held for a SEND: 'Y' if it is, as learned
+          transport::Request send = r;
+          send.opcode = WrOpcode::kSend;
+          std::optional<transport::HostTarget> held = route.HeldTarget(send);
+          if (held) answer = held->endpoint().qp_num == qpn ? 'Y' : 'X';
         } else {
           auto target = transport::HostTarget::Find(*local.value(), qpn, &hint);
           answer = static_cast<uint8_t>(target.ok() ? transport::Responder::Execute(*target, r).code
@@ -153,11 +160,13 @@ TEST_F(DirectRouteTest, AnAcknowledgedWriteTeachesTheRouteAndTheNextGoesThroughI
   ASSERT_NE(view.access & transport::kSharedBacking, 0u) << "the memfd must be a shared backing";
   StartInitiator();
   EXPECT_EQ(Ask('r', 0x11), 'N') << "nothing learned yet";
+  EXPECT_EQ(Ask('h', 0), 'N');
   EXPECT_EQ(mem_[7], 0);
   EXPECT_EQ(Ask('u', 0x22), kAck);
   EXPECT_EQ(mem_[7], 0x22);
   EXPECT_EQ(Ask('r', 0x33), kAck);
   EXPECT_EQ(mem_[7], 0x33);
+  EXPECT_EQ(Ask('h', 0), 'Y') << "a SEND to the kept QP skips the lookup";
 }
 
 TEST_F(DirectRouteTest, AReregisteredKeyOrADestroyedQpIsNotReachedThroughTheRoute) {
@@ -189,7 +198,9 @@ TEST_F(DirectRouteTest, AReregisteredKeyOrADestroyedQpIsNotReachedThroughTheRout
   UseKey(mr_->rkey(), kRouteIova + 7);
   ASSERT_EQ(Ask('u', 0x07), kAck);
   ASSERT_EQ(Ask('r', 0x08), kAck);
+  ASSERT_EQ(Ask('h', 0), 'Y');
   qp_.reset();
+  EXPECT_EQ(Ask('h', 0), 'N') << "a destroyed QP held for a SEND";
   EXPECT_EQ(Ask('r', 0x09), 'N');
   EXPECT_EQ(Ask('u', 0x09), static_cast<int>(ReplyCode::kNoAnswer));
   EXPECT_EQ(mem_[7], 0x08);
