@@ -21,9 +21,12 @@ bool ComputeLayoutLengths(LayoutHeader& h, const LayoutEntry* entries) {
   return true;
 }
 
+const std::vector<PinnedPieces::SigLanding> PinnedPieces::kNoLandings;
+
 uint8_t* PinnedPieces::Hold(size_t n) {
-  held_.push_back(std::unique_ptr<uint8_t[]>(new (std::nothrow) uint8_t[n]));
-  return held_.back().get();
+  std::vector<std::unique_ptr<uint8_t[]>>& held = Rare().held;
+  held.push_back(std::unique_ptr<uint8_t[]>(new (std::nothrow) uint8_t[n]));
+  return held.back().get();
 }
 
 const KeyPin* PinnedPieces::Find(uint32_t key) const {
@@ -35,9 +38,7 @@ const KeyPin* PinnedPieces::Find(uint32_t key) const {
 void PinnedPieces::Clear() {
   pieces_.clear();
   pins_.clear();
-  held_.clear();
-  landings_.clear();
-  imported_.clear();
+  rare_.reset();
 }
 
 bool ResolveHeldKey(fabric::HostRegistry& registry, const HeldKey& held, uint32_t key, uint64_t addr,

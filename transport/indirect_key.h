@@ -118,21 +118,34 @@ class PinnedPieces {
     uint64_t length;
     uint8_t* bytes;
   };
-  void AddSigLanding(const SigLanding& l) { landings_.push_back(l); }
-  const std::vector<SigLanding>& sig_landings() const { return landings_; }
+  void AddSigLanding(const SigLanding& l) { Rare().landings.push_back(l); }
+  const std::vector<SigLanding>& sig_landings() const { return rare_ ? rare_->landings : kNoLandings; }
   // The same for [addr, +length) of an lkey imported from another process (imported_key.h):
   // the bytes are written there once the READ or atomic is answered.
-  void AddImportedLanding(const SigLanding& l) { imported_.push_back(l); }
-  const std::vector<SigLanding>& imported_landings() const { return imported_; }
+  void AddImportedLanding(const SigLanding& l) { Rare().imported.push_back(l); }
+  const std::vector<SigLanding>& imported_landings() const { return rare_ ? rare_->imported : kNoLandings; }
+  // Neither kind of landing (nearly every access): one load.
+  bool no_landings() const { return rare_ == nullptr || (rare_->landings.empty() && rare_->imported.empty()); }
 
  private:
+  // What signature and imported keys need, made on their first use: the list of an ordinary
+  // access is then two inline vectors and a null pointer to make and drop.
+  struct RareParts {
+    std::vector<std::unique_ptr<uint8_t[]>> held;
+    std::vector<SigLanding> landings;
+    std::vector<SigLanding> imported;
+  };
+  static const std::vector<SigLanding> kNoLandings;
+  RareParts& Rare() {
+    if (!rare_) rare_ = std::make_unique<RareParts>();
+    return *rare_;
+  }
+
   // Made and dropped per work request: most have one or two SGEs, so the first few live here
   // (constructing and destroying kMaxSge of each cost more than an 8-byte message's copy).
   InlinedVector<iovec, 4> pieces_;
   InlinedVector<KeyPin, 4> pins_;
-  std::vector<std::unique_ptr<uint8_t[]>> held_;
-  std::vector<SigLanding> landings_;
-  std::vector<SigLanding> imported_;
+  std::unique_ptr<RareParts> rare_;
 };
 
 // What an access through a key must satisfy (IBA 10.6.3): the key belongs to `owner_slot`'s

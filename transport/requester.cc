@@ -755,7 +755,8 @@ Verdict Requester::Execute(const SendWr& wr, WrProgress& p, uint32_t budget) {
     return {Verdict::kInFlight};
   }
   if (p.in_flight) return {Verdict::kRetry, p.due};  // a part not sent: the ACK timeout decides
-  if (reply.code == ReplyCode::kAck && !pieces.sig_landings().empty() && !LandSignatures(pieces))
+  const bool landings = !pieces.no_landings();
+  if (reply.code == ReplyCode::kAck && landings && !pieces.sig_landings().empty() && !LandSignatures(pieces))
     return completer_.Fail(wr, wc_status::kLocProtErr);
   if (reply.code == ReplyCode::kAck && IsAtomic(wr.opcode)) {
     // The original value (AtomicAckETH); its 8 bytes may span pieces of an indirect local key.
@@ -764,7 +765,7 @@ Verdict Requester::Execute(const SendWr& wr, WrProgress& p, uint32_t budget) {
       memcpy(pieces.data()[i].iov_base, from, pieces.data()[i].iov_len);
   }
   // A local SGE through an imported lkey: the response or original value is the exporter's now.
-  if (reply.code == ReplyCode::kAck && !pieces.imported_landings().empty() && !LandImported(pieces))
+  if (reply.code == ReplyCode::kAck && landings && !pieces.imported_landings().empty() && !LandImported(pieces))
     return completer_.Fail(wr, wc_status::kLocProtErr);
   const Verdict verdict = completer_.OnReply(wr, p.retry, reply, total);
   if (reply.fin && reply.code == ReplyCode::kAck) CarryFin(reply);
