@@ -599,8 +599,9 @@ uint32_t Requester::GatherLocal(const SendWr& wr, PinnedPieces& pieces, uint64_t
     const Sge& s = wr.sge[i];
     if (s.length == 0) continue;
     *total += s.length;
-    // The lkey of the last SGE, kept resolved: most work requests name the one before's.
-    if (ResolveHeldKey(registry, local_key_, s.lkey, s.addr, s.length, rule, &pieces)) continue;
+    // The lkeys of the last SGEs, kept resolved: most work requests name one of them.
+    const HeldKey& held = local_keys_[local_keys_[0].key() == s.lkey ? 0 : 1];
+    if (ResolveHeldKey(registry, held, s.lkey, s.addr, s.length, rule, &pieces)) continue;
     if (ResolveKey(registry, s.lkey, s.addr, s.length, s.length, rule,
                    [this](fabric::SharedRef ref) { return local_.At(ref); }, &pieces)) {
       KeepLocalKey(s.lkey);
@@ -619,9 +620,15 @@ uint32_t Requester::GatherLocal(const SendWr& wr, PinnedPieces& pieces, uint64_t
 
 void Requester::KeepLocalKey(uint32_t lkey) {
   // Read again only when it changed: a key that is not plain is not asked about twice in a row.
-  if ((local_key_.key() == lkey && local_key_.Current()) || lkey == not_plain_lkey_) return;
-  LearnPlainKey(local_.registry(), lkey, &local_key_);
-  not_plain_lkey_ = local_key_.key() == lkey ? 0 : lkey;
+  if (lkey == not_plain_lkey_) return;
+  HeldKey* slot = local_keys_[0].key() == lkey ? &local_keys_[0] : local_keys_[1].key() == lkey ? &local_keys_[1] : nullptr;
+  if (slot != nullptr && slot->Current()) return;
+  if (slot == nullptr) {  // a new key takes the place of the older one
+    slot = &local_keys_[next_local_key_];
+    next_local_key_ ^= 1;
+  }
+  LearnPlainKey(local_.registry(), lkey, slot);
+  not_plain_lkey_ = slot->key() == lkey ? 0 : lkey;
 }
 
 ImportedAccess Requester::ImportedAccessOf(uint32_t lkey, uint64_t addr, bool writes) const {

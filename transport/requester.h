@@ -204,7 +204,10 @@ class Requester final : private ReplySink {
 
   fabric::LocalProcess& local_;
   RequesterHost& host_;
-  HeldKey local_key_;  // the lkey of the last SGE resolved, kept (indirect_key.h, ResolveHeldKey)
+  // The lkeys of the last SGEs resolved, kept (indirect_key.h, ResolveHeldKey): two, so that a
+  // program alternating between two MRs does not read each again per work request.
+  HeldKey local_keys_[2];
+  uint32_t next_local_key_ = 0;  // the one the next key learned replaces
   uint32_t not_plain_lkey_ = 0;  // the last lkey found not to be a plain key (not kept)
   Completer completer_;
   Links links_;

@@ -146,9 +146,7 @@ void DirectRoute::Learn(const Request& r, const PeerHint& hint) {
 }
 
 bool DirectRoute::LearnTarget(uint32_t qpn, const PeerHint& hint) {
-  target_ = Target();
-  for (Remote& k : keys_) k = Remote();  // a key is kept for the QP it reached
-  refused_.Forget();
+  // (what is kept stays until another QP is found: each use checks it anyway)
   fabric::HostRegistry& registry = local_.registry();
   // (HostTarget::Find's bounds: a number beyond the table's extent was never a QP)
   if (qpn < 0x100 || qpn - 0x100 >= registry.qps().extent()) return false;
@@ -177,6 +175,8 @@ bool DirectRoute::LearnTarget(uint32_t qpn, const PeerHint& hint) {
   if (!at.ok()) return false;
   t.endpoint = static_cast<QpEndpoint*>(at.value());
   target_ = std::move(t);
+  for (Remote& k : keys_) k = Remote();  // a key is kept for the QP it reached
+  refused_.Forget();
   return true;
 }
 
