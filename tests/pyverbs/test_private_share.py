@@ -158,13 +158,14 @@ class PrivateShareTest(base.DataTestCase):
         self.assertEqual(perms(x)[3], 'p')
 
     def test_atomic_counters_exact_across_mapped_and_process_vm_initiators(self):
-        """Two children reach the counter through the memfd (CPU atomics), two with
+        """Two children reach the counter through the memfd (CPU atomics: one through the route
+        its link keeps across work requests, one with SOFTVERBS_ROUTE=0 resolving each), two with
         SOFTVERBS_PEER_MAP=0 through process_vm_readv/writev, and this process through its own
         QPs: every FETCH_AND_ADD sees a distinct value and the sum is exact; then the same
         with CMP_AND_SWP increments."""
         target = Buffer(self.pd, 64)
         self.assertEqual(perms(target.addr)[3], 's')
-        children = [self.agent(), self.agent(), self.agent(SOFTVERBS_PEER_MAP='0'),
+        children = [self.agent(), self.agent(SOFTVERBS_ROUTE='0'), self.agent(SOFTVERBS_PEER_MAP='0'),
                     self.agent(SOFTVERBS_PEER_MAP='0')]
         links = [self.link(c) for c in children]
         n, local_n = 600, 200

@@ -1,6 +1,7 @@
 #include "transport/host/direct_route.h"
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 
 #include "base/log.h"
@@ -25,6 +26,15 @@ bool OneSided(const Request& r) {
     default:
       return false;
   }
+}
+
+// SOFTVERBS_ROUTE=0: nothing is kept (a comparison switch: docs/device.md).
+bool RouteEnabled() {
+  static const bool enabled = [] {
+    const char* v = getenv("SOFTVERBS_ROUTE");
+    return v == nullptr || strcmp(v, "0") != 0;
+  }();
+  return enabled;
 }
 
 }  // namespace
@@ -125,7 +135,7 @@ void DirectRoute::Faulted(const Request& r, Remote* key) {
 
 void DirectRoute::Learn(const Request& r, const PeerHint& hint) {
   // (XRC and UD targets differ per request, a DCI's too: never kept; own_qpn_: a QP of this process)
-  if (r.xrc || r.from_dci || r.qp_type == qp_type::kUd || r.dest_qp == own_qpn_) return;
+  if (r.xrc || r.from_dci || r.qp_type == qp_type::kUd || r.dest_qp == own_qpn_ || !RouteEnabled()) return;
   if ((target_.endpoint == nullptr || target_.qpn != r.dest_qp) && !LearnTarget(r.dest_qp, hint)) return;
   if (!OneSided(r) || !PeerMapEnabled()) return;
   if (refused_.key() == r.rkey && refused_.Current()) return;  // (a plain re-read: a memo only)
