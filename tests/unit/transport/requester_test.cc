@@ -160,7 +160,11 @@ TEST_F(RequesterTest, EachPostRuleRefusesWithEinvalAndItsBoundsPass) {
   EXPECT_EQ(code(kUc, inlined(WrOpcode::kRdmaWriteWithImm, 64)), 0);
   EXPECT_EQ(code(kRc, inlined(WrOpcode::kRdmaRead, 4096)), 0);  // inline ignored on a READ
   EXPECT_EQ(code(kRc, Wr(WrOpcode::kAtomicCmpSwp)), 0);
-  EXPECT_EQ(code(kUd, Wr(WrOpcode::kSendWithImm)), 0);
+  SendWr datagram = Wr(WrOpcode::kSendWithImm);
+  datagram.ud = {};
+  datagram.ud.on_host = true;
+  datagram.ud.remote_qpn = 0x300;
+  EXPECT_EQ(code(kUd, datagram), 0);
   EXPECT_EQ(host_.seen.size(), 6u);
   EXPECT_EQ(qp_.completions.size(), 6u);
 }
