@@ -171,13 +171,15 @@ Status Requester::Post(const SendWr& wr, uint32_t qp_state) {
     completer_.Flush(wr);
     return Status::Ok();
   }
-  if (queue_.size() >= config_.max_send_wr)
+  // (An empty queue is the common case: deque::size() is a few multiplies, empty() one compare.)
+  const size_t queued = queue_.empty() ? 0 : queue_.size();
+  if (queued >= config_.max_send_wr)
     return Status(ENOMEM, "the send queue is full (" + std::to_string(config_.max_send_wr) + " WRs waiting)");
   Pending p;
   p.retry = completer_.Budget();
   // Nothing waits before it: executed here and now, without entering the queue (and without
   // copying the WR: it is copied only if it has to wait).
-  if (qp_state == kRts && queue_.empty() && !sig_stopped_ && (!pacer_.limited() || Paced(wr))) {
+  if (qp_state == kRts && queued == 0 && !sig_stopped_ && (!pacer_.limited() || Paced(wr))) {
     const Verdict v = Execute(wr, p, kMaxInFlightPsns);  // (an empty queue: the whole window)
     if (v.kind == Verdict::kFailed) stopped_ = true;
     if (v.kind == Verdict::kCompleted || v.kind == Verdict::kFailed || v.kind == Verdict::kStreamFailed) {
