@@ -172,12 +172,6 @@ Status Cq::Resize(int cqe) {
   return Status::Ok();
 }
 
-bool Cq::Push(const Completion& c) {
-  PushOutcome out = CqRingPush(ring(), c, [this](fabric::SharedRef ref) { return local_->At(ref); });
-  if (out.notify_fd >= 0) EventFd::SignalFd(out.notify_fd);
-  return out.stored;
-}
-
 void Cq::AttachQp(Qp* qp) {
   std::lock_guard lock(qps_mu_);
   qps_.push_back(qp);
@@ -189,38 +183,28 @@ void Cq::DetachQp(Qp* qp) {
 }
 
 int Cq::Poll(Completion* out, int max, transport::TmInfo* tm) {
+  return PollWith(max, [&, i = 0](const Completion& c, const CqEntry& entry) mutable {
+    out[i] = c;
+    if (tm != nullptr) tm[i] = (c.wc_flags & transport::wc_flag::kTmMatch) ? entry.tm : transport::TmInfo{};
+    ++i;
+  });
+}
+
+void Cq::ApplyAttention() {
   CqRing& r = ring();
-  if (r.attention.load(std::memory_order_relaxed) != 0 && r.attention.exchange(0) != 0) {
-    // A QP of this CQ failed (its requester in the background, or a peer as responder): move it
-    // to ERR now so its flush completions are here for this poll.
-    ReportOverrun();
-    std::lock_guard lock(qps_mu_);
-    for (Qp* qp : qps_) qp->ApplyPendingError();
-  }
-  // Lock-free for the owner: an empty CQ costs two loads (see transport/cq_ring.h), and one
-  // more in a process that receives RoCEv2: then the caller, spinning on its CQ, takes what its
-  // sockets hold (busy polling, docs/wire.md) instead of waiting for the receive thread.
-  uint64_t tail = r.tail.load(std::memory_order_acquire);
-  if (tail == r.head.load(std::memory_order_relaxed)) {
-    transport::WireFabric* wire = transport::WireFabric::Receiving();
-    if (wire == nullptr || !wire->PollOnce()) return 0;
-    tail = r.tail.load(std::memory_order_acquire);
-    if (tail == r.head.load(std::memory_order_relaxed)) return 0;
-  }
-  if (max <= 0) return 0;
-  std::lock_guard poll(poll_mu_);
-  const uint64_t head = r.head.load(std::memory_order_relaxed);
-  const uint64_t avail = r.tail.load(std::memory_order_acquire) - head;
-  auto* e = static_cast<CqEntry*>(local_->At(r.entries));
-  int n = 0;
-  for (; n < max && static_cast<uint64_t>(n) < avail; ++n) {
-    const CqEntry& entry = e[(head + static_cast<uint64_t>(n)) % r.capacity];
-    out[n] = entry.c;
-    if (entry.landing_length != 0) ScatterLanding(entry, &out[n]);
-    if (tm != nullptr) tm[n] = (out[n].wc_flags & transport::wc_flag::kTmMatch) ? entry.tm : transport::TmInfo{};
-  }
-  r.head.store(head + static_cast<uint64_t>(n), std::memory_order_release);
-  return n;
+  if (r.attention.exchange(0) == 0) return;
+  ReportOverrun();
+  std::lock_guard lock(qps_mu_);
+  for (Qp* qp : qps_) qp->ApplyPendingError();
+}
+
+bool Cq::BusyPollWire() {
+  // The caller, spinning on its CQ, takes what its sockets hold (busy polling, docs/wire.md)
+  // instead of waiting for the receive thread.
+  transport::WireFabric* wire = transport::WireFabric::Receiving();
+  if (wire == nullptr || !wire->PollOnce()) return false;
+  CqRing& r = ring();
+  return r.tail.load(std::memory_order_acquire) != r.head.load(std::memory_order_relaxed);
 }
 
 void Cq::ScatterLanding(const CqEntry& entry, Completion* c) {

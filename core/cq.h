@@ -88,11 +88,21 @@ class Cq {
   // Marks that an attached QP has an error to apply.
   void NeedAttention() { ring().attention.store(1, std::memory_order_release); }
 
-  // Adds a completion produced by this process; false if the CQ is full (an overrun).
-  bool Push(const Completion& c);
+  // Adds a completion produced by this process; false if the CQ is full (an overrun). Inline:
+  // every signaled work request makes one.
+  bool Push(const Completion& c) {
+    transport::PushOutcome out = transport::CqRingPush(ring(), c, [this](fabric::SharedRef ref) { return local_->At(ref); });
+    if (out.notify_fd >= 0) EventFd::SignalFd(out.notify_fd);
+    return out.stored;
+  }
   // Moves up to `max` completions into `out`; returns how many. `tm`, if given, receives each
   // one's tag matching info (zeros unless IBV_WC_TM_MATCH, as mlx5 reports).
   int Poll(Completion* out, int max, transport::TmInfo* tm = nullptr);
+  // Poll, handing each completion to `take(const Completion&, const transport::CqEntry&)` in
+  // place of a copy (ibv_poll_cq converts straight from the ring into the caller's ibv_wc).
+  // `take` runs under the poll lock: it must not poll this CQ.
+  template <typename Take>
+  int PollWith(int max, Take&& take);
   // Drops the completions of QP `qp_num` (the QP moved to RESET: ibv_modify_qp, IBA 10.3.1; or
   // was destroyed); returns how many it held.
   uint32_t RemoveEntriesOf(uint32_t qp_num);
@@ -128,6 +138,10 @@ class Cq {
   Completion* entries() const { return static_cast<Completion*>(local_->At(ring().entries)); }
   // Completions held (ring locked by the caller).
   static uint32_t HeldLocked(const CqRing& r);
+  // A poll's work that is not taking entries: a QP's pending error (attention), and the wire's
+  // busy poll when the ring is empty; whether the ring holds something now.
+  void ApplyAttention();
+  bool BusyPollWire();
   // Writes a landed message into the receive buffers named in `entry` (the owner's poll).
   void ScatterLanding(const transport::CqEntry& entry, Completion* c);
   // Marks QP `qp_num` (completing here) for ERR: a receive it was given could not be placed.
@@ -153,5 +167,35 @@ class Cq {
   void* user_handle_ = nullptr;
   CqModerationTimer* timer_ = nullptr;  // set once a period was asked for
 };
+
+template <typename Take>
+int Cq::PollWith(int max, Take&& take) {
+  CqRing& r = ring();
+  // A QP of this CQ failed (its requester in the background, or a peer as responder): moved to
+  // ERR now so its flush completions are here for this poll.
+  if (r.attention.load(std::memory_order_relaxed) != 0) [[unlikely]] ApplyAttention();
+  // Lock-free for the owner: an empty CQ costs two loads (see transport/cq_ring.h), and the
+  // wire's busy poll in a process that receives RoCEv2.
+  if (r.tail.load(std::memory_order_acquire) == r.head.load(std::memory_order_relaxed) && !BusyPollWire()) return 0;
+  if (max <= 0) return 0;
+  std::lock_guard poll(poll_mu_);
+  const uint64_t head = r.head.load(std::memory_order_relaxed);
+  const uint64_t avail = r.tail.load(std::memory_order_acquire) - head;
+  const auto* e = static_cast<const transport::CqEntry*>(local_->At(r.entries));
+  const uint32_t capacity = r.capacity;
+  int n = 0;
+  for (; n < max && static_cast<uint64_t>(n) < avail; ++n) {
+    const transport::CqEntry& entry = e[(head + static_cast<uint64_t>(n)) % capacity];
+    if (entry.landing_length == 0) {
+      take(entry.c, entry);
+    } else {
+      Completion c = entry.c;  // its status changes if the landing cannot be placed
+      ScatterLanding(entry, &c);
+      take(c, entry);
+    }
+  }
+  r.head.store(head + static_cast<uint64_t>(n), std::memory_order_release);
+  return n;
+}
 
 }  // namespace softverbs::core

@@ -223,7 +223,7 @@ Result<std::unique_ptr<Qp>> Qp::Create(Context& context, QpInitAttributes& attr)
 Qp::Qp(Context& context, const QpInitAttributes& init, uint32_t slot, std::unique_ptr<RecvQueue> rq,
        fabric::SharedRef endpoint)
     : context_(context), init_(init), slot_(slot), qpn_(QpnOfSlot(slot)), rq_(std::move(rq)),
-      endpoint_ref_(endpoint) {
+      endpoint_ref_(endpoint), endpoint_(static_cast<QpEndpoint*>(context.local().At(endpoint))) {
   attr_.cap = init.cap;
   host_link_ = std::make_unique<transport::HostLink>(context.local());
   // SOFTVERBS_PCAP: the same host's messages are recorded as the packets the wire would carry
@@ -325,7 +325,7 @@ Qp::~Qp() {
   context_.local().Free(endpoint_ref_, sizeof(QpEndpoint));
 }
 
-QpEndpoint& Qp::endpoint() const { return *static_cast<QpEndpoint*>(context_.local().At(endpoint_ref_)); }
+QpEndpoint& Qp::endpoint() const { return *endpoint_; }
 
 void Qp::PublishEndpoint() {
   QpEndpoint& e = endpoint();

@@ -125,13 +125,21 @@ class Qp : private transport::RequesterHost, private transport::RendezvousIssuer
   // QP must be in SQD. How many.
   Result<uint32_t> CancelPostedSends(uint64_t wr_id);
   // The end of one ibv_post_send list: a raw QP sends the frames it built in one batch.
-  void FlushPosted();
+  void FlushPosted() {
+    if (raw_) FlushRaw();
+  }
   // ibv_post_recv of one WR (QPs without an SRQ).
   Status PostRecv(uint64_t wr_id, const transport::RecvSge* sge, uint32_t num_sge);
 
   // Applies an error the requester or a remote initiator flagged since the last verb: ERR and
-  // the flushes (called by the QP's verbs and when one of its CQs is polled).
-  void ApplyPendingError();
+  // the flushes (called by the QP's verbs and when one of its CQs is polled). Nothing is
+  // pending nearly always: then it is a few loads, inline (every post makes this check).
+  void ApplyPendingError() {
+    if (sig_drained_.load(std::memory_order_relaxed) || requester_error_.load(std::memory_order_relaxed) ||
+        send_queue_error_.load(std::memory_order_relaxed) || init_.type == QpType::kXrcRecv ||
+        endpoint_->remote_error.load(std::memory_order_relaxed) != 0)
+      ApplyPendingErrorNow();
+  }
 
   // ibv_attach_mcast(3) / ibv_detach_mcast(3): UD QPs only; ibv_destroy_qp refuses while any
   // attachment remains.
@@ -144,6 +152,9 @@ class Qp : private transport::RequesterHost, private transport::RendezvousIssuer
 
  private:
   friend class RawQp;
+  // ApplyPendingError once something may be pending (the loads again, in order).
+  void ApplyPendingErrorNow();
+  void FlushRaw();
   // The state as last published, without applying pending errors (the raw receive thread).
   QpState state_now() const { return static_cast<QpState>(state_.load(std::memory_order_acquire)); }
   // A receive completion of this QP's own (raw frames).
@@ -185,6 +196,7 @@ class Qp : private transport::RequesterHost, private transport::RendezvousIssuer
   const uint32_t qpn_;
   std::unique_ptr<RecvQueue> rq_;  // null with an SRQ
   fabric::SharedRef endpoint_ref_;
+  QpEndpoint* const endpoint_;  // endpoint_ref_ in this process (an arena block never moves)
   mutable std::mutex mu_;
   QpAttributes attr_;
   std::atomic<uint32_t> state_{static_cast<uint32_t>(QpState::kReset)};  // attr_.qp_state, lock-free

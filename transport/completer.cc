@@ -40,7 +40,8 @@ Completer::Clock::duration AckTimeout(uint8_t timeout) {
 
 Completer::Clock::duration RnrDelay(uint8_t code) { return std::chrono::microseconds(kRnrDelayUs[code & 31]); }
 
-Completer::Verdict Completer::OnReply(const SendWr& wr, RetryState& retry, const Reply& reply, uint64_t byte_len) {
+Completer::Verdict Completer::OnOtherReply(const SendWr& wr, RetryState& retry, const Reply& reply,
+                                           uint64_t byte_len) {
   ReplyCode code = reply.code;
   // UC and UD have no acknowledgements (IBA 9.8.3, 9.6.3): whatever the responder found, the
   // requester only knows it sent the message.
@@ -106,12 +107,12 @@ Completer::Verdict Completer::Migrate(RetryState& retry) {
   return v;
 }
 
-void Completer::Finish(const SendWr& wr, uint32_t status, uint64_t byte_len) {
+void Completer::Complete(const SendWr& wr, uint32_t status, uint64_t byte_len) {
   if (wr.internal) {  // the QP's own work (transport/rendezvous.h): not the application's completion
     if (std::optional<SendWr> next = wr.internal->Finished(status)) follow_ups_.push_back(std::move(*next));
     return;
   }
-  if (status == wc_status::kSuccess && !(wr.flags & send_flag::kSignaled) && !config_.sq_sig_all) return;
+  // (An unsignaled success never gets here: Finish returned.)
   Completion c;
   c.wr_id = wr.wr_id;
   c.status = status;

@@ -87,8 +87,13 @@ class Completer {
 
   // A fresh budget for a work request about to be attempted the first time.
   RetryState Budget() const { return RetryState{config_.rnr_retry, 0, false}; }
-  // The reply to an attempt of `wr`; `byte_len` is what a successful completion reports.
-  Verdict OnReply(const SendWr& wr, RetryState& retry, const Reply& reply, uint64_t byte_len);
+  // The reply to an attempt of `wr`; `byte_len` is what a successful completion reports. An
+  // ACK (nearly every reply) completes it here, inline.
+  Verdict OnReply(const SendWr& wr, RetryState& retry, const Reply& reply, uint64_t byte_len) {
+    if (reply.code != ReplyCode::kAck) return OnOtherReply(wr, retry, reply, byte_len);
+    Finish(wr, wc_status::kSuccess, byte_len);
+    return {};
+  }
   // `wr` is due again after a local ACK timeout: kFailed (IBV_WC_RETRY_EXC_ERR) when it was the
   // last the retry count allows, otherwise kRetry now (IBA 9.7.6.1.3). With an armed alternate
   // path, the last one migrates instead (IBA 17.2.8): kRetry now with `migrated`, a fresh retry
@@ -97,8 +102,13 @@ class Completer {
   // Automatic path migrations so far (a QP's config says how many it has seen).
   uint32_t migrations() const { return migrations_; }
 
-  // Completes `wr` (unsignaled successes produce nothing: ibv_post_send(3), sq_sig_all).
-  void Finish(const SendWr& wr, uint32_t status, uint64_t byte_len);
+  // Completes `wr` (unsignaled successes produce nothing: ibv_post_send(3), sq_sig_all; that
+  // test is inline, no completion is built for them).
+  void Finish(const SendWr& wr, uint32_t status, uint64_t byte_len) {
+    if (status == wc_status::kSuccess && !(wr.flags & send_flag::kSignaled) && !config_.sq_sig_all && !wr.internal)
+      return;
+    Complete(wr, status, byte_len);
+  }
   // Completes `wr` in error and takes the QP out of RTS (IBA 10.8.3): kFailed. On a DCI with
   // streams, only the WR's stream enters error (kStreamFailed) until 2^log_num_errored have.
   Verdict Fail(const SendWr& wr, uint32_t status);
@@ -116,6 +126,10 @@ class Completer {
   bool HasFollowUps() const { return !follow_ups_.empty(); }
 
  private:
+  // OnReply of anything but an ACK (and of a UC or UD reply, which completes as one).
+  Verdict OnOtherReply(const SendWr& wr, RetryState& retry, const Reply& reply, uint64_t byte_len);
+  // Finish of a work request that produces something: its completion, or its internal work's.
+  void Complete(const SendWr& wr, uint32_t status, uint64_t byte_len);
   // The primary path failed with the alternate armed (IBA 17.2.8).
   Verdict Migrate(RetryState& retry);
 

@@ -42,6 +42,28 @@ uint64_t RequesterPayloadOf(const SendWr& wr) {
   return total;
 }
 
+// Whether `wr` passes Check at once (nearly every work request): a SEND, a WRITE off UD, or a
+// READ or atomic on RC with max_rd_atomic, in RTS or later, within max_send_sge and, inline,
+// within max_inline_data. Anything else is decided by Check, which says why it refuses.
+bool PlainlyValid(const SendWr& wr, uint32_t qp_state, const RequesterConfig& c) {
+  if (qp_state < kRts || wr.num_sge > c.max_send_sge) return false;
+  const uint32_t type = c.completer.type;
+  switch (wr.opcode) {
+    case WrOpcode::kSend:
+    case WrOpcode::kSendWithImm:
+      return !(wr.flags & send_flag::kInline) || wr.inline_length <= c.max_inline;
+    case WrOpcode::kRdmaWrite:
+    case WrOpcode::kRdmaWriteWithImm:
+      return type != kUd && (!(wr.flags & send_flag::kInline) || wr.inline_length <= c.max_inline);
+    case WrOpcode::kRdmaRead:
+    case WrOpcode::kAtomicCmpSwp:
+    case WrOpcode::kAtomicFetchAdd:
+      return type == kRc && c.max_rd_atomic != 0;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
 Requester::Requester(fabric::LocalProcess& local, RequesterHost& host, Links links)
@@ -142,25 +164,27 @@ Status Requester::Check(const SendWr& wr, uint32_t qp_state) const {
 
 Status Requester::Post(const SendWr& wr, uint32_t qp_state) {
   std::lock_guard lock(mu_);
-  SV_RETURN_IF_ERROR(Check(wr, qp_state));
+  if (!PlainlyValid(wr, qp_state, config_)) SV_RETURN_IF_ERROR(Check(wr, qp_state));
   if (stopped_ || qp_state == kErr || completer_.StreamStopped(wr)) {
     // IBA 10.8.3.1: a WR posted to a QP in ERR completes with a flush error; so does one of a
     // DCI stream in error until it is reset (mlx5dv_dci_stream_id_reset(3)).
     completer_.Flush(wr);
     return Status::Ok();
   }
-  if (queue_.size() >= config_.max_send_wr)
+  // (An empty queue is the common case: deque::size() is a few multiplies, empty() one compare.)
+  const size_t queued = queue_.empty() ? 0 : queue_.size();
+  if (queued >= config_.max_send_wr)
     return Status(ENOMEM, "the send queue is full (" + std::to_string(config_.max_send_wr) + " WRs waiting)");
   WrProgress p;
   p.retry = completer_.Budget();
   // Nothing waits before it: executed here and now, without entering the queue (and without
   // copying the WR: it is copied only if it has to wait).
-  if (qp_state == kRts && queue_.empty() && !sig_stopped_ && Paced(wr)) {
+  if (qp_state == kRts && queued == 0 && !sig_stopped_ && (!pacer_.limited() || Paced(wr))) {
     const Verdict v = Execute(wr, p, kMaxInFlightPsns);  // (an empty queue: the whole window)
     if (v.kind == Verdict::kFailed) stopped_ = true;
     if (v.kind == Verdict::kCompleted || v.kind == Verdict::kFailed || v.kind == Verdict::kStreamFailed) {
       if (sig_stopped_) ReportSigStop();
-      if (QueueFollowUps()) RunQueue();
+      if (completer_.HasFollowUps() && QueueFollowUps()) RunQueue();
       return Status::Ok();
     }
     // In flight, or RNR / no answer: it waits in the queue like the rest.

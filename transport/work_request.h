@@ -136,6 +136,11 @@ struct BindRequest {
 // One send work request (ibv_send_wr). Local data is either the SGE list (checked against the
 // poster's keys) or inline bytes copied at post time (IBV_SEND_INLINE: the buffer may be reused as
 // soon as ibv_post_send returns).
+//
+// Every post constructs one (and the requester another, inside its queue entry): the fields
+// with defaults come first, next to each other, so that constructing one is a few wide stores;
+// the SGE array and the UD destination, which are read only up to num_sge and on UD QPs, are
+// left for the poster to fill.
 struct SendWr {
   uint64_t wr_id = 0;
   WrOpcode opcode = WrOpcode::kSend;
@@ -143,17 +148,13 @@ struct SendWr {
   uint32_t imm_data = 0;  // network order, as the application gave it
   uint32_t invalidate_rkey = 0;  // LOCAL_INV, SEND_WITH_INV: the R_Key to invalidate
   uint32_t num_sge = 0;
-  Sge sge[kMaxSge];
   uint32_t inline_length = 0;  // with kInline: the bytes are in inline_data
   uint8_t* inline_data = nullptr;
   uint64_t remote_addr = 0;
   uint32_t rkey = 0;
+  uint32_t xrc_srqn = 0;  // XRC_SEND: the XRC SRQ at the target (wr.qp_type.xrc.remote_srqn)
   uint64_t compare_add = 0;
   uint64_t swap = 0;
-  UdDestination ud;  // UD only
-  DcDestination dc;  // DCI only
-  BindRequest bind;  // BIND_MW only
-  uint32_t xrc_srqn = 0;  // XRC_SEND: the XRC SRQ at the target (wr.qp_type.xrc.remote_srqn)
   // kTso (raw packet QPs): the packet header, copied at post time, and the segment size.
   const uint8_t* tso_header = nullptr;
   uint16_t tso_header_size = 0;
@@ -164,6 +165,10 @@ struct SendWr {
   // Set on a work request the QP runs for itself (the tag matching rendezvous READ and FIN,
   // transport/rendezvous.h): its completion goes there, never to the send CQ.
   std::shared_ptr<InternalWork> internal;
+  DcDestination dc;  // DCI only
+  BindRequest bind;  // BIND_MW only
+  Sge sge[kMaxSge];  // the first num_sge
+  UdDestination ud;  // UD only
 };
 
 }  // namespace softverbs::transport

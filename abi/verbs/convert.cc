@@ -118,20 +118,4 @@ ibv_qp_attr ToIbv(const core::QpAttributes& q) {
   return a;
 }
 
-void ToIbv(const core::Completion& c, ibv_wc* wc) {
-  wc->wr_id = c.wr_id;
-  wc->status = static_cast<ibv_wc_status>(c.status);
-  wc->opcode = static_cast<ibv_wc_opcode>(c.opcode);
-  wc->vendor_err = c.vendor_err;
-  wc->byte_len = c.byte_len;
-  wc->imm_data = c.imm_data;
-  wc->qp_num = c.qp_num;
-  wc->src_qp = c.src_qp;
-  wc->wc_flags = c.wc_flags;
-  wc->pkey_index = c.pkey_index;
-  wc->slid = c.slid;
-  wc->sl = c.sl;
-  wc->dlid_path_bits = c.dlid_path_bits;
-}
-
 }  // namespace softverbs::abi

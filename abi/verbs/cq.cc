@@ -169,23 +169,12 @@ ibv_cq_ex* CreateCqEx(ibv_context* context, ibv_cq_init_attr_ex* attr) {
 
 int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   // ibv_poll_cq(3): a negative value on failure.
-  if (num_entries < 0) return ReturnNegErrno("ibv_poll_cq", Name(cq), Invalid("num_entries is negative"));
-  // Not constructed: Cq::Poll assigns each completion it returns. Sixteen default-constructed
-  // completions cost more than the rest of a poll, and a consumer spinning on an empty CQ pays
-  // for every poll.
-  union Batch {
-    Batch() {}
-    core::Completion c[16];
-  } batch;
-  int total = 0;
-  while (total < num_entries) {
-    int want = std::min(num_entries - total, 16);
-    int n = ToSv(cq)->core->Poll(batch.c, want);
-    for (int i = 0; i < n; ++i) ToIbv(batch.c[i], &wc[total + i]);
-    total += n;
-    if (n < want) break;
-  }
-  return total;
+  if (num_entries <= 0)
+    return num_entries == 0 ? 0 : ReturnNegErrno("ibv_poll_cq", Name(cq), Invalid("num_entries is negative"));
+  // Each completion converted from its ring entry into the caller's array: no copy between.
+  return ToSv(cq)->core->PollWith(num_entries, [wc](const core::Completion& c, const transport::CqEntry&) mutable {
+    ToIbv(c, wc++);
+  });
 }
 
 int ReqNotifyCq(ibv_cq* cq, int solicited_only) {

@@ -198,6 +198,48 @@ class RcOpcodeTest(base.DataTestCase):
         self.assertEqual([w.wr_id for w in self.b.poll(3)], [0, 1, 2])
         self.assertEqual(self.dst.read(0, 48), b'A' * 16 + b'B' * 16 + b'C' * 16)
 
+    def test_a_list_of_every_rc_opcode(self):
+        # One ibv_post_send list (one work request converted after the other into the same
+        # transport WR): each opcode's own fields arrive -- an atomic's operands, a WRITE's inline
+        # bytes, an immediate -- and none leaks into the next; the unsignaled WRITE completes
+        # without a completion (ibv_post_send(3)).
+        cap = base.default_cap(max_send_wr=16, max_recv_wr=16, max_send_sge=4, max_recv_sge=4,
+                               max_inline_data=64)
+        a, b = base.connected_pair(self.ctx, self.pd, RC, cap=cap)
+        src, dst = self.src, self.dst
+        dst.set_u64(100, 16)
+        dst.set_u64(7, 24)
+        dst.write(b'R' * 32, 64)
+        src.write(b'W' * 8 + b'S' * 16)
+        b.post_recv(dst.sge(128, 16), wr_id=500)
+        imm = socket.htonl(0x0a0b0c0d)
+        wrs = [
+            base.send_wr(e.IBV_WR_ATOMIC_FETCH_AND_ADD, [src.sge(64, 8)], wr_id=1,
+                         atomic=(dst.rkey, dst.addr + 16, 5, 0)),
+            base.send_wr(e.IBV_WR_RDMA_WRITE, [src.sge(0, 8)], wr_id=2, flags=e.IBV_SEND_INLINE,
+                         rdma=(dst.rkey, dst.addr + 32)),
+            base.send_wr(e.IBV_WR_ATOMIC_CMP_AND_SWP, [src.sge(72, 8)], wr_id=3,
+                         atomic=(dst.rkey, dst.addr + 24, 7, 9)),
+            base.send_wr(e.IBV_WR_RDMA_READ, [src.sge(96, 32)], wr_id=4, rdma=(dst.rkey, dst.addr + 64)),
+            base.send_wr(e.IBV_WR_SEND_WITH_IMM, [src.sge(8, 16)], wr_id=5, imm_data=imm),
+        ]
+        for first, then in zip(wrs, wrs[1:]):
+            first.next_wr = then
+        a.post_send(wrs[0])
+        cs = a.poll(4)
+        self.assertEqual([(c.wr_id, c.status, c.opcode, c.byte_len) for c in cs],
+                         [(1, OK, e.IBV_WC_FETCH_ADD, 8), (3, OK, e.IBV_WC_COMP_SWAP, 8),
+                          (4, OK, e.IBV_WC_RDMA_READ, 32), (5, OK, e.IBV_WC_SEND, 16)])
+        [r] = b.poll()
+        self.assertWC(r, wr_id=500, status=OK, opcode=e.IBV_WC_RECV, byte_len=16,
+                      wc_flags=e.IBV_WC_WITH_IMM, imm_data=imm)
+        self.assertEqual((src.u64(64), dst.u64(16)), (100, 105))
+        self.assertEqual((src.u64(72), dst.u64(24)), (7, 9))
+        self.assertEqual(dst.read(32, 8), b'W' * 8)
+        self.assertEqual(src.read(96, 32), b'R' * 32)
+        self.assertEqual(dst.read(128, 16), b'S' * 16)
+        self.assertNoCompletion(a)
+
 
 class TwoContextsTest(base.DataTestCase):
     """Two contexts of softverbs0 in one process, as pyverbs' own tests use them."""

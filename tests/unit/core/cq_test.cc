@@ -44,6 +44,50 @@ TEST_F(CqTest, AChannelOfAnotherContextIsRefused) {
   EXPECT_EQ(own->users().count(), 1);
 }
 
+// ibv_poll_cq converts each completion straight from the ring (PollWith): every field as it was
+// pushed, in order, at most `max`; the rest stay for the next poll; 0 takes nothing.
+TEST_F(CqTest, PollWithHandsEachCompletionInOrderAtMostMax) {
+  auto cq = std::move(Cq::Create(*context_, 4, nullptr, 0).value());
+  for (uint32_t i = 0; i < 3; ++i) {
+    Completion c;
+    c.wr_id = 0x100 + i;
+    c.status = i;
+    c.opcode = transport::wc_opcode::kRecv;
+    c.byte_len = 10 * i;
+    c.imm_data = 0xabcd0000 + i;
+    c.qp_num = 0x345;
+    c.src_qp = 0x678;
+    c.wc_flags = transport::wc_flag::kWithImm;
+    c.pkey_index = 1;
+    c.slid = 2;
+    c.sl = 3;
+    c.dlid_path_bits = 4;
+    ASSERT_TRUE(cq->Push(c));
+  }
+  std::vector<Completion> got;
+  auto take = [&](const Completion& c, const transport::CqEntry&) { got.push_back(c); };
+  EXPECT_EQ(cq->PollWith(0, take), 0);
+  EXPECT_TRUE(got.empty());
+  ASSERT_EQ(cq->PollWith(2, take), 2);
+  ASSERT_EQ(cq->PollWith(16, take), 1);
+  EXPECT_EQ(cq->PollWith(16, take), 0);
+  ASSERT_EQ(got.size(), 3u);
+  for (uint32_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(got[i].wr_id, 0x100u + i);
+    EXPECT_EQ(got[i].status, i);
+    EXPECT_EQ(got[i].opcode, transport::wc_opcode::kRecv);
+    EXPECT_EQ(got[i].byte_len, 10 * i);
+    EXPECT_EQ(got[i].imm_data, 0xabcd0000 + i);
+    EXPECT_EQ(got[i].qp_num, 0x345u);
+    EXPECT_EQ(got[i].src_qp, 0x678u);
+    EXPECT_EQ(got[i].wc_flags, transport::wc_flag::kWithImm);
+    EXPECT_EQ(got[i].pkey_index, 1);
+    EXPECT_EQ(got[i].slid, 2);
+    EXPECT_EQ(got[i].sl, 3);
+    EXPECT_EQ(got[i].dlid_path_bits, 4);
+  }
+}
+
 TEST_F(CqTest, HoldsCompletionsInOrderUpToItsCapacity) {
   auto cq = std::move(Cq::Create(*context_, 3, nullptr, 0).value());
   for (uint64_t i = 0; i < 3; ++i) {

@@ -135,6 +135,25 @@ TEST_F(DataPathTest, SendsFromOneThreadReceivesFromAnotherArriveInOrder) {
   EXPECT_FALSE(failed.load());
 }
 
+// A responder-side error a peer flagged in the QP's endpoint (IBA 11.6.3.1) is applied by the
+// QP's next post, however the post checks for it: ERR, and the work request is flushed.
+TEST_F(DataPathTest, AnErrorFlaggedByAPeerIsAppliedByTheNextPost) {
+  SendWr w = Wr(WrOpcode::kRdmaWrite, 1, 0, 8);
+  w.rkey = mr_->rkey();
+  w.remote_addr = reinterpret_cast<uint64_t>(buf_) + 64;
+  ASSERT_TRUE(a_->PostSend(w).ok());
+  EXPECT_EQ(a_->state(), QpState::kRts);
+  a_->endpoint().remote_error.store(1, std::memory_order_release);
+  w.wr_id = 2;
+  ASSERT_TRUE(a_->PostSend(w).ok());
+  auto got = Drain(*cq_a_, 2);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].status, transport::wc_status::kSuccess);
+  EXPECT_EQ(got[1].wr_id, 2u);
+  EXPECT_EQ(got[1].status, transport::wc_status::kWrFlushErr);
+  EXPECT_EQ(a_->state(), QpState::kErr);
+}
+
 TEST_F(DataPathTest, ErrorFlushesEverythingAfterIt) {
   SendWr bad = Wr(WrOpcode::kRdmaWrite, 1, 0, 8);
   bad.rkey = mr_->rkey() ^ 0xff;  // a key that does not exist

@@ -58,6 +58,35 @@ TEST_F(CompleterTest, AckCompletesSignaledWorkRequestsOnly) {
   EXPECT_EQ(qp_.errors, 0);
 }
 
+TEST_F(CompleterTest, AnUnsignaledWorkRequestCompletesOnlyInErrorOrWithSqSigAll) {
+  // ibv_post_send(3): an unsignaled success produces no completion; its error does, and with
+  // sq_sig_all every work request completes.
+  Configure(kRc, 0, 0);
+  RetryState r = completer_.Budget();
+  EXPECT_EQ(completer_.OnReply(Wr(1, WrOpcode::kRdmaWrite, false), r, Reply::Of(ReplyCode::kAck), 8).kind,
+            Completer::Verdict::kCompleted);
+  EXPECT_TRUE(qp_.completions.empty());
+  EXPECT_EQ(completer_.OnReply(Wr(2, WrOpcode::kRdmaWrite, false), r, Reply::Of(ReplyCode::kRemoteAccess), 8).kind,
+            Completer::Verdict::kFailed);
+  ASSERT_EQ(qp_.completions.size(), 1u);
+  EXPECT_EQ(qp_.completions[0].wr_id, 2u);
+  EXPECT_EQ(qp_.completions[0].status, wc_status::kRemAccessErr);
+  EXPECT_EQ(qp_.completions[0].opcode, wc_opcode::kRdmaWrite);
+  EXPECT_EQ(qp_.completions[0].byte_len, 0u);
+  CompleterConfig all;
+  all.qp_num = 0x124;
+  all.type = kRc;
+  all.sq_sig_all = true;
+  completer_.Configure(all);
+  completer_.OnReply(Wr(3, WrOpcode::kAtomicFetchAdd, false), r, Reply::Of(ReplyCode::kAck), 8);
+  ASSERT_EQ(qp_.completions.size(), 2u);
+  EXPECT_EQ(qp_.completions[1].wr_id, 3u);
+  EXPECT_EQ(qp_.completions[1].status, wc_status::kSuccess);
+  EXPECT_EQ(qp_.completions[1].opcode, wc_opcode::kFetchAdd);
+  EXPECT_EQ(qp_.completions[1].byte_len, 8u);
+  EXPECT_EQ(qp_.completions[1].qp_num, 0x124u);
+}
+
 TEST_F(CompleterTest, UnreliableTransportsOnlyKnowTheyHaveSent) {
   // IBA 9.8.3: UC has no acknowledgements; a NAK or silence is never seen by the requester.
   Configure(kUc, 0, 0);

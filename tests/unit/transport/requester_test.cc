@@ -121,6 +121,54 @@ TEST_F(RequesterTest, InlineIsIgnoredOnReadsAndABadSgeIsALocalProtectionError) {
   EXPECT_EQ(qp_.errors.load(), 1);
 }
 
+// Post decides most work requests by a quick test (PlainlyValid) and the rest by Check: each
+// rule refuses with EINVAL on either side of it, nothing is carried and nothing completes, and
+// the work requests at each bound are accepted.
+TEST_F(RequesterTest, EachPostRuleRefusesWithEinvalAndItsBoundsPass) {
+  using transport::qp_state::kRtr;
+  using transport::qp_type::kUc;
+  auto code = [&](uint32_t type, SendWr w, uint32_t state = kRts, uint8_t max_rd_atomic = 1) {
+    transport::RequesterConfig c = Config(type, true);
+    c.max_rd_atomic = max_rd_atomic;
+    requester_.Configure(c);
+    return requester_.Post(w, state).code();
+  };
+  auto inlined = [&](WrOpcode op, uint32_t length) {
+    SendWr w = Wr(op);
+    w.flags |= transport::send_flag::kInline;
+    w.inline_data = buf_;
+    w.inline_length = length;
+    return w;
+  };
+  SendWr many = Wr(WrOpcode::kSend);
+  many.num_sge = 5;  // max_send_sge 4
+  for (uint32_t i = 1; i < 5; ++i) many.sge[i] = many.sge[0];
+  EXPECT_EQ(code(kRc, Wr(WrOpcode::kSend), kRtr), EINVAL);
+  EXPECT_EQ(code(kRc, many), EINVAL);
+  EXPECT_EQ(code(kRc, inlined(WrOpcode::kSend, 65)), EINVAL);
+  EXPECT_EQ(code(kRc, inlined(WrOpcode::kRdmaWrite, 65)), EINVAL);
+  EXPECT_EQ(code(kUd, Wr(WrOpcode::kRdmaWrite)), EINVAL);
+  EXPECT_EQ(code(kUc, Wr(WrOpcode::kRdmaRead)), EINVAL);
+  EXPECT_EQ(code(kUc, Wr(WrOpcode::kAtomicFetchAdd)), EINVAL);
+  EXPECT_EQ(code(kRc, Wr(WrOpcode::kAtomicCmpSwp), kRts, /*max_rd_atomic=*/0), EINVAL);
+  EXPECT_EQ(code(kRc, Wr(static_cast<WrOpcode>(12))), EINVAL);
+  EXPECT_TRUE(host_.seen.empty());
+  EXPECT_TRUE(qp_.completions.empty());
+  many.num_sge = 4;
+  EXPECT_EQ(code(kRc, many), 0);
+  EXPECT_EQ(code(kRc, inlined(WrOpcode::kSend, 64)), 0);
+  EXPECT_EQ(code(kUc, inlined(WrOpcode::kRdmaWriteWithImm, 64)), 0);
+  EXPECT_EQ(code(kRc, inlined(WrOpcode::kRdmaRead, 4096)), 0);  // inline ignored on a READ
+  EXPECT_EQ(code(kRc, Wr(WrOpcode::kAtomicCmpSwp)), 0);
+  SendWr datagram = Wr(WrOpcode::kSendWithImm);
+  datagram.ud = {};
+  datagram.ud.on_host = true;
+  datagram.ud.remote_qpn = 0x300;
+  EXPECT_EQ(code(kUd, datagram), 0);
+  EXPECT_EQ(host_.seen.size(), 6u);
+  EXPECT_EQ(qp_.completions.size(), 6u);
+}
+
 TEST_F(RequesterTest, AtomicOriginalLandsInTheLocalBuffer) {
   requester_.Configure(Config(kRc, true));
   host_.next = Reply::Of(ReplyCode::kAck);
