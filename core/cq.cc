@@ -113,6 +113,7 @@ Result<std::unique_ptr<Cq>> Cq::Create(Context& context, int cqe, CompChannel* c
   ring->channel_tag = channel ? channel->tag() : 0;
   ring->stamp = stamp;
   ring->entries = *entries;
+  transport::CqEntriesMarkEmpty(static_cast<CqEntry*>(local->At(*entries)), ring->capacity, 0, ring->capacity);
   ring->mod_count = ring->mod_period_us = 0;
   ring->mod_pending = 0;
   ring->timer_fd = -1;
@@ -163,6 +164,8 @@ Status Cq::Resize(int cqe) {
   auto* to = static_cast<CqEntry*>(local_->At(*fresh));
   const uint64_t head = r.head.load(std::memory_order_relaxed);
   for (uint32_t i = 0; i < held; ++i) to[i] = from[(head + i) % r.capacity];
+  transport::CqEntriesMarkWritten(to, static_cast<uint32_t>(cqe), 0, held);
+  transport::CqEntriesMarkEmpty(to, static_cast<uint32_t>(cqe), held, static_cast<uint32_t>(cqe));
   local_->Free(r.entries, sizeof(CqEntry) * r.capacity);
   r.entries = *fresh;
   r.capacity = static_cast<uint32_t>(cqe);
@@ -197,30 +200,28 @@ int Cq::Poll(Completion* out, int max, transport::TmInfo* tm) {
     std::lock_guard lock(qps_mu_);
     for (Qp* qp : qps_) qp->ApplyPendingError();
   }
-  // Lock-free for the owner: an empty CQ costs two loads (see transport/cq_ring.h), and one
-  // more in a process that receives RoCEv2: then the caller, spinning on its CQ, takes what its
-  // sockets hold (busy polling, docs/wire.md) instead of waiting for the receive thread.
-  uint64_t tail = r.tail.load(std::memory_order_acquire);
-  if (tail == r.head.load(std::memory_order_relaxed)) {
-    transport::WireFabric* wire = transport::WireFabric::Receiving();
-    if (wire == nullptr || !wire->PollOnce()) return 0;
-    tail = r.tail.load(std::memory_order_acquire);
-    if (tail == r.head.load(std::memory_order_relaxed)) return 0;
-  }
+  // No ring lock for the owner: entries are found by their stamps (transport/cq_ring.h), so an
+  // empty CQ costs the poll lock and one load of a line producers write only to publish. In a
+  // process that receives RoCEv2 an empty poll also takes what its sockets hold (busy polling,
+  // docs/wire.md) instead of waiting for the receive thread.
+  const auto take = [&]() {
+    std::lock_guard poll(poll_mu_);
+    const uint64_t head = r.head.load(std::memory_order_relaxed);
+    auto* e = static_cast<CqEntry*>(local_->At(r.entries));
+    int n = 0;
+    for (const CqEntry* entry; n < max && (entry = transport::CqEntryAt(e, r.capacity, head + n)) != nullptr; ++n) {
+      out[n] = transport::CqEntryRead(*entry);
+      if (entry->landing_length != 0) ScatterLanding(*entry, &out[n]);
+      if (tm != nullptr) tm[n] = (out[n].wc_flags & transport::wc_flag::kTmMatch) ? entry->tm : transport::TmInfo{};
+    }
+    if (n != 0) r.head.store(head + static_cast<uint64_t>(n), std::memory_order_release);
+    return n;
+  };
   if (max <= 0) return 0;
-  std::lock_guard poll(poll_mu_);
-  const uint64_t head = r.head.load(std::memory_order_relaxed);
-  const uint64_t avail = r.tail.load(std::memory_order_acquire) - head;
-  auto* e = static_cast<CqEntry*>(local_->At(r.entries));
-  int n = 0;
-  for (; n < max && static_cast<uint64_t>(n) < avail; ++n) {
-    const CqEntry& entry = e[(head + static_cast<uint64_t>(n)) % r.capacity];
-    out[n] = entry.c;
-    if (entry.landing_length != 0) ScatterLanding(entry, &out[n]);
-    if (tm != nullptr) tm[n] = (out[n].wc_flags & transport::wc_flag::kTmMatch) ? entry.tm : transport::TmInfo{};
-  }
-  r.head.store(head + static_cast<uint64_t>(n), std::memory_order_release);
-  return n;
+  if (const int n = take(); n != 0) return n;
+  transport::WireFabric* wire = transport::WireFabric::Receiving();
+  if (wire == nullptr || !wire->PollOnce()) return 0;
+  return take();
 }
 
 void Cq::ScatterLanding(const CqEntry& entry, Completion* c) {
@@ -231,10 +232,10 @@ void Cq::ScatterLanding(const CqEntry& entry, Completion* c) {
   std::atomic<uint32_t>& own_writes = local_->own_writes();
   own_writes.fetch_add(1, std::memory_order_acq_rel);
   const uint8_t* from = entry.landing;
-  const uint8_t* const end = entry.landing + std::min(entry.landing_length, transport::kLandingBytes);
+  const uint8_t* const end = entry.landing + std::min<uint32_t>(entry.landing_length, transport::kLandingBytes);
   bool placed = true;
-  for (uint32_t i = 0; placed && i < entry.landing_pieces && i < transport::kLandingPieces; ++i) {
-    const transport::LandingPiece& p = entry.piece[i];
+  for (uint32_t i = 0; placed && i < transport::CqEntryPieces(entry) && i < transport::kLandingPieces; ++i) {
+    const transport::LandingPiece& p = transport::CqEntryPiece(entry, i);
     transport::KeyView k;
     // Never an indirect or null key: a receive through one is copied by the sender, not landed
     // (transport/responder.cc), so one here would be a slot reused since -- a lost MR.
@@ -279,15 +280,19 @@ uint32_t Cq::RemoveEntriesOf(uint32_t qp_num) {
   uint32_t kept = 0;
   for (uint32_t i = 0; i < held; ++i) {
     CqEntry& from = e[(head + i) % r.capacity];
-    if (from.c.qp_num == qp_num) {
+    if (from.qp_num == qp_num) {
+      const Completion c = transport::CqEntryRead(from);
       SV_LOG(kDebug, "cq 0x%x: removing the completion of qp 0x%x (wr_id 0x%llx, status %u, opcode %u)", handle_,
-             qp_num, static_cast<unsigned long long>(from.c.wr_id), from.c.status, from.c.opcode);
+             qp_num, static_cast<unsigned long long>(c.wr_id), c.status, c.opcode);
       continue;
     }
     if (kept != i) e[(head + kept) % r.capacity] = from;
     ++kept;
   }
-  r.tail.store(head + kept, std::memory_order_release);
+  // The kept entries are restamped at their new positions, the freed slots marked unwritten.
+  transport::CqEntriesMarkWritten(e, r.capacity, head, head + kept);
+  transport::CqEntriesMarkEmpty(e, r.capacity, head + kept, head + held);
+  r.tail.store(head + kept, std::memory_order_relaxed);
   return held - kept;
 }
 

@@ -1,9 +1,10 @@
 // The completion ring of a CQ. It lives in the CQ owner's shared arena so that a sender in
 // another process can deliver a receive completion into it (DESIGN.md section 5: the initiator
 // is the NIC). Producers (any process) append under the ring's robust lock; the owner polls
-// without it: `tail` is published with release order after the entry is written, and `head`
-// hands slots back, so an empty poll is two loads and no lock (the spinning consumer of a
-// latency test never contends with the producer it waits for).
+// without it: each entry is published by its stamp, written with release order after the entry,
+// and `head` hands slots back, so an empty poll reads one line the producer writes only to
+// publish (the spinning consumer of a latency test never contends with the producer it waits
+// for, and no separate `tail` line crosses).
 //
 // A small SEND may travel inside its completion entry ("landing"): the sender copies the bytes
 // into the entry instead of into the receiver's private memory (which would cost it a system
@@ -40,24 +41,115 @@ struct LandingPiece {
   uint32_t lkey;
 };
 
-struct alignas(64) CqEntry {  // a small message touches the first two cache lines only
-  Completion c;
-  uint32_t landing_length;  // 0: nothing to scatter
-  uint32_t landing_pieces;
-  LandingPiece piece[kLandingPieces];
-  uint8_t landing[kLandingBytes];
+// CqEntry::flags: the entry's `full` completion is the one to return (a field the first line
+// has no room for is set); the landing's piece count above it.
+inline constexpr uint8_t kCqEntryFull = 1;
+inline constexpr uint8_t kCqEntryPieceShift = 1;
+
+// One completion. The poller finds a written entry by its sequence stamp (its position + 1,
+// released after the entry; the mlx5 CQE ownership bit's role), so the producers' `tail` never
+// crosses to the owner's core. The first cache line holds what a receive or send completion
+// without extras returns, the landing's first piece and its first 8 bytes: an 8-byte SEND's
+// completion moves one line between the processes (issue 16 item 3). A completion with more
+// (timestamps, a vendor error, raw QP or UD fields) also fills `full`, on the next lines.
+struct alignas(64) CqEntry {
+  uint64_t wr_id;
+  uint32_t byte_len;
+  uint32_t imm_data;
+  uint32_t qp_num;
+  uint32_t src_qp;
+  uint32_t wc_flags;
+  uint8_t status;          // full status and opcode in `full` if either exceeds a byte
+  uint8_t opcode;
+  uint8_t landing_length;  // 0: nothing to scatter
+  uint8_t flags;           // kCqEntryFull | landing pieces << kCqEntryPieceShift
+  LandingPiece piece0;
+  uint64_t seq;                    // position + 1 once written (std::atomic_ref: release / acquire)
+  uint8_t landing[kLandingBytes];  // its first 8 bytes end the first line
+  Completion full;
+  LandingPiece piece1;
   TmInfo tm;  // in the entry's last line: only tag-matched receives write or read it
 };
 static_assert(std::is_trivially_copyable_v<CqEntry>);
-static_assert(sizeof(CqEntry) == 256 && offsetof(CqEntry, landing) < 128, "TM info costs no line of a small message");
+static_assert(sizeof(CqEntry) == 256 && offsetof(CqEntry, landing) + 8 == 64 && offsetof(CqEntry, seq) < 64,
+              "an 8-byte landing, its piece and the stamp share the entry's first line");
+
+inline LandingPiece& CqEntryPiece(CqEntry& e, uint32_t i) { return i == 0 ? e.piece0 : e.piece1; }
+inline const LandingPiece& CqEntryPiece(const CqEntry& e, uint32_t i) { return i == 0 ? e.piece0 : e.piece1; }
+inline uint32_t CqEntryPieces(const CqEntry& e) { return e.flags >> kCqEntryPieceShift; }
+
+// True when the first line carries all of `c` (the poller never reads `solicited`: it only
+// decides the arming, at the producer).
+inline bool CqEntryFitsFirstLine(const Completion& c) {
+  return c.status <= 0xff && c.opcode <= 0xff && c.vendor_err == 0 && c.pkey_index == 0 && c.slid == 0 && c.sl == 0 &&
+         c.dlid_path_bits == 0 && !c.has_cvlan && !c.has_flow_tag && c.cvlan == 0 && c.flow_tag == 0 &&
+         c.timestamp_ns == 0 && c.wallclock_ns == 0;
+}
+
+// Writes `c` into `e` (not its stamp), no landing.
+inline void CqEntryWrite(CqEntry& e, const Completion& c) {
+  e.wr_id = c.wr_id;
+  e.byte_len = c.byte_len;
+  e.imm_data = c.imm_data;
+  e.qp_num = c.qp_num;
+  e.src_qp = c.src_qp;
+  e.wc_flags = c.wc_flags;
+  e.status = static_cast<uint8_t>(c.status);
+  e.opcode = static_cast<uint8_t>(c.opcode);
+  e.landing_length = 0;
+  e.flags = 0;
+  if (!CqEntryFitsFirstLine(c)) {
+    e.full = c;
+    e.flags = kCqEntryFull;
+  }
+}
+
+inline Completion CqEntryRead(const CqEntry& e) {
+  if (e.flags & kCqEntryFull) return e.full;
+  Completion c;
+  c.wr_id = e.wr_id;
+  c.status = e.status;
+  c.opcode = e.opcode;
+  c.byte_len = e.byte_len;
+  c.imm_data = e.imm_data;
+  c.qp_num = e.qp_num;
+  c.src_qp = e.src_qp;
+  c.wc_flags = e.wc_flags;
+  return c;
+}
+
+inline void CqEntryPublish(CqEntry& e, uint64_t position) {
+  std::atomic_ref<uint64_t>(e.seq).store(position + 1, std::memory_order_release);
+}
+
+// The entry at `position` if a producer has written it, else nullptr (the owner, polling).
+inline const CqEntry* CqEntryAt(CqEntry* entries, uint32_t capacity, uint64_t position) {
+  if (capacity == 0) return nullptr;
+  CqEntry& e = entries[position % capacity];
+  return std::atomic_ref<uint64_t>(e.seq).load(std::memory_order_acquire) == position + 1 ? &e : nullptr;
+}
+
+// Stamps the entries of positions [from, to) as not written (creation, and the slots a removal
+// or a resize frees): a stamp the slot's next position never matches.
+inline void CqEntriesMarkEmpty(CqEntry* entries, uint32_t capacity, uint64_t from, uint64_t to) {
+  for (uint64_t p = from; p < to; ++p) entries[p % capacity].seq = p + 1 - capacity;
+}
+
+// Restamps the entries of positions [from, to) as written (their contents were moved there by
+// the owner, the ring locked, its poll excluded).
+inline void CqEntriesMarkWritten(CqEntry* entries, uint32_t capacity, uint64_t from, uint64_t to) {
+  for (uint64_t p = from; p < to; ++p) entries[p % capacity].seq = p + 1;
+}
 
 // Three cache lines with one writer pattern each (issue 16 item 3: a small message costs the
 // lines that cross cores): what producers write at every completion, next to the lock they
-// take; what nobody writes while messages flow (read by both sides); the producers' `tail`;
-// and the owner's `head` on a line of its own.
+// take, `tail` included (the owner finds entries by their stamps and reads `tail` only under the
+// lock); what nobody writes while messages flow (read by both sides); and the owner's `head`
+// with what its poll reads every time.
 struct CqRing {
   fabric::RobustMutex lock;  // producers, and the owner's control operations
   uint64_t head_seen;        // producers' last read of `head` (under `lock`): re-read when full
+  std::atomic<uint64_t> tail;  // next entry to fill (producers, under `lock`)
   // An event was raised and the channel has not collected it yet (CompChannel::Wait).
   std::atomic<uint32_t> fired;
   uint32_t overrun;  // a completion was lost because the ring was full (also raises `attention`)
@@ -78,12 +170,11 @@ struct CqRing {
   uint64_t mod_first_ns;  // DeviceClockNow() of the first of them
   int32_t timer_fd;       // the owner's moderation timer eventfd, or -1
   uint64_t timer_tag;
-  // What the owner's poll reads, on one line: the producers' tail, and whether a QP completing
-  // here has an error to apply (ERR and its flushes: applied at the owner's next poll, so a
-  // consumer that only polls sees the flushes) or the ring overran (IBV_EVENT_CQ_ERR).
-  alignas(64) std::atomic<uint64_t> tail;  // next entry to fill (producers, under `lock`)
-  std::atomic<uint32_t> attention;
+  // The owner's line: `head`, and whether a QP completing here has an error to apply (ERR and
+  // its flushes: applied at the owner's next poll, so a consumer that only polls sees the
+  // flushes) or the ring overran (IBV_EVENT_CQ_ERR) -- written by producers only then.
   alignas(64) std::atomic<uint64_t> head;  // next entry to poll (the owner)
+  std::atomic<uint32_t> attention;
 };
 static_assert(offsetof(CqRing, capacity) == 64, "the producers' line holds the lock and their fields");
 
@@ -118,7 +209,13 @@ inline bool ModerationHolds(CqRing& ring, PushOutcome* out) {
 template <typename Fill>
 PushOutcome CqRingPushLocked(CqRing& ring, CqEntry* entries, const Completion& c, Fill&& fill) {
   PushOutcome out;
-  const uint64_t tail = ring.tail.load(std::memory_order_relaxed);
+  uint64_t tail = ring.tail.load(std::memory_order_relaxed);
+  if (ring.capacity != 0 && std::atomic_ref<uint64_t>(entries[tail % ring.capacity].seq)
+                                    .load(std::memory_order_relaxed) == tail + 1) {
+    // A producer died between publishing its entry and advancing `tail` (the robust lock passed
+    // to us): the owner may have polled that entry already, so it stays, and `tail` moves on.
+    ring.tail.store(++tail, std::memory_order_relaxed);
+  }
   if (tail - ring.head_seen >= ring.capacity) {
     ring.head_seen = ring.head.load(std::memory_order_acquire);
     if (ring.capacity == 0 || tail - ring.head_seen >= ring.capacity) {
@@ -128,13 +225,17 @@ PushOutcome CqRingPushLocked(CqRing& ring, CqEntry* entries, const Completion& c
     }
   }
   CqEntry& e = entries[tail % ring.capacity];
-  e.c = c;
-  if (ring.stamp & kCqStampDevice) e.c.timestamp_ns = DeviceClockNow();
-  if (ring.stamp & kCqStampWallclock) e.c.wallclock_ns = WallclockNow();
-  e.landing_length = 0;
-  e.landing_pieces = 0;
+  if (ring.stamp == kCqStampNone) {
+    CqEntryWrite(e, c);
+  } else {
+    Completion stamped = c;
+    if (ring.stamp & kCqStampDevice) stamped.timestamp_ns = DeviceClockNow();
+    if (ring.stamp & kCqStampWallclock) stamped.wallclock_ns = WallclockNow();
+    CqEntryWrite(e, stamped);
+  }
   fill(e);
-  ring.tail.store(tail + 1, std::memory_order_release);
+  CqEntryPublish(e, tail);
+  ring.tail.store(tail + 1, std::memory_order_relaxed);
   out.stored = true;
   // ibv_req_notify_cq(3): solicited-only arming fires for solicited completions and for every
   // completion with an error status; an arming fires once.
