@@ -235,7 +235,7 @@ void Cq::ScatterLanding(const CqEntry& entry, Completion* c) {
   const uint8_t* const end = entry.landing + std::min<uint32_t>(entry.landing_length, transport::kLandingBytes);
   bool placed = true;
   for (uint32_t i = 0; placed && i < transport::CqEntryPieces(entry) && i < transport::kLandingPieces; ++i) {
-    const transport::LandingPiece& p = transport::CqEntryPiece(entry, i);
+    const transport::LandingPiece p = transport::CqEntryPiece(entry, i);
     transport::KeyView k;
     // Never an indirect or null key: a receive through one is copied by the sender, not landed
     // (transport/responder.cc), so one here would be a slot reused since -- a lost MR.

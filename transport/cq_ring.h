@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "base/clock.h"
@@ -46,25 +47,28 @@ struct LandingPiece {
 inline constexpr uint8_t kCqEntryFull = 1;
 inline constexpr uint8_t kCqEntryPieceShift = 1;
 
-// One completion. The poller finds a written entry by its sequence stamp (its position + 1,
-// released after the entry; the mlx5 CQE ownership bit's role), so the producers' `tail` never
-// crosses to the owner's core. The first cache line holds what a receive or send completion
-// without extras returns, the landing's first piece and its first 8 bytes: an 8-byte SEND's
-// completion moves one line between the processes (issue 16 item 3). A completion with more
-// (timestamps, a vendor error, raw QP or UD fields) also fills `full`, on the next lines.
+// One completion. The poller finds a written entry by its stamp (the low 32 bits of its
+// position + 1, released after the entry; the mlx5 CQE ownership bit's role), so the producers'
+// `tail` never crosses to the owner's core. The first cache line holds what a completion without
+// extras returns, the landing's first piece and its first 8 bytes: an 8-byte SEND's completion
+// moves one line between the processes (issue 16 item 3). A completion with more (timestamps, a
+// vendor error, raw QP or UD fields) is also stored whole in `full`, on the next lines.
 struct alignas(64) CqEntry {
   uint64_t wr_id;
+  uint32_t status;
+  uint32_t opcode;
   uint32_t byte_len;
   uint32_t imm_data;
   uint32_t qp_num;
   uint32_t src_qp;
   uint32_t wc_flags;
-  uint8_t status;          // full status and opcode in `full` if either exceeds a byte
-  uint8_t opcode;
   uint8_t landing_length;  // 0: nothing to scatter
   uint8_t flags;           // kCqEntryFull | landing pieces << kCqEntryPieceShift
-  LandingPiece piece0;
-  uint64_t seq;                    // position + 1 once written (std::atomic_ref: release / acquire)
+  uint8_t piece0_length;   // the landing's first piece (at most kLandingBytes)
+  uint8_t spare;
+  uint32_t piece0_lkey;
+  uint32_t seq;  // low 32 bits of position + 1 once written (std::atomic_ref: release / acquire)
+  uint64_t piece0_addr;
   uint8_t landing[kLandingBytes];  // its first 8 bytes end the first line
   Completion full;
   LandingPiece piece1;
@@ -74,31 +78,48 @@ static_assert(std::is_trivially_copyable_v<CqEntry>);
 static_assert(sizeof(CqEntry) == 256 && offsetof(CqEntry, landing) + 8 == 64 && offsetof(CqEntry, seq) < 64,
               "an 8-byte landing, its piece and the stamp share the entry's first line");
 
-inline LandingPiece& CqEntryPiece(CqEntry& e, uint32_t i) { return i == 0 ? e.piece0 : e.piece1; }
-inline const LandingPiece& CqEntryPiece(const CqEntry& e, uint32_t i) { return i == 0 ? e.piece0 : e.piece1; }
+inline LandingPiece CqEntryPiece(const CqEntry& e, uint32_t i) {
+  return i == 0 ? LandingPiece{e.piece0_addr, e.piece0_length, e.piece0_lkey} : e.piece1;
+}
+inline void CqEntrySetPiece(CqEntry& e, uint32_t i, const LandingPiece& p) {
+  if (i != 0) {
+    e.piece1 = p;
+    return;
+  }
+  e.piece0_addr = p.addr;
+  e.piece0_length = static_cast<uint8_t>(p.length);  // a landed piece is at most kLandingBytes
+  e.piece0_lkey = p.lkey;
+}
 inline uint32_t CqEntryPieces(const CqEntry& e) { return e.flags >> kCqEntryPieceShift; }
 
-// True when the first line carries all of `c` (the poller never reads `solicited`: it only
-// decides the arming, at the producer).
+// True when the first line carries all of `c`: vendor_err and every field after wc_flags are
+// zero (`solicited` aside: it decides the arming at the producer, the poller never reads it).
+// Read as whole words (a few instructions instead of a dozen compares and branches).
 inline bool CqEntryFitsFirstLine(const Completion& c) {
-  return c.status <= 0xff && c.opcode <= 0xff && c.vendor_err == 0 && c.pkey_index == 0 && c.slid == 0 && c.sl == 0 &&
-         c.dlid_path_bits == 0 && !c.has_cvlan && !c.has_flow_tag && c.cvlan == 0 && c.flow_tag == 0 &&
-         c.timestamp_ns == 0 && c.wallclock_ns == 0;
+  static_assert(offsetof(Completion, pkey_index) == 40 && offsetof(Completion, solicited) == 46 &&
+                    offsetof(Completion, has_flow_tag) == 48 && offsetof(Completion, cvlan) == 50 &&
+                    offsetof(Completion, timestamp_ns) == 56 && sizeof(Completion) == 72,
+                "the words CqEntryFitsFirstLine reads");
+  uint64_t w[4];
+  memcpy(w, reinterpret_cast<const uint8_t*>(&c) + 40, sizeof(w));
+  const uint64_t solicited = 0xffull << 48, padding = 0xffull << 8;  // byte 46; byte 49
+  return ((w[0] & ~solicited) | (w[1] & ~padding) | w[2] | w[3] | c.vendor_err) == 0;
 }
+
+// The first line's completion fields are Completion's, in its order, in two runs: wr_id,
+// status, opcode; then byte_len .. wc_flags (vendor_err between them is left out).
+static_assert(offsetof(Completion, status) == 8 && offsetof(Completion, opcode) == 12 &&
+              offsetof(Completion, byte_len) == 20 && offsetof(Completion, wc_flags) == 36);
+static_assert(offsetof(CqEntry, status) == 8 && offsetof(CqEntry, opcode) == 12 && offsetof(CqEntry, byte_len) == 16 &&
+              offsetof(CqEntry, wc_flags) == 32);
 
 // Writes `c` into `e` (not its stamp), no landing.
 inline void CqEntryWrite(CqEntry& e, const Completion& c) {
-  e.wr_id = c.wr_id;
-  e.byte_len = c.byte_len;
-  e.imm_data = c.imm_data;
-  e.qp_num = c.qp_num;
-  e.src_qp = c.src_qp;
-  e.wc_flags = c.wc_flags;
-  e.status = static_cast<uint8_t>(c.status);
-  e.opcode = static_cast<uint8_t>(c.opcode);
+  memcpy(&e.wr_id, &c.wr_id, 16);
+  memcpy(&e.byte_len, &c.byte_len, 20);
   e.landing_length = 0;
   e.flags = 0;
-  if (!CqEntryFitsFirstLine(c)) {
+  if (!CqEntryFitsFirstLine(c)) [[unlikely]] {
     e.full = c;
     e.flags = kCqEntryFull;
   }
@@ -107,38 +128,35 @@ inline void CqEntryWrite(CqEntry& e, const Completion& c) {
 inline Completion CqEntryRead(const CqEntry& e) {
   if (e.flags & kCqEntryFull) return e.full;
   Completion c;
-  c.wr_id = e.wr_id;
-  c.status = e.status;
-  c.opcode = e.opcode;
-  c.byte_len = e.byte_len;
-  c.imm_data = e.imm_data;
-  c.qp_num = e.qp_num;
-  c.src_qp = e.src_qp;
-  c.wc_flags = e.wc_flags;
+  memcpy(&c.wr_id, &e.wr_id, 16);
+  memcpy(&c.byte_len, &e.byte_len, 20);
   return c;
 }
 
+inline uint32_t CqStamp(uint64_t position) { return static_cast<uint32_t>(position + 1); }
+
 inline void CqEntryPublish(CqEntry& e, uint64_t position) {
-  std::atomic_ref<uint64_t>(e.seq).store(position + 1, std::memory_order_release);
+  std::atomic_ref<uint32_t>(e.seq).store(CqStamp(position), std::memory_order_release);
 }
 
 // The entry at `position` if a producer has written it, else nullptr (the owner, polling).
 inline const CqEntry* CqEntryAt(CqEntry* entries, uint32_t capacity, uint64_t position) {
   if (capacity == 0) return nullptr;
   CqEntry& e = entries[position % capacity];
-  return std::atomic_ref<uint64_t>(e.seq).load(std::memory_order_acquire) == position + 1 ? &e : nullptr;
+  return std::atomic_ref<uint32_t>(e.seq).load(std::memory_order_acquire) == CqStamp(position) ? &e : nullptr;
 }
 
 // Stamps the entries of positions [from, to) as not written (creation, and the slots a removal
-// or a resize frees): a stamp the slot's next position never matches.
+// or a resize frees): the stamp of the slot's previous lap, which position p never matches
+// (capacity is below 2^32). A slot's stamp is otherwise always its previous lap's or its own.
 inline void CqEntriesMarkEmpty(CqEntry* entries, uint32_t capacity, uint64_t from, uint64_t to) {
-  for (uint64_t p = from; p < to; ++p) entries[p % capacity].seq = p + 1 - capacity;
+  for (uint64_t p = from; p < to; ++p) entries[p % capacity].seq = CqStamp(p - capacity);
 }
 
 // Restamps the entries of positions [from, to) as written (their contents were moved there by
 // the owner, the ring locked, its poll excluded).
 inline void CqEntriesMarkWritten(CqEntry* entries, uint32_t capacity, uint64_t from, uint64_t to) {
-  for (uint64_t p = from; p < to; ++p) entries[p % capacity].seq = p + 1;
+  for (uint64_t p = from; p < to; ++p) entries[p % capacity].seq = CqStamp(p);
 }
 
 // Three cache lines with one writer pattern each (issue 16 item 3: a small message costs the
@@ -210,31 +228,33 @@ template <typename Fill>
 PushOutcome CqRingPushLocked(CqRing& ring, CqEntry* entries, const Completion& c, Fill&& fill) {
   PushOutcome out;
   uint64_t tail = ring.tail.load(std::memory_order_relaxed);
-  if (ring.capacity != 0 && std::atomic_ref<uint64_t>(entries[tail % ring.capacity].seq)
-                                    .load(std::memory_order_relaxed) == tail + 1) {
-    // A producer died between publishing its entry and advancing `tail` (the robust lock passed
-    // to us): the owner may have polled that entry already, so it stays, and `tail` moves on.
+  CqEntry* e;
+  for (;;) {
+    if (tail - ring.head_seen >= ring.capacity) {
+      ring.head_seen = ring.head.load(std::memory_order_acquire);
+      if (ring.capacity == 0 || tail - ring.head_seen >= ring.capacity) {
+        ring.overrun = 1;  // IBA 11.4.2.1: the CQ is in error; its owner reports IBV_EVENT_CQ_ERR
+        ring.attention.store(1, std::memory_order_release);
+        return out;
+      }
+    }
+    e = &entries[tail % ring.capacity];
+    if (std::atomic_ref<uint32_t>(e->seq).load(std::memory_order_relaxed) != CqStamp(tail)) [[likely]]
+      break;
+    // A producer died between publishing this entry and advancing `tail` (the robust lock passed
+    // to us): the owner may have polled it already, so it stays, and `tail` moves past it.
     ring.tail.store(++tail, std::memory_order_relaxed);
   }
-  if (tail - ring.head_seen >= ring.capacity) {
-    ring.head_seen = ring.head.load(std::memory_order_acquire);
-    if (ring.capacity == 0 || tail - ring.head_seen >= ring.capacity) {
-      ring.overrun = 1;  // IBA 11.4.2.1: the CQ is in error; its owner reports IBV_EVENT_CQ_ERR
-      ring.attention.store(1, std::memory_order_release);
-      return out;
-    }
-  }
-  CqEntry& e = entries[tail % ring.capacity];
   if (ring.stamp == kCqStampNone) {
-    CqEntryWrite(e, c);
+    CqEntryWrite(*e, c);
   } else {
     Completion stamped = c;
     if (ring.stamp & kCqStampDevice) stamped.timestamp_ns = DeviceClockNow();
     if (ring.stamp & kCqStampWallclock) stamped.wallclock_ns = WallclockNow();
-    CqEntryWrite(e, stamped);
+    CqEntryWrite(*e, stamped);
   }
-  fill(e);
-  CqEntryPublish(e, tail);
+  fill(*e);
+  CqEntryPublish(*e, tail);
   ring.tail.store(tail + 1, std::memory_order_relaxed);
   out.stored = true;
   // ibv_req_notify_cq(3): solicited-only arming fires for solicited completions and for every

@@ -87,8 +87,8 @@ void FillLanding(CqEntry& e, const iovec* gather, size_t ng, const ScatterList& 
   const uint32_t pieces = static_cast<uint32_t>(scatter.pieces.size());  // at most kLandingPieces
   e.flags |= static_cast<uint8_t>(pieces << kCqEntryPieceShift);
   for (uint32_t i = 0; i < pieces; ++i)
-    CqEntryPiece(e, i) = {reinterpret_cast<uint64_t>(piece[i].iov_base), static_cast<uint32_t>(piece[i].iov_len),
-                          scatter.lkey[i]};
+    CqEntrySetPiece(e, i, {reinterpret_cast<uint64_t>(piece[i].iov_base), static_cast<uint32_t>(piece[i].iov_len),
+                           scatter.lkey[i]});
 }
 
 Completion ReceiveCompletion(const QpEndpoint& e, const TakenWqe& w, const Request& r, uint64_t need, bool grh) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstring>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -40,7 +41,7 @@ struct CqRingHarness {
   std::vector<CqEntry> entries;
 };
 
-Completion WithId(uint64_t id) {
+Completion CqRingCompletion(uint64_t id) {
   Completion c;
   c.wr_id = id;
   c.qp_num = 0x11;
@@ -51,7 +52,7 @@ Completion WithId(uint64_t id) {
 
 TEST(CqRingTest, APlainCompletionLivesOnTheFirstLineAndReadsBackWhole) {
   CqRingHarness h(4);
-  Completion c = WithId(7);
+  Completion c = CqRingCompletion(7);
   c.imm_data = 0x01020304;
   c.src_qp = 0x22;
   c.wc_flags = 3;
@@ -73,10 +74,10 @@ TEST(CqRingTest, APlainCompletionLivesOnTheFirstLineAndReadsBackWhole) {
 
 TEST(CqRingTest, ACompletionWithMoreThanTheFirstLineHoldsIsReturnedFromTheFullCopy) {
   CqRingHarness h(4);
-  Completion a = WithId(1);
+  Completion a = CqRingCompletion(1);
   a.vendor_err = 0x1234;
-  a.status = 300;  // wider than the first line's byte
-  Completion b = WithId(2);
+  a.status = 300;
+  Completion b = CqRingCompletion(2);
   b.pkey_index = 3;
   b.slid = 9;
   b.sl = 2;
@@ -99,10 +100,36 @@ TEST(CqRingTest, ACompletionWithMoreThanTheFirstLineHoldsIsReturnedFromTheFullCo
   EXPECT_EQ(out[1].wr_id, 2u);
 }
 
+TEST(CqRingTest, EachFieldTheFirstLineLacksAloneSendsTheCompletionWhole) {
+  const std::vector<void (*)(Completion&)> extras = {
+      [](Completion& c) { c.vendor_err = 1; },    [](Completion& c) { c.pkey_index = 1; },
+      [](Completion& c) { c.slid = 1; },          [](Completion& c) { c.sl = 1; },
+      [](Completion& c) { c.dlid_path_bits = 1; }, [](Completion& c) { c.has_cvlan = true; },
+      [](Completion& c) { c.has_flow_tag = true; }, [](Completion& c) { c.cvlan = 0x8000; },
+      [](Completion& c) { c.flow_tag = 1u << 31; }, [](Completion& c) { c.timestamp_ns = 1ull << 63; },
+      [](Completion& c) { c.wallclock_ns = 1; }};
+  for (size_t i = 0; i < extras.size(); ++i) {
+    Completion c = CqRingCompletion(i);
+    c.solicited = true;
+    EXPECT_TRUE(CqEntryFitsFirstLine(c)) << i;
+    extras[i](c);
+    EXPECT_FALSE(CqEntryFitsFirstLine(c)) << "extra field " << i;
+    CqEntry e{};
+    CqEntryWrite(e, c);
+    EXPECT_EQ(e.flags & kCqEntryFull, kCqEntryFull) << i;
+    const Completion back = CqEntryRead(e);
+    EXPECT_EQ(memcmp(&back.vendor_err, &c.vendor_err, sizeof(c.vendor_err)), 0);
+    EXPECT_EQ(back.timestamp_ns, c.timestamp_ns);
+    EXPECT_EQ(back.flow_tag, c.flow_tag);
+    EXPECT_EQ(back.cvlan, c.cvlan);
+    EXPECT_EQ(back.pkey_index, c.pkey_index);
+  }
+}
+
 TEST(CqRingTest, StampedCqReturnsTheProducersClocks) {
   CqRingHarness h(2);
   h.ring->stamp = kCqStampDevice | kCqStampWallclock;
-  ASSERT_TRUE(h.Push(WithId(3)).stored);
+  ASSERT_TRUE(h.Push(CqRingCompletion(3)).stored);
   Completion out[1];
   ASSERT_EQ(h.Poll(out, 1), 1);
   EXPECT_NE(out[0].timestamp_ns, 0u);
@@ -116,16 +143,16 @@ TEST(CqRingTest, EmptyFullAndWrapOnAnOddSizedRing) {
   EXPECT_EQ(h.Poll(out, 4), 0);  // stale bytes in a fresh array read as nothing
   uint64_t next = 0, expect = 0;
   for (int round = 0; round < 40; ++round) {
-    for (int i = 0; i < 3; ++i) ASSERT_TRUE(h.Push(WithId(next++)).stored);
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(h.Push(CqRingCompletion(next++)).stored);
     // Full: the cached head is re-read, still full: an overrun the owner is told of.
-    EXPECT_FALSE(h.Push(WithId(999)).stored);
+    EXPECT_FALSE(h.Push(CqRingCompletion(999)).stored);
     EXPECT_EQ(h.ring->overrun, 1u);
     EXPECT_EQ(h.ring->attention.exchange(0), 1u);
     h.ring->overrun = 0;
     // Polling part of it leaves the rest in order; the slot handed back is reused.
     ASSERT_EQ(h.Poll(out, 1), 1);
     EXPECT_EQ(out[0].wr_id, expect++);
-    ASSERT_TRUE(h.Push(WithId(next++)).stored);
+    ASSERT_TRUE(h.Push(CqRingCompletion(next++)).stored);
     ASSERT_EQ(h.Poll(out, 4), 3);
     for (int i = 0; i < 3; ++i) EXPECT_EQ(out[i].wr_id, expect++);
     EXPECT_EQ(h.Poll(out, 4), 0);  // last lap's stamps never read as this lap's
@@ -134,15 +161,15 @@ TEST(CqRingTest, EmptyFullAndWrapOnAnOddSizedRing) {
 
 TEST(CqRingTest, AProducerRereadsTheOwnersHeadOnlyWhenTheRingLooksFull) {
   CqRingHarness h(2);
-  ASSERT_TRUE(h.Push(WithId(0)).stored);
-  ASSERT_TRUE(h.Push(WithId(1)).stored);
+  ASSERT_TRUE(h.Push(CqRingCompletion(0)).stored);
+  ASSERT_TRUE(h.Push(CqRingCompletion(1)).stored);
   Completion out[2];
   ASSERT_EQ(h.Poll(out, 2), 2);
   // The producers' copy of head is stale (0) until the ring looks full; then it is refreshed.
   EXPECT_EQ(h.ring->head_seen, 0u);
-  ASSERT_TRUE(h.Push(WithId(2)).stored);
+  ASSERT_TRUE(h.Push(CqRingCompletion(2)).stored);
   EXPECT_EQ(h.ring->head_seen, 2u);
-  ASSERT_TRUE(h.Push(WithId(3)).stored);
+  ASSERT_TRUE(h.Push(CqRingCompletion(3)).stored);
   EXPECT_EQ(h.ring->overrun, 0u);
   ASSERT_EQ(h.Poll(out, 2), 2);
   EXPECT_EQ(out[0].wr_id, 2u);
@@ -151,28 +178,28 @@ TEST(CqRingTest, AProducerRereadsTheOwnersHeadOnlyWhenTheRingLooksFull) {
 
 TEST(CqRingTest, AProducerDeadAfterPublishingKeepsItsEntryAndTheNextGoesAfterIt) {
   CqRingHarness h(4);
-  ASSERT_TRUE(h.Push(WithId(0)).stored);
+  ASSERT_TRUE(h.Push(CqRingCompletion(0)).stored);
   // A producer writes and publishes position 1, then dies before advancing `tail`.
-  CqEntryWrite(h.entries[1], WithId(1));
+  CqEntryWrite(h.entries[1], CqRingCompletion(1));
   CqEntryPublish(h.entries[1], 1);
   EXPECT_EQ(h.ring->tail.load(), 1u);
   Completion out[4];
   ASSERT_EQ(h.Poll(out, 4), 2);  // the owner sees it already
   EXPECT_EQ(out[1].wr_id, 1u);
-  ASSERT_TRUE(h.Push(WithId(2)).stored);  // the next producer repairs `tail` first
+  ASSERT_TRUE(h.Push(CqRingCompletion(2)).stored);  // the next producer repairs `tail` first
   EXPECT_EQ(h.ring->tail.load(), 3u);
   ASSERT_EQ(h.Poll(out, 4), 1);
   EXPECT_EQ(out[0].wr_id, 2u);
   // One dead before publishing leaves nothing: its slot is written again by the next.
-  CqEntryWrite(h.entries[3], WithId(99));
-  ASSERT_TRUE(h.Push(WithId(3)).stored);
+  CqEntryWrite(h.entries[3], CqRingCompletion(99));
+  ASSERT_TRUE(h.Push(CqRingCompletion(3)).stored);
   ASSERT_EQ(h.Poll(out, 4), 1);
   EXPECT_EQ(out[0].wr_id, 3u);
 }
 
 TEST(CqRingTest, RestampedEntriesAfterARemovalReadAtTheirNewPlaces) {
   CqRingHarness h(4);
-  for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(h.Push(WithId(i)).stored);
+  for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(h.Push(CqRingCompletion(i)).stored);
   // The owner compacts positions 0..3 to the two it keeps (core/cq.cc RemoveEntriesOf).
   h.entries[0] = h.entries[1];
   h.entries[1] = h.entries[3];
@@ -183,7 +210,7 @@ TEST(CqRingTest, RestampedEntriesAfterARemovalReadAtTheirNewPlaces) {
   ASSERT_EQ(h.Poll(out, 4), 2);  // not the freed slots' old entries
   EXPECT_EQ(out[0].wr_id, 1u);
   EXPECT_EQ(out[1].wr_id, 3u);
-  ASSERT_TRUE(h.Push(WithId(4)).stored);
+  ASSERT_TRUE(h.Push(CqRingCompletion(4)).stored);
   ASSERT_EQ(h.Poll(out, 4), 1);
   EXPECT_EQ(out[0].wr_id, 4u);
 }
@@ -196,7 +223,7 @@ TEST(CqRingTest, APollRacingProducersSeesEveryEntryOnceAndWhole) {
   for (int p = 0; p < kProducers; ++p) {
     producers.emplace_back([&h, p] {
       for (int i = 0; i < kEach;) {
-        Completion c = WithId(static_cast<uint64_t>(p) << 32 | static_cast<uint64_t>(i));
+        Completion c = CqRingCompletion(static_cast<uint64_t>(p) << 32 | static_cast<uint64_t>(i));
         c.byte_len = static_cast<uint32_t>(i) * 3;
         if (h.Push(c).stored) ++i;
       }
