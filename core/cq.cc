@@ -167,8 +167,9 @@ Status Cq::Resize(int cqe) {
   transport::CqEntriesMarkWritten(to, static_cast<uint32_t>(cqe), 0, held);
   transport::CqEntriesMarkEmpty(to, static_cast<uint32_t>(cqe), held, static_cast<uint32_t>(cqe));
   local_->Free(r.entries, sizeof(CqEntry) * r.capacity);
-  r.entries = *fresh;
-  r.capacity = static_cast<uint32_t>(cqe);
+  // (Atomic stores: Poll's unlocked look at the next entry reads both.)
+  std::atomic_ref<fabric::SharedRef>(r.entries).store(*fresh, std::memory_order_relaxed);
+  std::atomic_ref<uint32_t>(r.capacity).store(static_cast<uint32_t>(cqe), std::memory_order_relaxed);
   r.head.store(0, std::memory_order_relaxed);
   r.head_seen = 0;
   r.tail.store(held, std::memory_order_release);
@@ -201,9 +202,16 @@ int Cq::Poll(Completion* out, int max, transport::TmInfo* tm) {
     for (Qp* qp : qps_) qp->ApplyPendingError();
   }
   // No ring lock for the owner: entries are found by their stamps (transport/cq_ring.h), so an
-  // empty CQ costs the poll lock and one load of a line producers write only to publish. In a
-  // process that receives RoCEv2 an empty poll also takes what its sockets hold (busy polling,
-  // docs/wire.md) instead of waiting for the receive thread.
+  // empty CQ costs a few loads, the last of a line producers write only to publish, and no lock
+  // (a resize racing this look is decided by the locked take). In a process that receives
+  // RoCEv2 an empty poll also takes what its sockets hold (busy polling, docs/wire.md) instead
+  // of waiting for the receive thread.
+  const auto ready = [&]() {
+    const fabric::SharedRef ref = std::atomic_ref<fabric::SharedRef>(r.entries).load(std::memory_order_relaxed);
+    const uint32_t capacity = std::atomic_ref<uint32_t>(r.capacity).load(std::memory_order_relaxed);
+    return transport::CqEntryAt(static_cast<CqEntry*>(local_->At(ref)), capacity,
+                                r.head.load(std::memory_order_relaxed)) != nullptr;
+  };
   const auto take = [&]() {
     std::lock_guard poll(poll_mu_);
     const uint64_t head = r.head.load(std::memory_order_relaxed);
@@ -218,7 +226,7 @@ int Cq::Poll(Completion* out, int max, transport::TmInfo* tm) {
     return n;
   };
   if (max <= 0) return 0;
-  if (const int n = take(); n != 0) return n;
+  if (ready()) return take();
   transport::WireFabric* wire = transport::WireFabric::Receiving();
   if (wire == nullptr || !wire->PollOnce()) return 0;
   return take();
@@ -286,7 +294,7 @@ uint32_t Cq::RemoveEntriesOf(uint32_t qp_num) {
              qp_num, static_cast<unsigned long long>(c.wr_id), c.status, c.opcode);
       continue;
     }
-    if (kept != i) e[(head + kept) % r.capacity] = from;
+    if (kept != i) transport::CqEntryMoveUnstamped(e[(head + kept) % r.capacity], from);
     ++kept;
   }
   // The kept entries are restamped at their new positions, the freed slots marked unwritten.

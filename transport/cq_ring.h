@@ -150,13 +150,24 @@ inline const CqEntry* CqEntryAt(CqEntry* entries, uint32_t capacity, uint64_t po
 // or a resize frees): the stamp of the slot's previous lap, which position p never matches
 // (capacity is below 2^32). A slot's stamp is otherwise always its previous lap's or its own.
 inline void CqEntriesMarkEmpty(CqEntry* entries, uint32_t capacity, uint64_t from, uint64_t to) {
-  for (uint64_t p = from; p < to; ++p) entries[p % capacity].seq = CqStamp(p - capacity);
+  for (uint64_t p = from; p < to; ++p)
+    std::atomic_ref<uint32_t>(entries[p % capacity].seq).store(CqStamp(p - capacity), std::memory_order_relaxed);
 }
 
 // Restamps the entries of positions [from, to) as written (their contents were moved there by
 // the owner, the ring locked, its poll excluded).
 inline void CqEntriesMarkWritten(CqEntry* entries, uint32_t capacity, uint64_t from, uint64_t to) {
-  for (uint64_t p = from; p < to; ++p) entries[p % capacity].seq = CqStamp(p);
+  for (uint64_t p = from; p < to; ++p)
+    std::atomic_ref<uint32_t>(entries[p % capacity].seq).store(CqStamp(p), std::memory_order_release);
+}
+
+// Copies an entry into another slot of a live ring, all but its stamp (which the owner's
+// unlocked look at the next entry may be reading): CqEntriesMarkWritten stamps it after.
+inline void CqEntryMoveUnstamped(CqEntry& to, const CqEntry& from) {
+  constexpr size_t kStamp = offsetof(CqEntry, seq), kAfter = kStamp + sizeof(CqEntry::seq);
+  memcpy(static_cast<void*>(&to), &from, kStamp);
+  memcpy(reinterpret_cast<uint8_t*>(&to) + kAfter, reinterpret_cast<const uint8_t*>(&from) + kAfter,
+         sizeof(CqEntry) - kAfter);
 }
 
 // Three cache lines with one writer pattern each (issue 16 item 3: a small message costs the
