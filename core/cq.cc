@@ -113,6 +113,7 @@ Result<std::unique_ptr<Cq>> Cq::Create(Context& context, int cqe, CompChannel* c
   ring->channel_tag = channel ? channel->tag() : 0;
   ring->stamp = stamp;
   ring->entries = *entries;
+  transport::CqEntriesMarkEmpty(static_cast<CqEntry*>(local->At(*entries)), ring->capacity, 0, ring->capacity);
   ring->mod_count = ring->mod_period_us = 0;
   ring->mod_pending = 0;
   ring->timer_fd = -1;
@@ -163,9 +164,12 @@ Status Cq::Resize(int cqe) {
   auto* to = static_cast<CqEntry*>(local_->At(*fresh));
   const uint64_t head = r.head.load(std::memory_order_relaxed);
   for (uint32_t i = 0; i < held; ++i) to[i] = from[(head + i) % r.capacity];
+  transport::CqEntriesMarkWritten(to, static_cast<uint32_t>(cqe), 0, held);
+  transport::CqEntriesMarkEmpty(to, static_cast<uint32_t>(cqe), held, static_cast<uint32_t>(cqe));
   local_->Free(r.entries, sizeof(CqEntry) * r.capacity);
-  r.entries = *fresh;
-  r.capacity = static_cast<uint32_t>(cqe);
+  // (Atomic stores: Poll's unlocked look at the next entry reads both.)
+  std::atomic_ref<fabric::SharedRef>(r.entries).store(*fresh, std::memory_order_relaxed);
+  std::atomic_ref<uint32_t>(r.capacity).store(static_cast<uint32_t>(cqe), std::memory_order_relaxed);
   r.head.store(0, std::memory_order_relaxed);
   r.head_seen = 0;
   r.tail.store(held, std::memory_order_release);
@@ -198,13 +202,24 @@ void Cq::ApplyAttention() {
   for (Qp* qp : qps_) qp->ApplyPendingError();
 }
 
+bool Cq::EntryReady() const {
+  // The owner's look without the ring lock: entries are found by their stamps
+  // (transport/cq_ring.h), so an empty CQ costs a few loads, the last of a line producers write
+  // only to publish. A resize racing this look is decided by the locked take (it stores the
+  // array and its capacity atomically).
+  CqRing& r = ring();
+  const fabric::SharedRef ref = std::atomic_ref<fabric::SharedRef>(r.entries).load(std::memory_order_relaxed);
+  const uint32_t capacity = std::atomic_ref<uint32_t>(r.capacity).load(std::memory_order_relaxed);
+  return transport::CqEntryAt(static_cast<CqEntry*>(local_->At(ref)), capacity,
+                              r.head.load(std::memory_order_relaxed)) != nullptr;
+}
+
 bool Cq::BusyPollWire() {
   // The caller, spinning on its CQ, takes what its sockets hold (busy polling, docs/wire.md)
   // instead of waiting for the receive thread.
   transport::WireFabric* wire = transport::WireFabric::Receiving();
   if (wire == nullptr || !wire->PollOnce()) return false;
-  CqRing& r = ring();
-  return r.tail.load(std::memory_order_acquire) != r.head.load(std::memory_order_relaxed);
+  return EntryReady();
 }
 
 void Cq::ScatterLanding(const CqEntry& entry, Completion* c) {
@@ -215,10 +230,10 @@ void Cq::ScatterLanding(const CqEntry& entry, Completion* c) {
   std::atomic<uint32_t>& own_writes = local_->own_writes();
   own_writes.fetch_add(1, std::memory_order_acq_rel);
   const uint8_t* from = entry.landing;
-  const uint8_t* const end = entry.landing + std::min(entry.landing_length, transport::kLandingBytes);
+  const uint8_t* const end = entry.landing + std::min<uint32_t>(entry.landing_length, transport::kLandingBytes);
   bool placed = true;
-  for (uint32_t i = 0; placed && i < entry.landing_pieces && i < transport::kLandingPieces; ++i) {
-    const transport::LandingPiece& p = entry.piece[i];
+  for (uint32_t i = 0; placed && i < transport::CqEntryPieces(entry) && i < transport::kLandingPieces; ++i) {
+    const transport::LandingPiece p = transport::CqEntryPiece(entry, i);
     transport::KeyView k;
     // Never an indirect or null key: a receive through one is copied by the sender, not landed
     // (transport/responder.cc), so one here would be a slot reused since -- a lost MR.
@@ -263,15 +278,19 @@ uint32_t Cq::RemoveEntriesOf(uint32_t qp_num) {
   uint32_t kept = 0;
   for (uint32_t i = 0; i < held; ++i) {
     CqEntry& from = e[(head + i) % r.capacity];
-    if (from.c.qp_num == qp_num) {
+    if (from.qp_num == qp_num) {
+      const Completion c = transport::CqEntryRead(from);
       SV_LOG(kDebug, "cq 0x%x: removing the completion of qp 0x%x (wr_id 0x%llx, status %u, opcode %u)", handle_,
-             qp_num, static_cast<unsigned long long>(from.c.wr_id), from.c.status, from.c.opcode);
+             qp_num, static_cast<unsigned long long>(c.wr_id), c.status, c.opcode);
       continue;
     }
-    if (kept != i) e[(head + kept) % r.capacity] = from;
+    if (kept != i) transport::CqEntryMoveUnstamped(e[(head + kept) % r.capacity], from);
     ++kept;
   }
-  r.tail.store(head + kept, std::memory_order_release);
+  // The kept entries are restamped at their new positions, the freed slots marked unwritten.
+  transport::CqEntriesMarkWritten(e, r.capacity, head, head + kept);
+  transport::CqEntriesMarkEmpty(e, r.capacity, head + kept, head + held);
+  r.tail.store(head + kept, std::memory_order_relaxed);
   return held - kept;
 }
 

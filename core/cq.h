@@ -141,6 +141,8 @@ class Cq {
   // A poll's work that is not taking entries: a QP's pending error (attention), and the wire's
   // busy poll when the ring is empty; whether the ring holds something now.
   void ApplyAttention();
+  // The next entry is written (its stamp is its position's): the owner's look without the lock.
+  bool EntryReady() const;
   bool BusyPollWire();
   // Writes a landed message into the receive buffers named in `entry` (the owner's poll).
   void ScatterLanding(const transport::CqEntry& entry, Completion* c);
@@ -174,27 +176,20 @@ int Cq::PollWith(int max, Take&& take) {
   // A QP of this CQ failed (its requester in the background, or a peer as responder): moved to
   // ERR now so its flush completions are here for this poll.
   if (r.attention.load(std::memory_order_relaxed) != 0) [[unlikely]] ApplyAttention();
-  // Lock-free for the owner: an empty CQ costs two loads (see transport/cq_ring.h), and the
+  // Lock-free for the owner while the CQ is empty (EntryReady: the next entry's stamp), and the
   // wire's busy poll in a process that receives RoCEv2.
-  if (r.tail.load(std::memory_order_acquire) == r.head.load(std::memory_order_relaxed) && !BusyPollWire()) return 0;
-  if (max <= 0) return 0;
+  if (max <= 0 || (!EntryReady() && !BusyPollWire())) return 0;
   std::lock_guard poll(poll_mu_);
   const uint64_t head = r.head.load(std::memory_order_relaxed);
-  const uint64_t avail = r.tail.load(std::memory_order_acquire) - head;
-  const auto* e = static_cast<const transport::CqEntry*>(local_->At(r.entries));
-  const uint32_t capacity = r.capacity;
+  auto* e = static_cast<transport::CqEntry*>(local_->At(r.entries));
   int n = 0;
-  for (; n < max && static_cast<uint64_t>(n) < avail; ++n) {
-    const transport::CqEntry& entry = e[(head + static_cast<uint64_t>(n)) % capacity];
-    if (entry.landing_length == 0) {
-      take(entry.c, entry);
-    } else {
-      Completion c = entry.c;  // its status changes if the landing cannot be placed
-      ScatterLanding(entry, &c);
-      take(c, entry);
-    }
+  for (const transport::CqEntry* entry;
+       n < max && (entry = transport::CqEntryAt(e, r.capacity, head + static_cast<uint64_t>(n))) != nullptr; ++n) {
+    Completion c = transport::CqEntryRead(*entry);
+    if (entry->landing_length != 0) ScatterLanding(*entry, &c);  // its status changes if it cannot be placed
+    take(c, *entry);
   }
-  r.head.store(head + static_cast<uint64_t>(n), std::memory_order_release);
+  if (n != 0) r.head.store(head + static_cast<uint64_t>(n), std::memory_order_release);
   return n;
 }
 

@@ -3,6 +3,15 @@
 #include <cstring>
 
 namespace softverbs::transport {
+namespace {
+
+// Slots [from, to) of a fresh entry array hold no posted WQE: stamp 0, which no first-lap
+// position matches (the ring's positions restart at 0 with a fresh array).
+void MarkUnposted(uint8_t* base, uint32_t wqe_size, uint32_t from, uint32_t to) {
+  for (uint32_t i = from; i < to; ++i) reinterpret_cast<RecvWqe*>(base + static_cast<size_t>(i) * wqe_size)->seq = 0;
+}
+
+}  // namespace
 
 Result<std::unique_ptr<RecvQueue>> RecvQueue::Create(fabric::LocalProcess& local, uint32_t max_wr, uint32_t max_sge,
                                                      int async_fd, uint64_t async_tag) {
@@ -24,6 +33,7 @@ Result<std::unique_ptr<RecvQueue>> RecvQueue::Create(fabric::LocalProcess& local
   ring->async_tag = async_tag;
   ring->entries = *entries;
   ring->tm = {};
+  MarkUnposted(static_cast<uint8_t*>(local.At(*entries)), wqe_size, 0, slots);
   return std::unique_ptr<RecvQueue>(new RecvQueue(local, *ref));
 }
 
@@ -54,6 +64,7 @@ Status RecvQueue::Post(uint64_t wr_id, const RecvSge* sge, uint32_t num_sge) {
   w->wr_id = wr_id;
   w->num_sge = num_sge;
   if (num_sge) memcpy(w->sge, sge, sizeof(RecvSge) * num_sge);
+  std::atomic_ref<uint32_t>(w->seq).store(static_cast<uint32_t>(tail + 1), std::memory_order_release);
   r.tail.store(tail + 1, std::memory_order_release);
   return Status::Ok();
 }
@@ -81,9 +92,12 @@ Status RecvQueue::Resize(uint32_t max_wr) {
   if (!fresh.ok()) return fresh.status();
   auto* from = static_cast<uint8_t*>(local_.At(r.entries));
   auto* to = static_cast<uint8_t*>(local_.At(*fresh));
-  for (uint32_t i = 0; i < held; ++i)
+  for (uint32_t i = 0; i < held; ++i) {
     memcpy(to + static_cast<size_t>(i) * r.wqe_size, from + static_cast<size_t>((head + i) % r.max_wr) * r.wqe_size,
            r.wqe_size);
+    reinterpret_cast<RecvWqe*>(to + static_cast<size_t>(i) * r.wqe_size)->seq = i + 1;  // its new position
+  }
+  MarkUnposted(to, r.wqe_size, held, max_wr);
   local_.Free(r.entries, static_cast<size_t>(r.wqe_size) * (r.max_wr == 0 ? 1 : r.max_wr));
   r.entries = *fresh;
   r.max_wr = max_wr;

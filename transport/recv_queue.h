@@ -23,11 +23,13 @@ struct RecvSge {
   uint32_t lkey;
 };
 
-// One posted receive: wr_id and up to max_sge scatter entries.
+// One posted receive: wr_id and up to max_sge scatter entries. A taker finds it posted by its
+// stamp, so the owner's `tail` never crosses to the taker's core: the WQE is the one line a
+// post moves (the mlx5 CQE ownership bit's idea, on the receive queue).
 struct RecvWqe {
   uint64_t wr_id;
   uint32_t num_sge;
-  uint32_t reserved;
+  uint32_t seq;    // low 32 bits of its position + 1 once posted (std::atomic_ref: release / acquire)
   RecvSge sge[1];  // max_sge entries follow in the ring
 };
 
@@ -35,11 +37,17 @@ inline size_t RecvWqeSize(uint32_t max_sge) {
   return offsetof(RecvWqe, sge) + sizeof(RecvSge) * (max_sge == 0 ? 1 : max_sge);
 }
 
-// Posting is the owner's alone and takes no lock: it writes the WQE, then publishes `tail`.
-// Takers (senders in any process) serialise on the robust lock and hand slots back through
-// `head`. One line holds what takers write at every take (the lock, `head`, the SRQ limit they
-// check), one what nobody writes while messages flow, one the owner's `tail`: a post and a take
-// each move one line between the processes' cores besides the WQE itself (issue 16 item 3).
+// Posting is the owner's alone and takes no lock: it writes the WQE, then publishes its stamp
+// (and advances its own `tail`). Takers (senders in any process) serialise on the robust lock,
+// take the WQE at `head` if its stamp says it is posted, and hand slots back through `head`. One
+// line holds what takers write at every take (the lock, `head`, the SRQ limit they check), one
+// what nobody writes while messages flow, one the owner's `tail` (read by takers only for an
+// armed SRQ limit): a post moves the WQE's line to the taker, a take moves nothing back unless
+// the owner finds its ring full (issue 16 item 3).
+//
+// A 32-bit stamp is never stale-equal: a slot's last stamp is of its previous lap (max_wr
+// positions before, and max_wr < 2^32) or, never written, 0 (position + 1 is never 0 for a
+// slot's first lap).
 struct RecvRing {
   fabric::RobustMutex lock;  // takers, and the owner's control operations
   std::atomic<uint64_t> head;  // next WQE to take (takers, under `lock`)
@@ -71,12 +79,12 @@ template <typename Resolve>
 TakenWqe RecvRingTake(RecvRing& ring, Resolve&& resolve) {
   TakenWqe out;
   fabric::RobustLock lock(ring.lock);
+  if (ring.max_wr == 0) return out;
   const uint64_t head = ring.head.load(std::memory_order_relaxed);
-  const uint64_t tail = ring.tail.load(std::memory_order_acquire);
-  if (head == tail || ring.max_wr == 0) return out;
   auto* base = static_cast<uint8_t*>(resolve(ring.entries));
   if (base == nullptr) return out;
-  const auto* w = reinterpret_cast<const RecvWqe*>(base + static_cast<size_t>(head % ring.max_wr) * ring.wqe_size);
+  auto* w = reinterpret_cast<RecvWqe*>(base + static_cast<size_t>(head % ring.max_wr) * ring.wqe_size);
+  if (std::atomic_ref<uint32_t>(w->seq).load(std::memory_order_acquire) != static_cast<uint32_t>(head + 1)) return out;
   out.found = true;
   out.wr_id = w->wr_id;
   out.num_sge = w->num_sge <= 32 ? w->num_sge : 32;
@@ -85,7 +93,7 @@ TakenWqe RecvRingTake(RecvRing& ring, Resolve&& resolve) {
   ring.head.store(head + 1, std::memory_order_release);
   // ibv_modify_srq(3): the event fires when the number of WQEs drops below the limit; then
   // the limit is disarmed.
-  if (ring.srq_limit != 0 && tail - (head + 1) < ring.srq_limit) {
+  if (ring.srq_limit != 0 && ring.tail.load(std::memory_order_acquire) - (head + 1) < ring.srq_limit) {
     ring.srq_limit = 0;
     ring.limit_fired.store(1, std::memory_order_release);
     out.limit_crossed = true;

@@ -82,12 +82,13 @@ void FillLanding(CqEntry& e, const iovec* gather, size_t ng, const ScatterList& 
     memcpy(to, gather[i].iov_base, gather[i].iov_len);
     to += gather[i].iov_len;
   }
-  e.landing_length = static_cast<uint32_t>(to - e.landing);
+  e.landing_length = static_cast<uint8_t>(to - e.landing);  // at most kLandingBytes
   const iovec* piece = scatter.pieces.data();
-  e.landing_pieces = static_cast<uint32_t>(scatter.pieces.size());
-  for (size_t i = 0; i < scatter.pieces.size(); ++i)
-    e.piece[i] = {reinterpret_cast<uint64_t>(piece[i].iov_base), static_cast<uint32_t>(piece[i].iov_len),
-                  scatter.lkey[i]};
+  const uint32_t pieces = static_cast<uint32_t>(scatter.pieces.size());  // at most kLandingPieces
+  e.flags |= static_cast<uint8_t>(pieces << kCqEntryPieceShift);
+  for (uint32_t i = 0; i < pieces; ++i)
+    CqEntrySetPiece(e, i, {reinterpret_cast<uint64_t>(piece[i].iov_base), static_cast<uint32_t>(piece[i].iov_len),
+                           scatter.lkey[i]});
 }
 
 Completion ReceiveCompletion(const QpEndpoint& e, const TakenWqe& w, const Request& r, uint64_t need, bool grh) {

@@ -19,8 +19,9 @@ namespace {
 
 constexpr uint64_t kMagic = 0x47455256'534f5353ull;  // "SSOSVREG"
 // 8: XRC domains, XRC SRQ entries; 9: hazard lines; 10: key owners, wire TM state; 11: one-word
-// robust mutexes in the arenas' rings (fabric/host/robust_mutex.h)
-constexpr int kLayoutVersion = 11;
+// robust mutexes in the arenas' rings (fabric/host/robust_mutex.h); 12: stamped CQ entries and
+// receive WQEs (transport/cq_ring.h, transport/recv_queue.h)
+constexpr int kLayoutVersion = 12;
 constexpr unsigned long long kInitialPidNamespace = 0xEFFFFFFCull;  // PROC_PID_INIT_INO
 
 struct RegionHeader {

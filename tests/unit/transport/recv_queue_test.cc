@@ -123,5 +123,35 @@ TEST_F(RecvQueueTest, ClearDropsWhatIsPostedAndTheRingStaysUsable) {
   EXPECT_EQ(q->Take().wr_id, 3u);
 }
 
+TEST_F(RecvQueueTest, StampsFindPostedWqesAcrossLapsResizesAndReusedMemory) {
+  RecvSge s{0, 0, 0};
+  {
+    // Leaves stamped WQEs in memory the next queue may be given.
+    auto old = std::move(RecvQueue::Create(*local_, 3, 1).value());
+    for (uint64_t id = 1; id <= 3; ++id) ASSERT_TRUE(old->Post(id, &s, 1).ok());
+  }
+  auto q = std::move(RecvQueue::Create(*local_, 3, 1).value());
+  EXPECT_FALSE(q->Take().found);  // a fresh ring's slots read as unposted whatever they held
+  uint64_t next = 1, expect = 1;
+  for (int lap = 0; lap < 20; ++lap) {
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(q->Post(next++, &s, 1).ok());
+    EXPECT_EQ(q->Post(next, &s, 1).code(), ENOMEM);  // the owner's cached head, re-read: still full
+    EXPECT_EQ(q->Take().wr_id, expect++);
+    ASSERT_TRUE(q->Post(next++, &s, 1).ok());  // the slot handed back (head re-read)
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(q->Take().wr_id, expect++);
+    EXPECT_FALSE(q->Take().found);  // last lap's stamps never pass for this lap's
+  }
+  // Resized with two posted at positions far from 0: they move to 0 and 1 and stay takeable once.
+  ASSERT_TRUE(q->Post(next++, &s, 1).ok());
+  ASSERT_TRUE(q->Post(next++, &s, 1).ok());
+  ASSERT_TRUE(q->Resize(5).ok());
+  EXPECT_EQ(q->Take().wr_id, expect++);
+  ASSERT_TRUE(q->Post(next++, &s, 1).ok());
+  EXPECT_EQ(q->Take().wr_id, expect++);
+  EXPECT_EQ(q->Take().wr_id, expect++);
+  EXPECT_FALSE(q->Take().found);
+  EXPECT_EQ(q->count(), 0u);
+}
+
 }  // namespace
 }  // namespace softverbs::transport
