@@ -13,6 +13,7 @@
 #include <mutex>
 #include <vector>
 
+#include "base/env.h"
 #include "base/log.h"
 #include "fabric/host/maps_scan.h"
 #include "fabric/host/process_token.h"
@@ -285,10 +286,7 @@ void ForkChild() {
 }  // namespace
 
 bool PrivateShareEnabled() {
-  static const bool enabled = [] {
-    const char* v = getenv("SOFTVERBS_PRIVATE_SHARE");
-    return v == nullptr || strcmp(v, "0") != 0;
-  }();
+  static const bool enabled = EnvOnUnlessZero("SOFTVERBS_PRIVATE_SHARE");
   return enabled;
 }
 

@@ -1,9 +1,9 @@
 #include "transport/host/direct_route.h"
 
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 
+#include "base/env.h"
 #include "base/log.h"
 #include "fabric/host/hazard_lines.h"
 #include "fabric/host/shared_backing.h"
@@ -30,10 +30,7 @@ bool OneSided(const Request& r) {
 
 // SOFTVERBS_ROUTE=0: nothing is kept (a comparison switch: docs/device.md).
 bool RouteEnabled() {
-  static const bool enabled = [] {
-    const char* v = getenv("SOFTVERBS_ROUTE");
-    return v == nullptr || strcmp(v, "0") != 0;
-  }();
+  static const bool enabled = EnvOnUnlessZero("SOFTVERBS_ROUTE");
   return enabled;
 }
 

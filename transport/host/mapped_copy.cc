@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "base/env.h"
 #include "fabric/host/fault_guard.h"
 #include "fabric/host/shared_backing.h"
 #include "transport/key_table.h"
@@ -34,10 +35,7 @@ size_t PinHolding(const PinnedPieces& remote, uint64_t addr, uint64_t length, si
 // SOFTVERBS_PEER_MAP=0: this initiator never maps a peer's backing (process_vm_* for every
 // access; a comparison switch, and how tests mix both paths on one target).
 bool PeerMapEnabled() {
-  static const bool enabled = [] {
-    const char* v = getenv("SOFTVERBS_PEER_MAP");
-    return v == nullptr || strcmp(v, "0") != 0;
-  }();
+  static const bool enabled = EnvOnUnlessZero("SOFTVERBS_PEER_MAP");
   return enabled;
 }
 
