@@ -214,6 +214,13 @@ Status Qp::PostSend(const transport::SendWr& wr) {
   return sq_->Post(wr, state_.load(std::memory_order_acquire));
 }
 
+bool Qp::PostOneSided(const transport::OneSidedWr& wr) {
+  // (PostSend's gates: a forked child and a pending error are PostSend's to answer)
+  if (sq_ == nullptr || !context_.local().is_current()) [[unlikely]] return false;
+  ApplyPendingError();
+  return sq_->PostOneSided(wr, state_.load(std::memory_order_acquire));
+}
+
 Status Qp::ResetDciStream(uint16_t stream) {
   ApplyPendingError();
   // The order of mlx5's checks (providers/mlx5/mlx5.c): the QP must be in RTS (EOPNOTSUPP),

@@ -113,10 +113,14 @@ void Completer::Complete(const SendWr& wr, uint32_t status, uint64_t byte_len) {
     return;
   }
   // (An unsignaled success never gets here: Finish returned.)
+  CompleteAs(wr.wr_id, wr.opcode, status, byte_len);
+}
+
+void Completer::CompleteAs(uint64_t wr_id, WrOpcode opcode, uint32_t status, uint64_t byte_len) {
   Completion c;
-  c.wr_id = wr.wr_id;
+  c.wr_id = wr_id;
   c.status = status;
-  c.opcode = WcOpcode(wr.opcode);
+  c.opcode = WcOpcode(opcode);
   c.byte_len = static_cast<uint32_t>(byte_len);
   c.qp_num = config_.qp_num;
   host_.Complete(c);

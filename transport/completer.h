@@ -109,6 +109,12 @@ class Completer {
       return;
     Complete(wr, status, byte_len);
   }
+  // Finish of a successful work request of the requester's one-sided lane (never internal, never
+  // a DCI's): `opcode` is its WrOpcode, `flags` its send_flag bits.
+  void FinishOneSided(uint64_t wr_id, WrOpcode opcode, uint32_t flags, uint64_t byte_len) {
+    if (!(flags & send_flag::kSignaled) && !config_.sq_sig_all) return;
+    CompleteAs(wr_id, opcode, wc_status::kSuccess, byte_len);
+  }
   // Completes `wr` in error and takes the QP out of RTS (IBA 10.8.3): kFailed. On a DCI with
   // streams, only the WR's stream enters error (kStreamFailed) until 2^log_num_errored have.
   Verdict Fail(const SendWr& wr, uint32_t status);
@@ -130,6 +136,8 @@ class Completer {
   Verdict OnOtherReply(const SendWr& wr, RetryState& retry, const Reply& reply, uint64_t byte_len);
   // Finish of a work request that produces something: its completion, or its internal work's.
   void Complete(const SendWr& wr, uint32_t status, uint64_t byte_len);
+  // The application's completion of work request `wr_id` (the send CQ's, through the host).
+  void CompleteAs(uint64_t wr_id, WrOpcode opcode, uint32_t status, uint64_t byte_len);
   // The primary path failed with the alternate armed (IBA 17.2.8).
   Verdict Migrate(RetryState& retry);
 

@@ -41,19 +41,28 @@ void PinnedPieces::Clear() {
   rare_.reset();
 }
 
-bool ResolveHeldKey(fabric::HostRegistry& registry, const HeldKey& held, uint32_t key, uint64_t addr,
-                    uint64_t length, const KeyRule& rule, PinnedPieces* out) {
-  if (held.key() != key || key == 0) return false;
-  fabric::HazardLine* line = KeyHazards(registry);
+std::atomic<uint32_t>* HoldHeldKey(fabric::HazardLine* line, const HeldKey& held, uint32_t key, uint64_t addr,
+                                   uint64_t length, const KeyRule& rule, void** at) {
+  if (held.key() != key || key == 0) return nullptr;
   std::atomic<uint32_t>* hazard = line != nullptr ? fabric::Announce(*line, held.hazard_value()) : nullptr;
-  if (hazard == nullptr) return false;
+  if (hazard == nullptr) return nullptr;
   const KeyView& k = held.view();
   if (!held.Current() || !KeyAdmits(k, rule) || !KeyCovers(k, addr, length)) {
     fabric::Retract(hazard);
-    return false;
+    return nullptr;
   }
-  out->Add({reinterpret_cast<void*>(k.addr + (addr - k.iova)), length});
-  out->Keep(KeyPin::Announced(hazard, k));
+  *at = reinterpret_cast<void*>(k.addr + (addr - k.iova));
+  return hazard;
+}
+
+bool ResolveHeldKey(fabric::HostRegistry& registry, const HeldKey& held, uint32_t key, uint64_t addr,
+                    uint64_t length, const KeyRule& rule, PinnedPieces* out) {
+  void* at = nullptr;
+  if (held.key() != key || key == 0) return false;
+  std::atomic<uint32_t>* hazard = HoldHeldKey(KeyHazards(registry), held, key, addr, length, rule, &at);
+  if (hazard == nullptr) return false;
+  out->Add({at, length});
+  out->Keep(KeyPin::Announced(hazard, held.view()));
   return true;
 }
 

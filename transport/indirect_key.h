@@ -13,6 +13,7 @@
 
 #include <sys/uio.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -224,6 +225,11 @@ bool ResolveKey(fabric::HostRegistry& registry, uint32_t key, uint64_t addr, uin
 // `key`, has changed, or a rule refuses: ResolveKey then decides, as for any access.
 bool ResolveHeldKey(fabric::HostRegistry& registry, const HeldKey& held, uint32_t key, uint64_t addr,
                     uint64_t length, const KeyRule& rule, PinnedPieces* out);
+// ResolveHeldKey without a pin list, announced in `line` (this thread's: KeyHazards or
+// fabric::ThisThreadHazards): where [addr, +length) is in this process (`*at`) and the hazard
+// entry that holds the key until fabric::Retract; nullptr when ResolveHeldKey would be false.
+std::atomic<uint32_t>* HoldHeldKey(fabric::HazardLine* line, const HeldKey& held, uint32_t key, uint64_t addr,
+                                   uint64_t length, const KeyRule& rule, void** at);
 // Keeps `key` in `held` if it names a plain registration now -- not indirect, null, on demand
 // or a window, the keys whose accesses need more than the view (ResolveKey) -- else empties it.
 void LearnPlainKey(fabric::HostRegistry& registry, uint32_t key, HeldKey* held);

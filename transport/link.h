@@ -29,6 +29,11 @@ class Link {
   virtual void Attach(ReplySink*) {}
   // Carries `r` to QP `r.dest_qp` and returns its responder's reply, or kPending.
   virtual Reply Carry(const Request& r) = 0;
+  // Executes `r` at once if this link reaches its destination without its usual machinery (a
+  // route kept since an earlier request: transport/host/direct_route.h), with the reply in
+  // `reply`; false: nothing was done, and Carry decides. Such a request is answered kAck, or a
+  // NAK it cannot retry (never kPending, kRnr or kNoAnswer).
+  virtual bool CarryDirect(const DirectRequest&, Reply*) { return false; }
   // UD to a multicast group (r.addressing->dgid, r.dest_qp the multicast QPN): to every QP
   // attached to the group, each with its own Q_Key check and receive WQE (IBA 10.5), except
   // `skip_qp` (IBV_QP_CREATE_BLOCK_SELF_MCAST_LB; 0: none). The sender learns nothing.

@@ -112,4 +112,19 @@ struct Request {
   bool with_imm() const { return opcode == WrOpcode::kSendWithImm || opcode == WrOpcode::kRdmaWriteWithImm; }
 };
 
+// An RC RDMA WRITE, READ or atomic whose local side is one piece, as a link that can execute it
+// at once takes it (Link::CarryDirect): the part of a Request such a message is. Not a DCI's, not
+// XRC.
+struct DirectRequest {
+  WrOpcode opcode = WrOpcode::kRdmaWrite;
+  uint32_t dest_qp = 0;
+  // The bytes: a WRITE reads them, a READ writes them, an atomic writes its 8-byte original.
+  void* local = nullptr;
+  uint64_t length = 0;
+  uint64_t remote_addr = 0;  // RETH / AtomicETH
+  uint32_t rkey = 0;
+  uint64_t compare_add = 0;
+  uint64_t swap = 0;
+};
+
 }  // namespace softverbs::transport

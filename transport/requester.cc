@@ -91,6 +91,9 @@ void Requester::Configure(const RequesterConfig& config) {
   // devices defaults": one path MTU, a packet at a time.
   const uint32_t burst = config.max_burst_sz ? config.max_burst_sz : config.path_mtu;
   pacer_.Configure(config.rate_limit_kbps, config.rate_limit_kbps ? burst : 0);
+  lane_ = config_.completer.type == kRc && !config_.dc_initiator && !config_.xrc_initiator && config_.dest_on_host &&
+          !config_.sig_pipelining && config_.rate_limit_kbps == 0 && config_.max_send_wr > 0 &&
+          config_.max_send_sge > 0;
 }
 
 void Requester::SetPacingClock(PacingClock clock) {

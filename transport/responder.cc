@@ -142,23 +142,29 @@ std::vector<iovec> ResponderSkipBytes(const iovec* local, size_t count, uint64_t
   return out;
 }
 
+// An atomic's operands (AtomicETH), the `arg` of CompareSwap and FetchAdd.
+struct AtomicOperands {
+  uint64_t compare_add;
+  uint64_t swap;
+};
+
 uint64_t CompareSwap(uint64_t value, const void* arg) {
-  const auto* r = static_cast<const Request*>(arg);
-  return value == r->compare_add ? r->swap : value;
+  const auto* o = static_cast<const AtomicOperands*>(arg);
+  return value == o->compare_add ? o->swap : value;
 }
 
-uint64_t FetchAdd(uint64_t value, const void* arg) { return value + static_cast<const Request*>(arg)->compare_add; }
+uint64_t FetchAdd(uint64_t value, const void* arg) { return value + static_cast<const AtomicOperands*>(arg)->compare_add; }
 
 uint64_t AtomicWriteValue(uint64_t, const void* arg) { return *static_cast<const uint64_t*>(arg); }
 
 }  // namespace
 
-bool Responder::Admits(const QpEndpoint& e, const Request& r) {
+bool Responder::Admits(const QpEndpoint& e, uint32_t qp_type, bool xrc, bool from_dci, uint64_t dc_access_key) {
   // A NIC discards a packet whose transport is not its QP's (IBA 9.6.1.1: the opcode's
   // transport must match the QP's service type; rxe's check_type_state), one for a DCT without
   // its access key (transport/dc_access.h), and any while the QP does not receive (10.3.1).
   // An XRC message is executed only on the view of its target QP and SRQ (host/xrc_target.h).
-  return e.type == r.qp_type && (e.xrc_view != 0) == r.xrc && DcAdmits(e, r.from_dci, r.dc_access_key) &&
+  return e.type == qp_type && (e.xrc_view != 0) == xrc && DcAdmits(e, from_dci, dc_access_key) &&
          CanReceive(e.state.load(std::memory_order_acquire));
 }
 
@@ -191,9 +197,9 @@ Reply Responder::Execute(const TargetQp& t, const Request& r, const uint8_t* grh
   }
 }
 
-bool Responder::ExecuteDirect(const DirectTarget& t, const Request& r, Reply* reply) {
+bool Responder::ExecuteDirect(const DirectTarget& t, const DirectRequest& r, Reply* reply) {
   // Execute's rules for its success case, in the order Rdma and Atomic apply them; a request
-  // any of them refuses is Execute's to answer.
+  // any of them refuses is Execute's to answer. (An RC request: not a DCI's, not XRC.)
   const QpEndpoint& e = *t.endpoint;
   uint32_t access = 0;
   uint64_t length = r.length;
@@ -213,8 +219,8 @@ bool Responder::ExecuteDirect(const DirectTarget& t, const Request& r, Reply* re
     default:
       return false;
   }
-  if (r.local_count != 1 || r.length == 0 || length > kDirectMaxBytes || r.local[0].iov_len != r.length) return false;
-  if (!Admits(e, r) || !(e.access & access)) return false;
+  if (r.length == 0 || length > kDirectMaxBytes) return false;
+  if (!Admits(e, kRc, false, false, 0) || !(e.access & access)) return false;
   if (access != kRemoteWrite && e.max_dest_rd_atomic == 0) return false;  // IBA 9.7.5.1.4
   const KeyView& k = *t.key;
   const KeyRule rule{t.process_slot, e.pd, access, access != kRemoteRead, /*remote=*/true, e.qp_num};
@@ -228,14 +234,23 @@ bool Responder::ExecuteDirect(const DirectTarget& t, const Request& r, Reply* re
   if (access == kRemoteAtomic) {
     const uint64_t va = k.addr + offset;
     if (va % 8 != 0) return false;  // the owner's word must be aligned too (Atomic's rule)
+    const AtomicOperands operands{r.compare_add, r.swap};
     uint64_t before = 0;
     const bool done = t.atomic(t.ctx, va, reinterpret_cast<uint64_t*>(at),
-                               r.opcode == WrOpcode::kAtomicCmpSwp ? CompareSwap : FetchAdd, &r, &before);
+                               r.opcode == WrOpcode::kAtomicCmpSwp ? CompareSwap : FetchAdd, &operands, &before);
     *reply = Reply::Of(done ? ReplyCode::kAck : ReplyCode::kRemoteOp);
     reply->original = before;
     return true;
   }
-  const bool done = t.move(t.ctx, access == kRemoteWrite, at, r.local[0].iov_base, length);
+  if (t.move == nullptr) {
+    if (access == kRemoteWrite)
+      memmove(at, r.local, length);
+    else
+      memmove(r.local, at, length);
+    *reply = Reply::Of(ReplyCode::kAck);
+    return true;
+  }
+  const bool done = t.move(t.ctx, access == kRemoteWrite, at, r.local, length);
   *reply = Reply::Of(done ? ReplyCode::kAck : ReplyCode::kRemoteOp);
   return true;
 }
@@ -703,7 +718,8 @@ Reply Responder::Atomic(const TargetQp& t, const Request& r) {
     FailTarget(t);
     return Reply::Of(ReplyCode::kInvalidRequest);
   }
-  auto original = t.AtomicUpdate(pieces, r.opcode == WrOpcode::kAtomicCmpSwp ? CompareSwap : FetchAdd, &r);
+  const AtomicOperands operands{r.compare_add, r.swap};
+  auto original = t.AtomicUpdate(pieces, r.opcode == WrOpcode::kAtomicCmpSwp ? CompareSwap : FetchAdd, &operands);
   if (!original.ok()) return Reply::Of(CopyFailed(original.status()));
   Reply reply = Reply::Of(ReplyCode::kAck);
   reply.original = *original;

@@ -37,6 +37,8 @@ struct ScatterList {
 // `atomic` applies an atomic's operation to the word at owner address `va` (mapped at `word`)
 // under its IBV_ATOMIC_HCA exclusion, the value before in `*before`. Both return false when the
 // owner's memory was not there (a file truncated under the registration: the fabric said why).
+// `move` null: the mapping cannot lose its pages (a file that cannot shrink), the responder
+// copies itself.
 struct DirectTarget {
   const QpEndpoint* endpoint = nullptr;
   uint32_t process_slot = 0;
@@ -59,7 +61,7 @@ class Responder {
   // Execute, kRemoteOp when the memory was not there). False when a rule does not hold, or `r`
   // is not such a request: nothing was done, and the caller runs Execute, which answers (and
   // logs) as usual. The caller holds the QP and the key.
-  static bool ExecuteDirect(const DirectTarget& t, const Request& r, Reply* reply);
+  static bool ExecuteDirect(const DirectTarget& t, const DirectRequest& r, Reply* reply);
 
   // Executes `r` at `t`. `grh`: the 40-byte network header a UD receive starts with (built by
   // the fabric that carried the datagram), nullptr for RC/UC.
@@ -119,7 +121,10 @@ class Responder {
   static void CompleteAt(const TargetQp& t, const Completion& c, const TmInfo* info);
   static void FailAt(const TargetQp& t, const Completion& c, uint32_t status);
   // The gates every request passes (transport, DC access, receiving state); false: discarded.
-  static bool Admits(const QpEndpoint& e, const Request& r);
+  static bool Admits(const QpEndpoint& e, const Request& r) {
+    return Admits(e, r.qp_type, r.xrc, r.from_dci, r.dc_access_key);
+  }
+  static bool Admits(const QpEndpoint& e, uint32_t qp_type, bool xrc, bool from_dci, uint64_t dc_access_key);
   static Reply Rdma(const TargetQp& t, const Request& r, bool write);
   static Reply Atomic(const TargetQp& t, const Request& r);
   static Reply AtomicWrite(const TargetQp& t, const Request& r);

@@ -171,4 +171,19 @@ struct SendWr {
   UdDestination ud;  // UD only
 };
 
+// An RDMA WRITE, READ or atomic with one SGE: the work requests the requester may run at post
+// time on a lane of its own (Requester::PostOneSided), converted from ibv_send_wr without the
+// ~700 bytes of a SendWr. With kInline on a WRITE, sge.addr holds the bytes (read now, as
+// ibv_post_send(3) reads inline data) and sge.lkey is not looked at.
+struct OneSidedWr {
+  uint64_t wr_id;
+  WrOpcode opcode;
+  uint32_t flags;  // send_flag
+  Sge sge;
+  uint64_t remote_addr;
+  uint32_t rkey;
+  uint64_t compare_add;  // atomics
+  uint64_t swap;         // CMP_AND_SWP
+};
+
 }  // namespace softverbs::transport

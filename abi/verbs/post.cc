@@ -93,6 +93,33 @@ Status ToTransport(const ibv_send_wr& in, transport::SendWr* out) {
   }
 }
 
+// An RDMA WRITE, READ or atomic with one SGE, as the requester's one-sided lane takes it
+// (transport::OneSidedWr): false for anything else.
+bool ToOneSided(const ibv_send_wr& in, transport::OneSidedWr* out) {
+  if (in.num_sge != 1) return false;
+  switch (in.opcode) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_READ:
+      out->remote_addr = in.wr.rdma.remote_addr;
+      out->rkey = in.wr.rdma.rkey;
+      break;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      out->remote_addr = in.wr.atomic.remote_addr;
+      out->rkey = in.wr.atomic.rkey;
+      out->compare_add = in.wr.atomic.compare_add;
+      out->swap = in.wr.atomic.swap;
+      break;
+    default:
+      return false;
+  }
+  out->wr_id = in.wr_id;
+  out->opcode = static_cast<transport::WrOpcode>(in.opcode);
+  out->flags = in.send_flags;
+  memcpy(&out->sge, in.sg_list, sizeof(transport::Sge));  // (one layout: asserted above)
+  return true;
+}
+
 // The destination of a UD send: its address handle's and the WR's.
 Status ToUdDestination(const ibv_send_wr& in, transport::SendWr* out) {
   if (in.wr.ud.ah == nullptr) return Invalid("a UD send needs wr.ud.ah");
@@ -110,16 +137,13 @@ static Status NoQueues(const SvQp* q) {
                             : Status::Ok();
 }
 
-int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
-  if (wr == nullptr) return 0;
-  core::Qp* core = ToSv(qp)->core.get();
-  if (core == nullptr) {
-    *bad_wr = wr;
-    return ReturnErrno("ibv_post_send", Name(qp), NoQueues(ToSv(qp)));
-  }
+// Posts `wr` and what follows it: each through the requester's one-sided lane if it takes it,
+// otherwise converted whole (the general way, which decides, answers and logs).
+static int PostSendFrom(core::Qp* core, ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   const ibv_qp_type type = qp->qp_type;
   transport::SendWr w;
   for (; wr != nullptr; wr = wr->next) {
+    if (transport::OneSidedWr o; ToOneSided(*wr, &o) && core->PostOneSided(o)) continue;
     Status s = ToTransport(*wr, &w);
     // IBA A14: an XRC message names the SRQ it lands on (XRCETH).
     if (type == IBV_QPT_XRC_SEND) w.xrc_srqn = wr->qp_type.xrc.remote_srqn;
@@ -132,6 +156,21 @@ int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     }
   }
   core->FlushPosted();  // raw QPs: the list's frames leave in one batch
+  return 0;
+}
+
+int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+  if (wr == nullptr) return 0;
+  core::Qp* core = ToSv(qp)->core.get();
+  if (core == nullptr) {
+    *bad_wr = wr;
+    return ReturnErrno("ibv_post_send", Name(qp), NoQueues(ToSv(qp)));
+  }
+  // The lane's work requests need no SendWr (~700 bytes to construct): one is made only for the
+  // first that is not one of them. (A raw QP, the only one with frames to flush, has no lane.)
+  for (; wr != nullptr; wr = wr->next)
+    if (transport::OneSidedWr o; !ToOneSided(*wr, &o) || !core->PostOneSided(o))
+      return PostSendFrom(core, qp, wr, bad_wr);
   return 0;
 }
 

@@ -10,16 +10,6 @@ namespace {
 
 uint32_t ThreadId() { return static_cast<uint32_t>(syscall(SYS_gettid)); }
 
-// The claim's answer, read on every access: two plain pointers, constant-initialized, so the
-// access needs no thread_local wrapper call (ThreadClaim's destructor makes one necessary). Not
-// initial-exec: that would put the library's whole TLS block (post.cc's inline buffers among
-// it) in the static TLS that glibc keeps small for dlopen (pyverbs loads us that way).
-struct ClaimCache {
-  LocalProcess* process;
-  HazardLine* line;
-};
-constinit thread_local ClaimCache t_claim_cache{nullptr, nullptr};
-
 // The line this thread claimed, and in which process (a child of fork() claims its own: the
 // parent's lines are in the parent's block).
 struct ThreadClaim {
@@ -28,7 +18,7 @@ struct ThreadClaim {
   void Give() {
     if (line != nullptr && process->is_current()) line->tid.store(0, std::memory_order_release);
     line = nullptr;
-    t_claim_cache = {nullptr, nullptr};
+    internal::t_claim_cache = {nullptr, nullptr};
   }
   ~ThreadClaim() { Give(); }
 };
@@ -64,15 +54,16 @@ bool OwnerAlive(HostRegistry& registry, uint32_t process_slot) {
 
 }  // namespace
 
-HazardLine* ThisThreadHazards(LocalProcess& local) {
-  if (t_claim_cache.process == &local) return t_claim_cache.line;  // nullptr: every line was taken
+constinit thread_local internal::ClaimCache internal::t_claim_cache{nullptr, nullptr};
+
+HazardLine* internal::ClaimThisThreadHazards(LocalProcess& local) {
   static thread_local ThreadClaim claim;  // owns the line: given back when the thread exits
   if (claim.process != &local) {
     claim.Give();
     claim.line = Claim(local);
     claim.process = &local;
   }
-  t_claim_cache = {claim.process, claim.line};
+  internal::t_claim_cache = {claim.process, claim.line};
   return claim.line;
 }
 

@@ -40,7 +40,23 @@ inline uint32_t QpHazardValue(uint32_t qpn) { return kQpHazard | qpn; }
 
 // This thread's line among `local`'s, claimed at first use and given back when the thread
 // exits; nullptr when every line of the process is taken (the caller pins as before).
-HazardLine* ThisThreadHazards(LocalProcess& local);
+namespace internal {
+// The claim's answer, read on every access: two plain pointers, constant-initialized, so the
+// access needs no thread_local wrapper call (the claim's destructor would make one necessary).
+// Not initial-exec: that would put the library's whole TLS block (post.cc's inline buffers among
+// it) in the static TLS that glibc keeps small for dlopen (pyverbs loads us that way).
+struct ClaimCache {
+  LocalProcess* process;
+  HazardLine* line;
+};
+extern constinit thread_local ClaimCache t_claim_cache;
+HazardLine* ClaimThisThreadHazards(LocalProcess& local);
+}  // namespace internal
+// (inline: read on every work request)
+inline HazardLine* ThisThreadHazards(LocalProcess& local) {
+  if (internal::t_claim_cache.process == &local) return internal::t_claim_cache.line;  // nullptr: all taken
+  return internal::ClaimThisThreadHazards(local);
+}
 
 // The store-then-load barrier of both sides (the accessor's announcement before its read of the
 // key; the withdrawer's withdrawal before its read of the announcements). ThreadSanitizer does

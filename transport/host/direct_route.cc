@@ -15,9 +15,8 @@
 namespace softverbs::transport {
 namespace {
 
-bool OneSided(const Request& r) {
-  if (r.qp_type != qp_type::kRc || r.from_dci || r.xrc || r.rkey == 0) return false;
-  switch (r.opcode) {
+bool OneSidedOpcode(WrOpcode op) {
+  switch (op) {
     case WrOpcode::kRdmaWrite:
     case WrOpcode::kRdmaRead:
     case WrOpcode::kAtomicCmpSwp:
@@ -26,6 +25,10 @@ bool OneSided(const Request& r) {
     default:
       return false;
   }
+}
+
+bool OneSided(const Request& r) {
+  return r.qp_type == qp_type::kRc && !r.from_dci && !r.xrc && r.rkey != 0 && OneSidedOpcode(r.opcode);
 }
 
 // SOFTVERBS_ROUTE=0: nothing is kept (a comparison switch: docs/device.md).
@@ -55,8 +58,14 @@ DirectRoute::Remote* DirectRoute::Find(uint32_t rkey) {
 }
 
 bool DirectRoute::Carry(const Request& r, Reply* reply) {
+  if (target_.endpoint == nullptr || !OneSided(r) || r.local_count != 1 || r.local[0].iov_len != r.length) return false;
+  const DirectRequest d{r.opcode, r.dest_qp, r.local[0].iov_base, r.length, r.remote_addr, r.rkey, r.compare_add, r.swap};
+  return Carry(d, reply);
+}
+
+bool DirectRoute::Carry(const DirectRequest& r, Reply* reply) {
   const Target& t = target_;
-  if (t.endpoint == nullptr || r.dest_qp != t.qpn || !OneSided(r)) return false;
+  if (t.endpoint == nullptr || r.dest_qp != t.qpn || !OneSidedOpcode(r.opcode)) return false;
   Remote* key = Find(r.rkey);
   if (key == nullptr) return false;
   fabric::HazardLine* line = fabric::ThisThreadHazards(local_);
@@ -71,8 +80,13 @@ bool DirectRoute::Carry(const Request& r, Reply* reply) {
     fabric::HazardStoreLoadBarrier();
     Access access{this, key, false};
     if (TargetCurrent() && key->key.Current()) {
-      const DirectTarget target{t.endpoint,          t.process_slot,       &key->key.view(), key->base,
-                                &DirectRoute::Move, &DirectRoute::Atomic, &access};
+      const DirectTarget target{t.endpoint,
+                                t.process_slot,
+                                &key->key.view(),
+                                key->base,
+                                key->guarded ? &DirectRoute::Move : nullptr,
+                                &DirectRoute::Atomic,
+                                &access};
       done = Responder::ExecuteDirect(target, r, reply);
     }
     fabric::Retract(key_hold);
@@ -97,14 +111,8 @@ std::optional<HostTarget> DirectRoute::HeldTarget(const Request& r) {
 }
 
 bool DirectRoute::Move(const void* ctx, bool write, uint8_t* at, void* local, size_t n) {
+  // (a file that may shrink: a file that cannot has no `move`, ExecuteDirect copies itself)
   auto* access = static_cast<Access*>(const_cast<void*>(ctx));
-  if (!access->key->guarded) {  // a file that cannot shrink: nothing to catch
-    if (write)
-      memmove(at, local, n);
-    else
-      memmove(local, at, n);
-    return true;
-  }
   const iovec l{local, n}, m{at, n};
   access->faulted = !CopyMapped(write, &l, 1, &m, 1, /*guarded=*/true).ok();
   return !access->faulted;
@@ -120,7 +128,7 @@ bool DirectRoute::Atomic(const void* ctx, uint64_t va, uint64_t* word, uint64_t 
   return !access->faulted;
 }
 
-void DirectRoute::Faulted(const Request& r, Remote* key) {
+void DirectRoute::Faulted(const DirectRequest& r, Remote* key) {
   // As the usual way's HostTarget::ForgetFaulted: the initiator gets an error completion, never
   // a SIGBUS (issue 17 item 9), and the file is mapped again next time.
   SV_LOG(kError, "RDMA %s at qp 0x%x of pid %d: the owner's file no longer holds the registered range (truncated "

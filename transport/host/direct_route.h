@@ -34,6 +34,8 @@ class DirectRoute {
   explicit DirectRoute(fabric::LocalProcess& local) : local_(local) {}
 
   // Executes `r` if the route holds for it; false: nothing was done.
+  bool Carry(const DirectRequest& r, Reply* reply);
+  // The same for a Request that is such a message (an RC WRITE, READ or atomic of one piece).
   bool Carry(const Request& r, Reply* reply);
   // The kept QP, held for one request the responder executes the usual way (a SEND, a WRITE
   // with immediate, anything Carry did not take): HostTarget::Find's answer without the lookup.
@@ -83,7 +85,7 @@ class DirectRoute {
   static bool Atomic(const void* ctx, uint64_t va, uint64_t* word, uint64_t (*op)(uint64_t, const void*),
                      const void* arg, uint64_t* before);
   // A guarded access faulted: said, and the window dropped here and from the cache.
-  void Faulted(const Request& r, Remote* key);
+  void Faulted(const DirectRequest& r, Remote* key);
 
   fabric::LocalProcess& local_;
   Target target_;

@@ -15,6 +15,7 @@ class HostLink final : public Link {
  public:
   explicit HostLink(fabric::LocalProcess& local) : local_(local), route_(local) {}
   Reply Carry(const Request& r) override;
+  bool CarryDirect(const DirectRequest& r, Reply* reply) override { return route_.Carry(r, reply); }
   void CarryMulticast(const Request& r, uint32_t skip_qp) override;
 
  private:

@@ -361,17 +361,23 @@ class ResponderDirectTest : public ResponderTest {
     t.ctx = this;
     return t;
   }
+  // The one-piece request a route hands over (DirectRoute::Carry's conversion).
+  static transport::DirectRequest ToDirect(const Request& r) {
+    EXPECT_EQ(r.local_count, 1u);
+    return {r.opcode, r.dest_qp, r.local[0].iov_base, r.length, r.remote_addr, r.rkey, r.compare_add, r.swap};
+  }
   // Runs `r` directly; whether it was taken. Refused: the buffer must be as it was.
   bool Direct(const Request& r, Reply* reply) {
     uint8_t before[sizeof(buf_)];
     memcpy(before, buf_, sizeof(buf_));
-    const bool taken = transport::Responder::ExecuteDirect(Target(), r, reply);
+    const bool taken = transport::Responder::ExecuteDirect(Target(), ToDirect(r), reply);
     if (!taken) {
       EXPECT_EQ(memcmp(before, buf_, sizeof(buf_)), 0) << "a refused request changed memory";
     }
     return taken;
   }
   transport::KeyView view_;
+  iovec empty_{nullptr, 0};
   int atomics_ = 0;
   bool fault_ = false;  // the fabric's moves report the owner's memory gone
 };
@@ -413,19 +419,40 @@ TEST_F(ResponderDirectTest, WriteReadAndAtomicsAreDoneAndAcknowledged) {
   EXPECT_EQ(atomics_, 2) << "atomics go through the fabric's exclusion";
 }
 
+// A mapping that cannot lose its pages (no `move`): the responder copies itself, both ways.
+TEST_F(ResponderDirectTest, WithoutAMoveTheResponderCopiesItself) {
+  transport::DirectTarget t = Target();
+  t.move = nullptr;
+  fault_ = true;  // (not consulted: no move is called)
+  Reply reply;
+  Request w = Make(WrOpcode::kRdmaWrite);
+  w.remote_addr += 300;
+  ASSERT_TRUE(transport::Responder::ExecuteDirect(t, ToDirect(w), &reply));
+  EXPECT_EQ(reply.code, ReplyCode::kAck);
+  EXPECT_EQ(memcmp(buf_ + 300, "hello", 5), 0);
+  uint8_t into[5] = {};
+  iovec to{into, 5};
+  Request rd = Make(WrOpcode::kRdmaRead);
+  rd.local = &to;
+  rd.remote_addr += 300;
+  ASSERT_TRUE(transport::Responder::ExecuteDirect(t, ToDirect(rd), &reply));
+  EXPECT_EQ(reply.code, ReplyCode::kAck);
+  EXPECT_EQ(memcmp(into, "hello", 5), 0);
+}
+
 // The owner's memory not there (a file truncated under the registration): answered as Execute
 // answers it, a remote operational error (IBA 9.7.5.2.4), the QP left as it is.
 TEST_F(ResponderDirectTest, MemoryThatIsNotThereIsARemoteOperationalError) {
   fault_ = true;
   Reply reply;
-  ASSERT_TRUE(transport::Responder::ExecuteDirect(Target(), Make(WrOpcode::kRdmaWrite), &reply));
+  ASSERT_TRUE(transport::Responder::ExecuteDirect(Target(), ToDirect(Make(WrOpcode::kRdmaWrite)), &reply));
   EXPECT_EQ(reply.code, ReplyCode::kRemoteOp);
   uint64_t original = 0;
   iovec orig{&original, 8};
   Request fa = Make(WrOpcode::kAtomicFetchAdd);
   fa.local = &orig;
   fa.length = 8;
-  ASSERT_TRUE(transport::Responder::ExecuteDirect(Target(), fa, &reply));
+  ASSERT_TRUE(transport::Responder::ExecuteDirect(Target(), ToDirect(fa), &reply));
   EXPECT_EQ(reply.code, ReplyCode::kRemoteOp);
   EXPECT_EQ(target_.e_.remote_error.load(), 0u) << "Execute moves no QP to ERR for it either";
 }
@@ -444,16 +471,8 @@ TEST_F(ResponderDirectTest, WhatAnyRuleRefusesIsLeftToExecute) {
   r.opcode = WrOpcode::kSend;  // not one-sided
   EXPECT_TRUE(refused(r));
   r = base;
-  r.qp_type = kUc;  // another transport than the QP's (IBA 9.6.1.1)
-  EXPECT_TRUE(refused(r));
-  r = base;
   r.length = 0;  // zero-length: Execute's (no R_Key check)
-  EXPECT_TRUE(refused(r));
-  iovec two[2] = {local_, local_};
-  r = base;
-  r.local = two;
-  r.local_count = 2;
-  r.length = 10;
+  r.local = &empty_;
   EXPECT_TRUE(refused(r));
   std::vector<uint8_t> big(transport::Responder::kDirectMaxBytes + 1);
   iovec large{big.data(), big.size()};
@@ -473,6 +492,9 @@ TEST_F(ResponderDirectTest, WhatAnyRuleRefusesIsLeftToExecute) {
 
   // The QP's side, read live on every request.
   transport::QpEndpoint& e = target_.e_;
+  e.type = kUc;  // another transport than the request's, RC (IBA 9.6.1.1)
+  EXPECT_TRUE(refused(base));
+  e.type = kRc;
   e.access = access::kRemoteRead;  // no REMOTE_WRITE granted
   EXPECT_TRUE(refused(base));
   e.access = access::kRemoteWrite | access::kRemoteRead | access::kRemoteAtomic;
