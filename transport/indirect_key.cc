@@ -41,20 +41,6 @@ void PinnedPieces::Clear() {
   rare_.reset();
 }
 
-std::atomic<uint32_t>* HoldHeldKey(fabric::HazardLine* line, const HeldKey& held, uint32_t key, uint64_t addr,
-                                   uint64_t length, const KeyRule& rule, void** at) {
-  if (held.key() != key || key == 0) return nullptr;
-  std::atomic<uint32_t>* hazard = line != nullptr ? fabric::Announce(*line, held.hazard_value()) : nullptr;
-  if (hazard == nullptr) return nullptr;
-  const KeyView& k = held.view();
-  if (!held.Current() || !KeyAdmits(k, rule) || !KeyCovers(k, addr, length)) {
-    fabric::Retract(hazard);
-    return nullptr;
-  }
-  *at = reinterpret_cast<void*>(k.addr + (addr - k.iova));
-  return hazard;
-}
-
 bool ResolveHeldKey(fabric::HostRegistry& registry, const HeldKey& held, uint32_t key, uint64_t addr,
                     uint64_t length, const KeyRule& rule, PinnedPieces* out) {
   void* at = nullptr;

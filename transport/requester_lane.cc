@@ -69,11 +69,12 @@ bool Requester::PostOneSided(const OneSidedWr& wr, uint32_t qp_state) {
   Reply reply;
   const bool done = links_.host->CarryDirect(d, &reply);
   // The original value (AtomicAckETH) lands in the local buffer while its key is held.
-  if (done && reply.code == ReplyCode::kAck && LaneAtomic(wr.opcode)) memcpy(d.local, &reply.original, 8);
+  const bool atomic = LaneAtomic(wr.opcode);
+  if (done && atomic && reply.code == ReplyCode::kAck) memcpy(d.local, &reply.original, 8);
   if (hold != nullptr) fabric::Retract(hold);
   if (!done) return false;
   // IBA 9.7.1: one PSN per packet (a READ: per response packet), as Execute numbers them.
-  const uint64_t packets = LaneAtomic(wr.opcode) ? 1 : (d.length + config_.path_mtu - 1) / config_.path_mtu;
+  const uint64_t packets = atomic ? 1 : (d.length + config_.path_mtu - 1) / config_.path_mtu;
   next_psn_ = static_cast<uint32_t>((next_psn_ + packets) & 0xffffff);
   if (reply.code == ReplyCode::kAck)
     completer_.FinishOneSided(wr.wr_id, wr.opcode, wr.flags, d.length);

@@ -25,7 +25,6 @@ using qp_type::kRc, qp_type::kUd;
 using access_bit::kLocalWrite, access_bit::kRemoteWrite, access_bit::kRemoteRead, access_bit::kRemoteAtomic;
 
 // IBA 10.3.1: a QP receives in RTR, RTS, SQD and SQE.
-bool CanReceive(uint32_t state) { return state == kRtr || state == kRts || state == kSqd || state == kSqe; }
 
 // A request the target discards without a word: an RC requester then waits for its ACK timeout
 // (IBA 9.7.6.1.3); UC and UD requesters never learn of it.
@@ -159,15 +158,6 @@ uint64_t AtomicWriteValue(uint64_t, const void* arg) { return *static_cast<const
 
 }  // namespace
 
-bool Responder::Admits(const QpEndpoint& e, uint32_t qp_type, bool xrc, bool from_dci, uint64_t dc_access_key) {
-  // A NIC discards a packet whose transport is not its QP's (IBA 9.6.1.1: the opcode's
-  // transport must match the QP's service type; rxe's check_type_state), one for a DCT without
-  // its access key (transport/dc_access.h), and any while the QP does not receive (10.3.1).
-  // An XRC message is executed only on the view of its target QP and SRQ (host/xrc_target.h).
-  return e.type == qp_type && (e.xrc_view != 0) == xrc && DcAdmits(e, from_dci, dc_access_key) &&
-         CanReceive(e.state.load(std::memory_order_acquire));
-}
-
 Reply Responder::Execute(const TargetQp& t, const Request& r, const uint8_t* grh) {
   const QpEndpoint& e = t.endpoint();
   if (!Admits(t.endpoint(), r)) return Silence(r);
@@ -238,7 +228,7 @@ bool Responder::ExecuteDirect(const DirectTarget& t, const DirectRequest& r, Rep
     uint64_t before = 0;
     const bool done = t.atomic(t.ctx, va, reinterpret_cast<uint64_t*>(at),
                                r.opcode == WrOpcode::kAtomicCmpSwp ? CompareSwap : FetchAdd, &operands, &before);
-    *reply = Reply::Of(done ? ReplyCode::kAck : ReplyCode::kRemoteOp);
+    reply->code = done ? ReplyCode::kAck : ReplyCode::kRemoteOp;
     reply->original = before;
     return true;
   }
@@ -247,11 +237,11 @@ bool Responder::ExecuteDirect(const DirectTarget& t, const DirectRequest& r, Rep
       memmove(at, r.local, length);
     else
       memmove(r.local, at, length);
-    *reply = Reply::Of(ReplyCode::kAck);
+    reply->code = ReplyCode::kAck;
     return true;
   }
   const bool done = t.move(t.ctx, access == kRemoteWrite, at, r.local, length);
-  *reply = Reply::Of(done ? ReplyCode::kAck : ReplyCode::kRemoteOp);
+  reply->code = done ? ReplyCode::kAck : ReplyCode::kRemoteOp;
   return true;
 }
 

@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "transport/codes.h"
+#include "transport/dc_access.h"
 #include "transport/indirect_key.h"
 #include "transport/key_table.h"
 #include "transport/recv_queue.h"
@@ -60,7 +62,8 @@ class Responder {
   // the key admits it and covers the range, the atomic is aligned -- and answers kAck (or, as
   // Execute, kRemoteOp when the memory was not there). False when a rule does not hold, or `r`
   // is not such a request: nothing was done, and the caller runs Execute, which answers (and
-  // logs) as usual. The caller holds the QP and the key.
+  // logs) as usual. The caller holds the QP and the key. Sets reply->code (and ->original),
+  // nothing else of *reply.
   static bool ExecuteDirect(const DirectTarget& t, const DirectRequest& r, Reply* reply);
 
   // Executes `r` at `t`. `grh`: the 40-byte network header a UD receive starts with (built by
@@ -124,7 +127,15 @@ class Responder {
   static bool Admits(const QpEndpoint& e, const Request& r) {
     return Admits(e, r.qp_type, r.xrc, r.from_dci, r.dc_access_key);
   }
-  static bool Admits(const QpEndpoint& e, uint32_t qp_type, bool xrc, bool from_dci, uint64_t dc_access_key);
+  static bool Admits(const QpEndpoint& e, uint32_t qp_type, bool xrc, bool from_dci, uint64_t dc_access_key) {
+    // A NIC discards a packet whose transport is not its QP's (IBA 9.6.1.1: the opcode's
+    // transport must match the QP's service type; rxe's check_type_state), one for a DCT without
+    // its access key (transport/dc_access.h), and any while the QP does not receive (10.3.1).
+    // An XRC message is executed only on the view of its target QP and SRQ (host/xrc_target.h).
+    const uint32_t state = e.state.load(std::memory_order_acquire);
+    return e.type == qp_type && (e.xrc_view != 0) == xrc && DcAdmits(e, from_dci, dc_access_key) &&
+           (state == qp_state::kRtr || state == qp_state::kRts || state == qp_state::kSqd || state == qp_state::kSqe);
+  }
   static Reply Rdma(const TargetQp& t, const Request& r, bool write);
   static Reply Atomic(const TargetQp& t, const Request& r);
   static Reply AtomicWrite(const TargetQp& t, const Request& r);

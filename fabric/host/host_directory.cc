@@ -34,16 +34,9 @@ Result<void*> Peer::At(SharedRef ref, HostRegistry& registry) {
   return p;
 }
 
-bool Peer::AliveRecently() {
-  if (dead_.load(std::memory_order_acquire)) return false;
-  // The coarse clock is read from the vDSO page (no system call); its tick (1-10 ms) bounds
-  // how late a death is seen, as the kernel's teardown of a dead process's QPs bounds a NIC's.
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  const int64_t now = static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+bool Peer::CheckAlive(int64_t now) {
   int64_t last = checked_ns_.load(std::memory_order_relaxed);
   if (now - last < kLivenessPeriodMs * 1000000) return true;
-  // One thread looks; the others go on with the last verdict meanwhile.
   if (!checked_ns_.compare_exchange_strong(last, now, std::memory_order_relaxed)) return true;
   if (process_->IsAlive()) return true;
   dead_.store(true, std::memory_order_release);

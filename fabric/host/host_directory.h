@@ -2,6 +2,8 @@
 // membership (its process slot and shared arena), and the peers it has reached.
 #pragma once
 
+#include <time.h>
+
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -75,7 +77,15 @@ class Peer {
   // items 2 and 3): a work request to it costs a load of a coarse clock (vDSO, no system call),
   // and a pidfd poll at most once a period. A NIC peer's QPs vanish with its process; a target
   // that died is not answered for (transport/host/host_target.h, Find).
-  bool AliveRecently();
+  bool AliveRecently() {  // (inline: once per work request)
+    if (dead_.load(std::memory_order_acquire)) return false;
+    // The coarse clock is read from the vDSO page (no system call); its tick (1-10 ms) bounds
+    // how late a death is seen, as the kernel's teardown of a dead process's QPs bounds a NIC's.
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    const int64_t now = static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+    return now - checked_ns_.load(std::memory_order_relaxed) < kLivenessPeriodMs * 1000000 || CheckAlive(now);
+  }
   static constexpr int64_t kLivenessPeriodMs = 2;
   // This process's address of `ref` in the peer's arena (mapping the segment on first use), or
   // an error if the segment cannot be reached.
@@ -88,6 +98,10 @@ class Peer {
   }
 
  private:
+  // AliveRecently once the period has passed: one thread looks (`now`), the others go on with
+  // the last verdict meanwhile.
+  bool CheckAlive(int64_t now);
+
   uint32_t process_slot_;
   std::shared_ptr<PeerProcess> process_;
   std::atomic<int64_t> checked_ns_{0};  // when liveness was last checked (CLOCK_MONOTONIC_COARSE)

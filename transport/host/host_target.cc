@@ -203,8 +203,8 @@ std::atomic<uint64_t>& HostTarget::AtomicStripe(fabric::LocalProcess& local, uin
   return local.registry().atomic_stripe(static_cast<uint32_t>(stripe ^ (stripe >> 29)));
 }
 
-bool HostTarget::ApplyAtomicWord(uint64_t* at, uint64_t (*op)(uint64_t, const void*), const void* arg, bool guarded,
-                                 uint64_t* before) {
+bool HostTarget::ApplyAtomicWordGuarded(uint64_t* at, uint64_t (*op)(uint64_t, const void*), const void* arg,
+                                        uint64_t* before) {
   struct Rmw {
     uint64_t* word;
     uint64_t (*op)(uint64_t, const void*);
@@ -212,22 +212,10 @@ bool HostTarget::ApplyAtomicWord(uint64_t* at, uint64_t (*op)(uint64_t, const vo
     uint64_t value;
   } rmw{at, op, arg, 0};
   auto apply = [](void* p) {
-    // A lock-prefixed compare-and-swap on the word itself: atomic against the other initiators
-    // (they hold the same stripe) and against the owner's own CPU atomics on it too. A compare
-    // that fails (or an add of 0) writes nothing, as a NIC's. Plain data only: it may run under
-    // the SIGBUS guard.
     auto& m = *static_cast<Rmw*>(p);
-    std::atomic_ref<uint64_t> word(*m.word);
-    uint64_t seen = word.load(std::memory_order_acquire);
-    for (uint64_t next; (next = m.op(seen, m.arg)) != seen;)
-      if (word.compare_exchange_weak(seen, next, std::memory_order_acq_rel, std::memory_order_acquire)) break;
-    m.value = seen;
+    m.value = CompareAndSwapWord(m.word, m.op, m.arg);
   };
-  if (guarded) {
-    if (!fabric::RunGuarded(apply, &rmw)) return false;
-  } else {
-    apply(&rmw);
-  }
+  if (!fabric::RunGuarded(apply, &rmw)) return false;
   *before = rmw.value;
   return true;
 }

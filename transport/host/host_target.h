@@ -80,9 +80,26 @@ class HostTarget final : public TargetQp {
   // before in `*before`; `guarded`: under the SIGBUS guard (a file that may shrink), false if
   // the word was not there.
   static bool ApplyAtomicWord(uint64_t* at, uint64_t (*op)(uint64_t, const void*), const void* arg, bool guarded,
-                              uint64_t* before);
+                              uint64_t* before) {
+    if (guarded) return ApplyAtomicWordGuarded(at, op, arg, before);
+    *before = CompareAndSwapWord(at, op, arg);
+    return true;
+  }
 
  private:
+  // A lock-prefixed compare-and-swap on the word itself: atomic against the other initiators
+  // (they hold the same stripe) and against the owner's own CPU atomics on it too. A compare
+  // that fails (or an add of 0) writes nothing, as a NIC's. Plain data only: it may run under
+  // the SIGBUS guard. The value before.
+  static uint64_t CompareAndSwapWord(uint64_t* at, uint64_t (*op)(uint64_t, const void*), const void* arg) {
+    std::atomic_ref<uint64_t> word(*at);
+    uint64_t seen = word.load(std::memory_order_acquire);
+    for (uint64_t next; (next = op(seen, arg)) != seen;)
+      if (word.compare_exchange_weak(seen, next, std::memory_order_acq_rel, std::memory_order_acquire)) break;
+    return seen;
+  }
+  static bool ApplyAtomicWordGuarded(uint64_t* at, uint64_t (*op)(uint64_t, const void*), const void* arg,
+                                     uint64_t* before);
   // `peer` is kept alive by `owned` or, when found through a PeerHint, by the hint (which
   // outlives the target: HostLink::Carry).
   // How the target is held while it is used: one of a word of the endpoint's `users` line, or
