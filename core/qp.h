@@ -119,9 +119,9 @@ class Qp : private transport::RequesterHost, private transport::RendezvousIssuer
 
   // The data path (qp_data.cc). ibv_post_send of one WR: a refusal leaves it unposted.
   Status PostSend(const transport::SendWr& wr);
-  // ibv_post_send of an RDMA WRITE, READ or atomic with one SGE on the requester's one-sided lane
-  // (transport::Requester::PostOneSided); false: not taken, nothing done -- PostSend decides.
-  bool PostOneSided(const transport::OneSidedWr& wr);
+  // ibv_post_send of a SEND, RDMA WRITE, READ or atomic with one SGE on the requester's lane
+  // (transport::Requester::PostOnLane); false: not taken, nothing done -- PostSend decides.
+  bool PostOnLane(const transport::LaneWr& wr);
   // mlx5dv_dci_stream_id_reset(3): a DCI stream in error serves again.
   Status ResetDciStream(uint16_t stream);
   // mlx5dv_qp_cancel_posted_send_wrs(3): the send WRs of `wr_id` not started become NOPs; the

@@ -214,11 +214,11 @@ Status Qp::PostSend(const transport::SendWr& wr) {
   return sq_->Post(wr, state_.load(std::memory_order_acquire));
 }
 
-bool Qp::PostOneSided(const transport::OneSidedWr& wr) {
+bool Qp::PostOnLane(const transport::LaneWr& wr) {
   // (PostSend's gates: a forked child and a pending error are PostSend's to answer)
   if (sq_ == nullptr || !context_.local().is_current()) [[unlikely]] return false;
   ApplyPendingError();
-  return sq_->PostOneSided(wr, state_.load(std::memory_order_acquire));
+  return sq_->PostOnLane(wr, state_.load(std::memory_order_acquire));
 }
 
 Status Qp::ResetDciStream(uint16_t stream) {

@@ -109,9 +109,9 @@ class Completer {
       return;
     Complete(wr, status, byte_len);
   }
-  // Finish of a successful work request of the requester's one-sided lane (never internal, never
+  // Finish of a successful work request of the requester's lane (never internal, never
   // a DCI's): `opcode` is its WrOpcode, `flags` its send_flag bits.
-  void FinishOneSided(uint64_t wr_id, WrOpcode opcode, uint32_t flags, uint64_t byte_len) {
+  void FinishOnLane(uint64_t wr_id, WrOpcode opcode, uint32_t flags, uint64_t byte_len) {
     if (!(flags & send_flag::kSignaled) && !config_.sq_sig_all) return;
     CompleteAs(wr_id, opcode, wc_status::kSuccess, byte_len);
   }

@@ -190,11 +190,7 @@ Status Requester::Post(const SendWr& wr, uint32_t qp_state) {
       if (completer_.HasFollowUps() && QueueFollowUps()) RunQueue();
       return Status::Ok();
     }
-    // In flight, or RNR / no answer: it waits in the queue like the rest.
-    p.in_flight = v.kind == Verdict::kInFlight;
-    p.due = p.in_flight ? Clock::now() + AckTimeout(config_.completer.timeout) : v.retry_at;
-    Enqueue(wr, p);
-    ProgressThread::Get().Schedule(this, queue_.front().due);
+    WaitInQueue(wr, p, v);  // in flight, or RNR / no answer: it waits in the queue like the rest
     return Status::Ok();
   }
   // SQD: accepted, executed once the QP is back in RTS; SQE: the send queue is stopped. A WR
@@ -202,6 +198,13 @@ Status Requester::Post(const SendWr& wr, uint32_t qp_state) {
   Enqueue(wr, p);
   if (qp_state == kRts) RunQueue();
   return Status::Ok();
+}
+
+void Requester::WaitInQueue(const SendWr& wr, WrProgress& p, const Verdict& v) {
+  p.in_flight = v.kind == Verdict::kInFlight;
+  p.due = p.in_flight ? Clock::now() + AckTimeout(config_.completer.timeout) : v.retry_at;
+  Enqueue(wr, p);
+  ProgressThread::Get().Schedule(this, queue_.front().due);
 }
 
 void Requester::Enqueue(const SendWr& wr, const WrProgress& p) {

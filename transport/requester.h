@@ -76,12 +76,13 @@ class Requester final : private ReplySink {
   // ibv_post_send of one WR in state `qp_state` (enum ibv_qp_state). A refusal (EINVAL, ENOMEM)
   // leaves the WR unposted; otherwise it completes later, exactly once.
   Status Post(const SendWr& wr, uint32_t qp_state);
-  // ibv_post_send of an RDMA WRITE, READ or atomic with one SGE, on the lane of its own
-  // (requester_lane.cc): run here and now when nothing waits before it, its lkey and its
-  // destination kept since earlier work requests (HeldKey; Link::CarryDirect), and every rule
-  // Post and Execute apply to it holds. True: posted (and completed, exactly once). False:
-  // nothing was done -- Post decides, answers and logs as for any work request.
-  bool PostOneSided(const OneSidedWr& wr, uint32_t qp_state);
+  // ibv_post_send of a SEND, RDMA WRITE, READ or atomic with one SGE, on the lane of its own
+  // (requester_lane.cc): run here and now when nothing waits before it, through an lkey kept
+  // since earlier work requests (HeldKey) -- a WRITE, READ or atomic to a destination kept too
+  // (Link::CarryDirect) --, and every rule Post and Execute apply to it holds. True: posted
+  // (completes exactly once: now, or from the queue like any WR the target could not take yet).
+  // False: nothing was done -- Post decides, answers and logs as for any work request.
+  bool PostOnLane(const LaneWr& wr, uint32_t qp_state);
   // The QP entered ERR: every queued WR completes with IBV_WC_WR_FLUSH_ERR, and WRs posted
   // from now on are flushed as they arrive (until Reset()).
   void Flush();
@@ -198,8 +199,15 @@ class Requester final : private ReplySink {
   // checked against this process's keys now; false if they no longer allow it.
   bool WriteLocal(const Pending& p, uint64_t offset, std::span<const uint8_t> bytes);
   Pending* InFlight(uint64_t ticket);
-  // PostOneSided's reply other than an ACK: completed by the completer as Execute's would be.
-  void SettleOneSided(const OneSidedWr& wr, const Reply& reply);
+  // A lane's SEND (SEND with immediate) from `local` (held by the caller): carried the general
+  // way's link (the responder receives it), settled.
+  void SendOnLane(const LaneWr& wr, void* local);
+  // A lane's reply other than an ACK to `wr`, which took PSNs from `psn` on: decided by the
+  // completer as Execute's would be -- failed, or waiting in the queue (WaitInQueue).
+  void SettleOnLane(const LaneWr& wr, const Reply& reply, uint32_t psn, uint32_t packets, uint64_t ticket);
+  // `wr` (progress `p`) could not be completed now (verdict `v`: in flight, or to retry at
+  // v.retry_at): it waits at the queue's tail, and the progress thread is told when.
+  void WaitInQueue(const SendWr& wr, WrProgress& p, const Completer::Verdict& v);
   // The destination of `wr` is on this host (the same-host fabric answers at once).
   bool OnHost(const SendWr& wr) const;
   // ReplySink (the link's receive thread).
@@ -222,7 +230,7 @@ class Requester final : private ReplySink {
   SpinLock mu_;  // the poster and the progress thread, one at a time (base/spin_lock.h)
   RequesterConfig config_;
   std::deque<Pending> queue_;
-  // PostOneSided may run: an RC QP (not a DCI, not XRC) to a QP of this host, unpaced, without
+  // PostOnLane may run: an RC QP (not a DCI, not XRC) to a QP of this host, unpaced, without
   // signature pipelining, with a send queue and an SGE (set by Configure).
   bool lane_ = false;
   bool stopped_ = false;  // a completion error stopped the queue (ERR, or SQE for UC/UD)

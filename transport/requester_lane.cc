@@ -1,12 +1,13 @@
-// The requester's one-sided lane (Requester::PostOneSided): an RDMA WRITE, READ or atomic with one
-// SGE, posted with nothing before it, through an lkey and a destination both kept since earlier
-// work requests, runs here without the general machinery around a work request -- no SendWr, no
-// pin list, no Request, no queue entry, no verdict. Its rules are Post's, GatherLocal's and
+// The requester's lane (Requester::PostOnLane): a SEND, RDMA WRITE, READ or atomic with one SGE,
+// posted with nothing before it through an lkey kept since earlier work requests, runs here
+// without the general machinery around a work request -- no SendWr, no pin list, no queue entry.
+// A WRITE, READ or atomic whose destination is kept too goes to Link::CarryDirect (no Request,
+// no verdict); a SEND is carried the general way's link. Its rules are Post's, GatherLocal's and
 // Execute's for such a work request, each applied where it is owned: the local key's by
-// HoldHeldKey (KeyAdmits, KeyCovers), the target's by the link (Responder::ExecuteDirect). What
-// this lane does not take is posted the general way, which decides, answers and logs; both ways
-// number the messages from one PSN counter and complete through one completer, so a program
-// mixing them sees one send queue.
+// HoldHeldKey (KeyAdmits, KeyCovers), the target's by the link and its responder. What this lane
+// does not take is posted the general way, which decides, answers and logs; both ways number the
+// messages from one PSN counter, complete through one completer and share one queue (a lane's
+// SEND the target could not take yet waits there), so a program mixing them sees one send queue.
 #include <cstring>
 
 #include "fabric/host/hazard_lines.h"
@@ -18,14 +19,17 @@ namespace softverbs::transport {
 namespace {
 
 bool LaneAtomic(WrOpcode op) { return op == WrOpcode::kAtomicCmpSwp || op == WrOpcode::kAtomicFetchAdd; }
+bool LaneSend(WrOpcode op) { return op == WrOpcode::kSend || op == WrOpcode::kSendWithImm; }
 
-// PlainlyValid's and GatherLocal's rules for what the lane takes: one of its four opcodes, a READ
-// or atomic only with max_rd_atomic (IBA 11.2.4.2), an atomic's local buffer its 8-byte original
+// PlainlyValid's and GatherLocal's rules for what the lane takes: one of its opcodes, a READ or
+// atomic only with max_rd_atomic (IBA 11.2.4.2), an atomic's local buffer its 8-byte original
 // (IBA 9.4.5), inline bytes within max_inline_data (a READ's or atomic's inline flag is ignored,
 // as mlx5 does). A zero-length message is left to the general way.
-bool LaneTakes(const OneSidedWr& wr, uint32_t max_rd_atomic, uint32_t max_inline) {
+bool LaneTakes(const LaneWr& wr, uint32_t max_rd_atomic, uint32_t max_inline) {
   if (wr.sge.length == 0) return false;
   switch (wr.opcode) {
+    case WrOpcode::kSend:
+    case WrOpcode::kSendWithImm:
     case WrOpcode::kRdmaWrite:
       return !(wr.flags & send_flag::kInline) || wr.sge.length <= max_inline;
     case WrOpcode::kRdmaRead:
@@ -38,65 +42,109 @@ bool LaneTakes(const OneSidedWr& wr, uint32_t max_rd_atomic, uint32_t max_inline
   }
 }
 
+// The PSNs a message of `length` bytes takes (IBA 9.7.1: one per packet, a READ one per response
+// packet; an atomic one), as Execute numbers them.
+uint32_t LanePackets(WrOpcode op, uint64_t length, uint32_t mtu) {
+  return LaneAtomic(op) ? 1 : static_cast<uint32_t>((length + mtu - 1) / mtu);
+}
+
 }  // namespace
 
-bool Requester::PostOneSided(const OneSidedWr& wr, uint32_t qp_state) {
+bool Requester::PostOnLane(const LaneWr& wr, uint32_t qp_state) {
   std::lock_guard lock(mu_);
   // Post's case of a work request executed at once: RTS, nothing queued, the queue not stopped.
   if (!lane_ || qp_state != qp_state::kRts || stopped_ || sig_stopped_ || !queue_.empty() ||
       !LaneTakes(wr, config_.max_rd_atomic, config_.max_inline))
     return false;
-  DirectRequest d;
-  d.opcode = wr.opcode;
-  d.dest_qp = config_.dest_qp_num;
-  d.length = wr.sge.length;
-  d.remote_addr = wr.remote_addr;
-  d.rkey = wr.rkey;
-  d.compare_add = wr.compare_add;
-  d.swap = wr.swap;
   // The local side: inline bytes where the application has them, or the SGE through one of the
   // kept lkeys, held (announced) until the bytes have moved.
+  void* local = nullptr;
   std::atomic<uint32_t>* hold = nullptr;
-  if (wr.opcode == WrOpcode::kRdmaWrite && (wr.flags & send_flag::kInline)) {
-    d.local = reinterpret_cast<void*>(wr.sge.addr);
+  if ((wr.flags & send_flag::kInline) && CarriesData(wr.opcode)) {
+    local = reinterpret_cast<void*>(wr.sge.addr);
   } else {
-    const bool writes = wr.opcode != WrOpcode::kRdmaWrite;
+    const bool writes = wr.opcode == WrOpcode::kRdmaRead || LaneAtomic(wr.opcode);  // (READ and atomics land here)
     const KeyRule rule{config_.process_slot, config_.pd, writes ? access_bit::kLocalWrite : 0u, writes};
     const HeldKey& held = local_keys_[local_keys_[0].key() == wr.sge.lkey ? 0 : 1];
-    hold = HoldHeldKey(fabric::ThisThreadHazards(local_), held, wr.sge.lkey, wr.sge.addr, wr.sge.length, rule, &d.local);
+    hold = HoldHeldKey(fabric::ThisThreadHazards(local_), held, wr.sge.lkey, wr.sge.addr, wr.sge.length, rule, &local);
     if (hold == nullptr) return false;
   }
+  if (LaneSend(wr.opcode)) {
+    SendOnLane(wr, local);
+    if (hold != nullptr) fabric::Retract(hold);
+    return true;
+  }
+  const DirectRequest d{wr.opcode, config_.dest_qp_num, local,        wr.sge.length,
+                        wr.remote_addr, wr.rkey,       wr.compare_add, wr.swap};
   Reply reply;
   const bool done = links_.host->CarryDirect(d, &reply);
   // The original value (AtomicAckETH) lands in the local buffer while its key is held.
   const bool atomic = LaneAtomic(wr.opcode);
-  if (done && atomic && reply.code == ReplyCode::kAck) memcpy(d.local, &reply.original, 8);
+  if (done && atomic && reply.code == ReplyCode::kAck) memcpy(local, &reply.original, 8);
   if (hold != nullptr) fabric::Retract(hold);
   if (!done) return false;
-  // IBA 9.7.1: one PSN per packet (a READ: per response packet), as Execute numbers them.
-  const uint64_t packets = atomic ? 1 : (d.length + config_.path_mtu - 1) / config_.path_mtu;
-  next_psn_ = static_cast<uint32_t>((next_psn_ + packets) & 0xffffff);
+  const uint32_t psn = next_psn_, packets = LanePackets(wr.opcode, d.length, config_.path_mtu);
+  next_psn_ = (next_psn_ + packets) & 0xffffff;
   if (reply.code == ReplyCode::kAck)
-    completer_.FinishOneSided(wr.wr_id, wr.opcode, wr.flags, d.length);
+    completer_.FinishOnLane(wr.wr_id, wr.opcode, wr.flags, d.length);
   else
-    SettleOneSided(wr, reply);
+    SettleOnLane(wr, reply, psn, packets, 0);
   return true;
 }
 
-void Requester::SettleOneSided(const OneSidedWr& wr, const Reply& reply) {
-  // (rare: the owner's file no longer held the range -- a NAK the completer fails, IBA 9.7.5.2.4)
+void Requester::SendOnLane(const LaneWr& wr, void* local) {
+  // BuildRequest's fields of an RC SEND; the link finds (or keeps) the destination QP and its
+  // responder takes a receive WQE.
+  const iovec piece{local, wr.sge.length};
+  Request r;
+  r.qp_type = qp_type::kRc;
+  r.opcode = wr.opcode;
+  r.src_qp = config_.completer.qp_num;
+  r.dest_qp = config_.dest_qp_num;
+  r.psn = next_psn_;
+  r.mtu = config_.path_mtu;
+  r.ticket = next_ticket_++;
+  r.local = &piece;
+  r.local_count = 1;
+  r.length = wr.sge.length;
+  r.imm_data = wr.imm_data;
+  r.solicited = (wr.flags & send_flag::kSolicited) != 0;
+  r.addressing = &config_.av;
+  const Reply reply = links_.host->Carry(r);
+  const uint32_t packets = LanePackets(wr.opcode, r.length, config_.path_mtu);
+  next_psn_ = (next_psn_ + packets) & 0xffffff;
+  if (reply.code != ReplyCode::kAck) return SettleOnLane(wr, reply, r.psn, packets, r.ticket);
+  completer_.FinishOnLane(wr.wr_id, wr.opcode, wr.flags, r.length);
+  if (reply.fin) CarryFin(reply);  // a tag matching rendezvous the responder finished (Execute's order)
+}
+
+void Requester::SettleOnLane(const LaneWr& wr, const Reply& reply, uint32_t psn, uint32_t packets, uint64_t ticket) {
+  // (rare: an RNR or a target that does not answer, retried from the queue; a NAK, failed)
   SendWr full;
   full.wr_id = wr.wr_id;
   full.opcode = wr.opcode;
   full.flags = wr.flags;
+  full.imm_data = wr.imm_data;
   full.num_sge = 1;
   full.sge[0] = wr.sge;
+  if ((wr.flags & send_flag::kInline) && CarriesData(wr.opcode)) {  // (copied by the queue entry)
+    full.inline_data = reinterpret_cast<uint8_t*>(wr.sge.addr);
+    full.inline_length = wr.sge.length;
+  }
   full.remote_addr = wr.remote_addr;
   full.rkey = wr.rkey;
   full.compare_add = wr.compare_add;
   full.swap = wr.swap;
-  RetryState retry = completer_.Budget();
-  if (completer_.OnReply(full, retry, reply, wr.sge.length).kind == Completer::Verdict::kFailed) stopped_ = true;
+  WrProgress p;
+  p.retry = completer_.Budget();
+  p.has_psn = true;
+  p.psn = psn;
+  p.packets = packets;
+  p.ticket = ticket != 0 ? ticket : next_ticket_++;
+  p.length = wr.sge.length;
+  const Completer::Verdict v = completer_.OnReply(full, p.retry, reply, wr.sge.length);
+  if (v.kind == Completer::Verdict::kFailed) stopped_ = true;
+  if (v.kind == Completer::Verdict::kRetry || v.kind == Completer::Verdict::kInFlight) WaitInQueue(full, p, v);
 }
 
 }  // namespace softverbs::transport

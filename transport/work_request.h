@@ -171,17 +171,18 @@ struct SendWr {
   UdDestination ud;  // UD only
 };
 
-// An RDMA WRITE, READ or atomic with one SGE: the work requests the requester may run at post
-// time on a lane of its own (Requester::PostOneSided), converted from ibv_send_wr without the
-// ~700 bytes of a SendWr. With kInline on a WRITE, sge.addr holds the bytes (read now, as
-// ibv_post_send(3) reads inline data) and sge.lkey is not looked at.
-struct OneSidedWr {
+// A SEND, SEND with immediate, RDMA WRITE, READ or atomic with one SGE: the work requests the
+// requester may run at post time on a lane of its own (Requester::PostOnLane), converted from
+// ibv_send_wr without the ~700 bytes of a SendWr. With kInline on a SEND or WRITE, sge.addr holds
+// the bytes (read now, as ibv_post_send(3) reads inline data) and sge.lkey is not looked at.
+struct LaneWr {
   uint64_t wr_id;
   WrOpcode opcode;
   uint32_t flags;  // send_flag
   Sge sge;
-  uint64_t remote_addr;
+  uint64_t remote_addr;  // WRITE, READ, atomics
   uint32_t rkey;
+  uint32_t imm_data;     // SEND with immediate (network order)
   uint64_t compare_add;  // atomics
   uint64_t swap;         // CMP_AND_SWP
 };

@@ -93,11 +93,16 @@ Status ToTransport(const ibv_send_wr& in, transport::SendWr* out) {
   }
 }
 
-// An RDMA WRITE, READ or atomic with one SGE, as the requester's one-sided lane takes it
-// (transport::OneSidedWr): false for anything else.
-bool ToOneSided(const ibv_send_wr& in, transport::OneSidedWr* out) {
+// A SEND, SEND with immediate, RDMA WRITE, READ or atomic with one SGE, as the requester's lane
+// takes it (transport::LaneWr): false for anything else.
+bool ToLaneWr(const ibv_send_wr& in, transport::LaneWr* out) {
   if (in.num_sge != 1) return false;
   switch (in.opcode) {
+    case IBV_WR_SEND:
+      break;
+    case IBV_WR_SEND_WITH_IMM:
+      out->imm_data = in.imm_data;
+      break;
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_READ:
       out->remote_addr = in.wr.rdma.remote_addr;
@@ -137,13 +142,13 @@ static Status NoQueues(const SvQp* q) {
                             : Status::Ok();
 }
 
-// Posts `wr` and what follows it: each through the requester's one-sided lane if it takes it,
+// Posts `wr` and what follows it: each through the requester's lane if it takes it,
 // otherwise converted whole (the general way, which decides, answers and logs).
 static int PostSendFrom(core::Qp* core, ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   const ibv_qp_type type = qp->qp_type;
   transport::SendWr w;
   for (; wr != nullptr; wr = wr->next) {
-    if (transport::OneSidedWr o; ToOneSided(*wr, &o) && core->PostOneSided(o)) continue;
+    if (transport::LaneWr o; ToLaneWr(*wr, &o) && core->PostOnLane(o)) continue;
     Status s = ToTransport(*wr, &w);
     // IBA A14: an XRC message names the SRQ it lands on (XRCETH).
     if (type == IBV_QPT_XRC_SEND) w.xrc_srqn = wr->qp_type.xrc.remote_srqn;
@@ -169,7 +174,7 @@ int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   // The lane's work requests need no SendWr (~700 bytes to construct): one is made only for the
   // first that is not one of them. (A raw QP, the only one with frames to flush, has no lane.)
   for (; wr != nullptr; wr = wr->next)
-    if (transport::OneSidedWr o; !ToOneSided(*wr, &o) || !core->PostOneSided(o))
+    if (transport::LaneWr o; !ToLaneWr(*wr, &o) || !core->PostOnLane(o))
       return PostSendFrom(core, qp, wr, bad_wr);
   return 0;
 }

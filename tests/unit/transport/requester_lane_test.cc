@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "core/mr.h"
@@ -16,7 +17,7 @@ namespace softverbs::core {
 namespace {
 
 using transport::DirectRequest;
-using transport::OneSidedWr;
+using transport::LaneWr;
 using transport::Reply;
 using transport::ReplyCode;
 using transport::Request;
@@ -30,6 +31,9 @@ using transport::qp_type::kRc, transport::qp_type::kUc;
 struct LaneLink : transport::Link {
   Reply Carry(const Request& r) override {
     carried.push_back(r);
+    std::string payload;  // (the request's pieces live only during the call)
+    for (size_t i = 0; i < r.local_count; ++i) payload.append(static_cast<const char*>(r.local[i].iov_base), r.local[i].iov_len);
+    payloads.push_back(payload);
     return next;
   }
   bool CarryDirect(const DirectRequest& r, Reply* reply) override {
@@ -51,6 +55,7 @@ struct LaneLink : transport::Link {
   ReplyCode direct_code = ReplyCode::kAck;
   Reply next = Reply::Of(ReplyCode::kAck);
   std::vector<Request> carried;
+  std::vector<std::string> payloads;
   std::vector<DirectRequest> direct_seen;
   uint8_t target[4096] = {};
 };
@@ -68,8 +73,8 @@ class RequesterLaneTest : public requester_testing::RequesterFixture<LaneLink, L
     c.path_mtu = 1024;
     return c;
   }
-  OneSidedWr Lane(WrOpcode op, uint32_t length, uint64_t id = 7) {
-    OneSidedWr w{};
+  LaneWr Lane(WrOpcode op, uint32_t length, uint64_t id = 7) {
+    LaneWr w{};
     w.wr_id = id;
     w.opcode = op;
     w.flags = transport::send_flag::kSignaled;
@@ -86,9 +91,9 @@ class RequesterLaneTest : public requester_testing::RequesterFixture<LaneLink, L
     ASSERT_TRUE(requester_.Post(w, kRts).ok());
   }
   // Taken or not; when not, nothing may have happened.
-  bool Take(const OneSidedWr& w, uint32_t state = kRts) {
+  bool Take(const LaneWr& w, uint32_t state = kRts) {
     const size_t completions = qp_.count(), direct = host_.direct_seen.size();
-    const bool taken = requester_.PostOneSided(w, state);
+    const bool taken = requester_.PostOnLane(w, state);
     if (!taken) {
       EXPECT_EQ(qp_.count(), completions) << "a WR the lane left completed";
       EXPECT_EQ(host_.direct_seen.size(), direct) << "a WR the lane left reached the link";
@@ -117,7 +122,7 @@ TEST_F(RequesterLaneTest, AWriteThroughAKeptLkeyRunsAtOnceAndCompletes) {
   EXPECT_EQ(c.byte_len, 8u);
   EXPECT_EQ(c.qp_num, 0x200u);
   // ibv_post_send(3): an unsignaled success produces no completion (sq_sig_all is off).
-  OneSidedWr quiet = Lane(WrOpcode::kRdmaWrite, 8);
+  LaneWr quiet = Lane(WrOpcode::kRdmaWrite, 8);
   quiet.flags = 0;
   ASSERT_TRUE(Take(quiet));
   EXPECT_EQ(qp_.count(), 2u);
@@ -126,13 +131,13 @@ TEST_F(RequesterLaneTest, AWriteThroughAKeptLkeyRunsAtOnceAndCompletes) {
 TEST_F(RequesterLaneTest, ReadAndAtomicLandInTheLocalBuffer) {
   LearnLkey();
   memcpy(host_.target + 16, "remote!!", 8);
-  OneSidedWr rd = Lane(WrOpcode::kRdmaRead, 8);
+  LaneWr rd = Lane(WrOpcode::kRdmaRead, 8);
   rd.remote_addr = 0x9010;
   ASSERT_TRUE(Take(rd));
   EXPECT_EQ(memcmp(buf_, "remote!!", 8), 0);
   const uint64_t start = 40;
   memcpy(host_.target + 64, &start, 8);
-  OneSidedWr fa = Lane(WrOpcode::kAtomicFetchAdd, 8);
+  LaneWr fa = Lane(WrOpcode::kAtomicFetchAdd, 8);
   fa.remote_addr = 0x9040;
   fa.compare_add = 2;
   ASSERT_TRUE(Take(fa));
@@ -162,7 +167,7 @@ TEST_F(RequesterLaneTest, InlineBytesAreReadWhereTheApplicationHasThem) {
   // No lkey: IBV_SEND_INLINE reads the bytes at post time (ibv_post_send(3)), up to max_inline_data.
   uint8_t bytes[16];
   memcpy(bytes, "inline-bytes", 12);
-  OneSidedWr w = Lane(WrOpcode::kRdmaWrite, 12);
+  LaneWr w = Lane(WrOpcode::kRdmaWrite, 12);
   w.flags |= transport::send_flag::kInline;
   w.sge = {reinterpret_cast<uint64_t>(bytes), 12, 0};
   ASSERT_TRUE(Take(w));
@@ -173,18 +178,18 @@ TEST_F(RequesterLaneTest, InlineBytesAreReadWhereTheApplicationHasThem) {
 
 TEST_F(RequesterLaneTest, WhatTheLaneDoesNotTakeIsLeftUntouched) {
   LearnLkey();
-  const OneSidedWr w = Lane(WrOpcode::kRdmaWrite, 8);
+  const LaneWr w = Lane(WrOpcode::kRdmaWrite, 8);
   EXPECT_FALSE(Take(w, kSqd)) << "not RTS: Post queues it";
-  OneSidedWr zero = w;
+  LaneWr zero = w;
   zero.sge.length = 0;
   EXPECT_FALSE(Take(zero)) << "zero-length: the general way's";
-  OneSidedWr send = w;
-  send.opcode = WrOpcode::kSend;
-  EXPECT_FALSE(Take(send));
-  OneSidedWr other_key = w;
+  LaneWr imm_write = w;
+  imm_write.opcode = WrOpcode::kRdmaWriteWithImm;  // consumes a receive WQE: the general way's
+  EXPECT_FALSE(Take(imm_write));
+  LaneWr other_key = w;
   other_key.sge.lkey ^= 0x100;
   EXPECT_FALSE(Take(other_key)) << "an lkey not kept: the general way looks it up (and logs a bad one)";
-  OneSidedWr beyond = w;
+  LaneWr beyond = w;
   beyond.sge.addr = reinterpret_cast<uint64_t>(buf_) + sizeof(buf_) - 4;
   EXPECT_FALSE(Take(beyond)) << "beyond the MR (IBA 10.6.3.1): the general way fails it with LOC_PROT_ERR";
   host_.direct = false;
@@ -213,7 +218,7 @@ TEST_F(RequesterLaneTest, WhatTheLaneDoesNotTakeIsLeftUntouched) {
 
 TEST_F(RequesterLaneTest, AnLkeyDeregisteredSinceIsNotUsed) {
   LearnLkey();
-  const OneSidedWr w = Lane(WrOpcode::kRdmaWrite, 8);
+  const LaneWr w = Lane(WrOpcode::kRdmaWrite, 8);
   mr_.reset();  // ibv_dereg_mr: the kept lkey no longer names a registration
   EXPECT_FALSE(Take(w));
 }
@@ -236,6 +241,70 @@ TEST_F(RequesterLaneTest, ANakFailsTheWorkRequestAndStopsTheQueue) {
   EXPECT_EQ(qp_.errors.load(), 1) << "IBA 10.8.3: an RC completion in error takes the QP to ERR";
   host_.direct_code = ReplyCode::kAck;
   EXPECT_FALSE(Take(Lane(WrOpcode::kRdmaWrite, 8))) << "the queue is stopped: Post flushes what follows";
+}
+
+TEST_F(RequesterLaneTest, ASendIsCarriedAsTheGeneralWayBuildsIt) {
+  requester_.SetPsn(7);
+  LearnLkey();  // PSN 7
+  LaneWr send = Lane(WrOpcode::kSendWithImm, 2048, 11);
+  send.imm_data = 0xabcd;
+  send.flags |= transport::send_flag::kSolicited;
+  ASSERT_TRUE(Take(send));
+  ASSERT_EQ(host_.carried.size(), 2u);
+  const Request& r = host_.carried[1];
+  EXPECT_EQ(r.qp_type, kRc);
+  EXPECT_EQ(r.opcode, WrOpcode::kSendWithImm);
+  EXPECT_EQ(r.src_qp, 0x200u);
+  EXPECT_EQ(r.dest_qp, 0x201u);
+  EXPECT_EQ(r.psn, 8u);
+  EXPECT_EQ(r.mtu, 1024u);
+  EXPECT_EQ(r.length, 2048u);
+  EXPECT_EQ(r.local_count, 1u);
+  EXPECT_EQ(r.imm_data, 0xabcdu);
+  EXPECT_TRUE(r.solicited);
+  EXPECT_NE(r.addressing, nullptr);
+  ASSERT_EQ(qp_.count(), 2u);
+  EXPECT_EQ(qp_.completions[1].wr_id, 11u);
+  EXPECT_EQ(qp_.completions[1].opcode, transport::wc_opcode::kSend);
+  EXPECT_EQ(qp_.completions[1].byte_len, 2048u);
+  // Two packets at MTU 1024: the next message starts at PSN 10.
+  ASSERT_TRUE(Take(Lane(WrOpcode::kSend, 8)));
+  EXPECT_EQ(host_.carried.back().psn, 10u);
+}
+
+// IBA 9.7.5.2.8: a SEND the target has no receive WQE for (RNR NAK) waits in the queue with its
+// PSN and is retried after the RNR delay; nothing posted after it passes it.
+TEST_F(RequesterLaneTest, ASendTheTargetCannotTakeYetWaitsInTheQueue) {
+  requester_.SetPsn(20);
+  LearnLkey();  // PSN 20
+  host_.next = Reply::Rnr(1);  // 10 us (IBA table 45)
+  memcpy(buf_, "first!", 6);
+  ASSERT_TRUE(Take(Lane(WrOpcode::kSend, 6, 31)));
+  EXPECT_EQ(qp_.count(), 1u) << "not completed: it waits";
+  EXPECT_FALSE(Take(Lane(WrOpcode::kRdmaWrite, 8))) << "a WR may not pass one queued before it";
+  host_.next = Reply::Of(ReplyCode::kAck);
+  ASSERT_TRUE(WaitFor([&] { return qp_.count() == 2; })) << "the progress thread retries it";
+  {
+    std::lock_guard lock(qp_.mu);
+    EXPECT_EQ(qp_.completions[1].wr_id, 31u);
+    EXPECT_EQ(qp_.completions[1].status, transport::wc_status::kSuccess);
+  }
+  EXPECT_EQ(host_.carried.back().psn, 21u) << "the retry carries the PSN of its first attempt";
+  EXPECT_EQ(host_.carried.back().length, 6u);
+}
+
+TEST_F(RequesterLaneTest, AnInlineSendThatMustWaitKeepsItsBytes) {
+  uint8_t bytes[8];
+  memcpy(bytes, "inline1", 8);
+  LaneWr w = Lane(WrOpcode::kSend, 8, 41);
+  w.flags |= transport::send_flag::kInline;
+  w.sge = {reinterpret_cast<uint64_t>(bytes), 8, 0};
+  host_.next = Reply::Rnr(1);
+  ASSERT_TRUE(Take(w));
+  memcpy(bytes, "changed", 8);  // ibv_post_send(3): the buffer may be reused once it returns
+  host_.next = Reply::Of(ReplyCode::kAck);
+  ASSERT_TRUE(WaitFor([&] { return qp_.count() == 1; }));
+  EXPECT_EQ(host_.payloads.back(), std::string("inline1", 8)) << "the queue entry copied the inline bytes";
 }
 
 }  // namespace
