@@ -139,6 +139,8 @@ void DirectRoute::Faulted(const DirectRequest& r, Remote* key) {
 }
 
 void DirectRoute::Learn(const Request& r, const PeerHint& hint) {
+  // (the common case first: a SEND to the QP kept already teaches nothing)
+  if (!OneSided(r) && target_.endpoint != nullptr && target_.qpn == r.dest_qp) return;
   // (XRC and UD targets differ per request, a DCI's too: never kept; own_qpn_: a QP of this process)
   if (r.xrc || r.from_dci || r.qp_type == qp_type::kUd || r.dest_qp == own_qpn_ || !RouteEnabled()) return;
   if ((target_.endpoint == nullptr || target_.qpn != r.dest_qp) && !LearnTarget(r.dest_qp, hint)) return;

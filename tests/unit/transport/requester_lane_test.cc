@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/mr.h"
@@ -27,9 +29,11 @@ using transport::qp_state::kRts, transport::qp_state::kSqd;
 using transport::qp_type::kRc, transport::qp_type::kUc;
 
 // A same-host link that runs direct requests on a buffer of its own ("the target's memory") when
-// `direct` allows, and answers everything else (Carry) with `next`.
+// `direct` allows, and answers everything else (Carry) with `next`. The progress thread carries
+// retries: what Carry touches is under `mu` (Answer, Last).
 struct LaneLink : transport::Link {
   Reply Carry(const Request& r) override {
+    std::lock_guard lock(mu);
     carried.push_back(r);
     std::string payload;  // (the request's pieces live only during the call)
     for (size_t i = 0; i < r.local_count; ++i) payload.append(static_cast<const char*>(r.local[i].iov_base), r.local[i].iov_len);
@@ -51,6 +55,16 @@ struct LaneLink : transport::Link {
     return true;
   }
   void CarryMulticast(const Request&, uint32_t) override {}
+  void Answer(const Reply& reply) {
+    std::lock_guard lock(mu);
+    next = reply;
+  }
+  // The last request carried and its payload.
+  std::pair<Request, std::string> Last() {
+    std::lock_guard lock(mu);
+    return {carried.back(), payloads.back()};
+  }
+  std::mutex mu;
   bool direct = true;
   ReplyCode direct_code = ReplyCode::kAck;
   Reply next = Reply::Of(ReplyCode::kAck);
@@ -225,7 +239,7 @@ TEST_F(RequesterLaneTest, AnLkeyDeregisteredSinceIsNotUsed) {
 
 TEST_F(RequesterLaneTest, AWaitingWorkRequestKeepsTheLaneShut) {
   LearnLkey();
-  host_.next = Reply::Rnr(1);  // the next general WR waits in the queue (RNR)
+  host_.Answer(Reply::Rnr(1));  // the next general WR waits in the queue (RNR)
   SendWr send = MakeWr(2, WrOpcode::kSend, 8);
   ASSERT_TRUE(requester_.Post(send, kRts).ok());
   EXPECT_FALSE(Take(Lane(WrOpcode::kRdmaWrite, 8))) << "a WR may not pass one queued before it";
@@ -277,20 +291,21 @@ TEST_F(RequesterLaneTest, ASendIsCarriedAsTheGeneralWayBuildsIt) {
 TEST_F(RequesterLaneTest, ASendTheTargetCannotTakeYetWaitsInTheQueue) {
   requester_.SetPsn(20);
   LearnLkey();  // PSN 20
-  host_.next = Reply::Rnr(1);  // 10 us (IBA table 45)
+  host_.Answer(Reply::Rnr(1));  // 10 us (IBA table 45)
   memcpy(buf_, "first!", 6);
   ASSERT_TRUE(Take(Lane(WrOpcode::kSend, 6, 31)));
   EXPECT_EQ(qp_.count(), 1u) << "not completed: it waits";
   EXPECT_FALSE(Take(Lane(WrOpcode::kRdmaWrite, 8))) << "a WR may not pass one queued before it";
-  host_.next = Reply::Of(ReplyCode::kAck);
+  host_.Answer(Reply::Of(ReplyCode::kAck));
   ASSERT_TRUE(WaitFor([&] { return qp_.count() == 2; })) << "the progress thread retries it";
   {
     std::lock_guard lock(qp_.mu);
     EXPECT_EQ(qp_.completions[1].wr_id, 31u);
     EXPECT_EQ(qp_.completions[1].status, transport::wc_status::kSuccess);
   }
-  EXPECT_EQ(host_.carried.back().psn, 21u) << "the retry carries the PSN of its first attempt";
-  EXPECT_EQ(host_.carried.back().length, 6u);
+  const auto [retry, payload] = host_.Last();
+  EXPECT_EQ(retry.psn, 21u) << "the retry carries the PSN of its first attempt";
+  EXPECT_EQ(payload, "first!");
 }
 
 TEST_F(RequesterLaneTest, AnInlineSendThatMustWaitKeepsItsBytes) {
@@ -299,12 +314,12 @@ TEST_F(RequesterLaneTest, AnInlineSendThatMustWaitKeepsItsBytes) {
   LaneWr w = Lane(WrOpcode::kSend, 8, 41);
   w.flags |= transport::send_flag::kInline;
   w.sge = {reinterpret_cast<uint64_t>(bytes), 8, 0};
-  host_.next = Reply::Rnr(1);
+  host_.Answer(Reply::Rnr(1));
   ASSERT_TRUE(Take(w));
   memcpy(bytes, "changed", 8);  // ibv_post_send(3): the buffer may be reused once it returns
-  host_.next = Reply::Of(ReplyCode::kAck);
+  host_.Answer(Reply::Of(ReplyCode::kAck));
   ASSERT_TRUE(WaitFor([&] { return qp_.count() == 1; }));
-  EXPECT_EQ(host_.payloads.back(), std::string("inline1", 8)) << "the queue entry copied the inline bytes";
+  EXPECT_EQ(host_.Last().second, std::string("inline1", 8)) << "the queue entry copied the inline bytes";
 }
 
 }  // namespace
