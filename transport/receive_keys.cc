@@ -2,7 +2,7 @@
 
 namespace softverbs::transport {
 
-bool ReceiveKeys::PeekSlow(fabric::HostRegistry& registry, uint32_t key, KeyView* view) {
+const KeyView* ReceiveKeys::PeekSlow(fabric::HostRegistry& registry, uint32_t key) {
   ++reads_;
   if (registry_ != &registry) {  // (one link, one registry: defensive)
     held_[0].Forget();
@@ -17,9 +17,7 @@ bool ReceiveKeys::PeekSlow(fabric::HostRegistry& registry, uint32_t key, KeyView
   // One read answers this peek and is kept: whatever the key's kind, the caller decides from
   // the view as from a fresh read (an indirect key's layout is read when it is scattered for
   // real; an ODP key's pages are looked up at every access).
-  if (!slot->Learn(registry, key)) return false;
-  *view = slot->view();
-  return true;
+  return slot->Learn(registry, key) ? &slot->view() : nullptr;
 }
 
 }  // namespace softverbs::transport

@@ -19,22 +19,21 @@ namespace softverbs::transport {
 
 class ReceiveKeys {
  public:
-  // KeyPin::Peek's answer for `key` in `registry`, from a kept view when it is current: the
-  // registration `key` names now, not pinned (for checks whose access happens later under a
-  // pin of its own, or a check of its own: a landed message is written by the owner's poll).
-  bool Peek(fabric::HostRegistry& registry, uint32_t key, KeyView* view) {
+  // KeyPin::Peek's answer for `key` in `registry` (nullptr: none), from a kept view when it is
+  // current: the registration `key` names now, not pinned (for checks whose access happens
+  // later under a pin of its own, or a check of its own: a landed message is written by the
+  // owner's poll). The view stays valid until the next call.
+  const KeyView* Peek(fabric::HostRegistry& registry, uint32_t key) {
     const HeldKey& held = held_[held_[0].key() == key ? 0 : 1];
-    if (held.key() == key && key != 0 && registry_ == &registry && held.Current()) [[likely]] {
-      *view = held.view();
-      return true;
-    }
-    return PeekSlow(registry, key, view);
+    if (held.key() == key && key != 0 && registry_ == &registry && held.Current()) [[likely]]
+      return &held.view();
+    return PeekSlow(registry, key);
   }
   // Reads of the key table (misses) so far: for tests.
   uint64_t reads() const { return reads_; }
 
  private:
-  bool PeekSlow(fabric::HostRegistry& registry, uint32_t key, KeyView* view);
+  const KeyView* PeekSlow(fabric::HostRegistry& registry, uint32_t key);
 
   fabric::HostRegistry* registry_ = nullptr;
   HeldKey held_[2];

@@ -435,10 +435,12 @@ enum class LandOne { kLanded, kRefused, kUsualWay };
 LandOne ResponderLandOne(const TargetQp& t, const Request& r, const TakenWqe& w, const Completion& c) {
   const RecvSge& s = w.sge[0];
   const uint64_t need = r.length;
-  KeyView k;
+  KeyView read;
   ReceiveKeys* kept = t.receive_keys();
-  if (!(kept != nullptr ? kept->Peek(t.registry(), s.lkey, &k) : KeyPin::Peek(t.registry(), s.lkey, &k)))
-    return LandOne::kRefused;
+  const KeyView* view = kept != nullptr ? kept->Peek(t.registry(), s.lkey)
+                        : KeyPin::Peek(t.registry(), s.lkey, &read) ? &read : nullptr;
+  if (view == nullptr) return LandOne::kRefused;
+  const KeyView& k = *view;
   if (k.indirect() || k.null_key()) return LandOne::kUsualWay;
   const QpEndpoint& e = t.endpoint();
   if (!KeyAdmits(k, KeyRule{t.process_slot(), e.pd, kLocalWrite, true}) || !KeyCovers(k, s.addr, s.length)) {
@@ -691,8 +693,13 @@ ReplyCode Responder::Scatter(const TargetQp& t, const TakenWqe& w, uint64_t skip
     }
     KeyView k;
     ReceiveKeys* kept = t.receive_keys();  // (the same view a fresh read gives: receive_keys.h)
-    if (!(kept != nullptr ? kept->Peek(t.registry(), s.lkey, &k) : KeyPin::Peek(t.registry(), s.lkey, &k)))
+    if (kept != nullptr) {
+      const KeyView* v = kept->Peek(t.registry(), s.lkey);
+      if (v == nullptr) return ReplyCode::kRemoteOp;
+      k = *v;
+    } else if (!KeyPin::Peek(t.registry(), s.lkey, &k)) {
       return ReplyCode::kRemoteOp;
+    }
     if (k.indirect() || k.null_key()) {
       // Checked when scattered for real (never landed): an indirect key's pieces are the
       // layout's; a null key's (ibv_alloc_null_mr) are its owner's discard chunk.

@@ -59,40 +59,43 @@ class ReceiveKeysTest : public CoreTest {
 TEST_F(ReceiveKeysTest, AKeptViewAnswersOnlyWhileTheTableHoldsIt) {
   auto mr = Register(*pd_);
   const uint32_t lkey = mr->lkey();
-  transport::KeyView kept, fresh;
-  ASSERT_TRUE(keys_.Peek(registry(), lkey, &kept));
+  transport::KeyView fresh;
+  const transport::KeyView* kept = keys_.Peek(registry(), lkey);
+  ASSERT_NE(kept, nullptr);
   ASSERT_TRUE(transport::KeyPin::Peek(registry(), lkey, &fresh));
-  EXPECT_EQ(memcmp(&kept, &fresh, sizeof kept), 0);
-  ASSERT_TRUE(keys_.Peek(registry(), lkey, &kept));
+  EXPECT_EQ(memcmp(kept, &fresh, sizeof fresh), 0);
+  ASSERT_NE(keys_.Peek(registry(), lkey), nullptr);
   EXPECT_EQ(keys_.reads(), 1u);  // the second answer came from the kept view
   // ibv_rereg_mr keeps the key and changes the registration: read again, the new view.
   MrLayout l = mr->layout();
   l.access = access::kLocalWrite;
   ASSERT_TRUE(mr->Reregister(rereg::kChangeAccess, nullptr, l).ok());
-  ASSERT_TRUE(keys_.Peek(registry(), lkey, &kept));
+  kept = keys_.Peek(registry(), lkey);
+  ASSERT_NE(kept, nullptr);
   EXPECT_EQ(keys_.reads(), 2u);
-  EXPECT_EQ(kept.access & access::kRemoteWrite, 0u);
+  EXPECT_EQ(kept->access & access::kRemoteWrite, 0u);
   // ibv_dereg_mr: no view at all, as a fresh read finds none; a new registration of the same
   // memory has a key of its own, and the old one stays unknown.
   mr.reset();
-  EXPECT_FALSE(keys_.Peek(registry(), lkey, &kept));
+  EXPECT_EQ(keys_.Peek(registry(), lkey), nullptr);
   auto again = Register(*pd_);
-  EXPECT_FALSE(keys_.Peek(registry(), lkey, &kept));
-  ASSERT_TRUE(keys_.Peek(registry(), again->lkey(), &kept));
-  EXPECT_EQ(kept.key, again->lkey());
+  EXPECT_EQ(keys_.Peek(registry(), lkey), nullptr);
+  kept = keys_.Peek(registry(), again->lkey());
+  ASSERT_NE(kept, nullptr);
+  EXPECT_EQ(kept->key, again->lkey());
 }
 
 TEST_F(ReceiveKeysTest, TwoKeysAreKeptAndAThirdTakesTheOlderPlace) {
   auto a = Register(*pd_), b = Register(*pd_), c = Register(*pd_);
-  transport::KeyView v;
-  for (const Mr* mr : {a.get(), b.get(), a.get(), b.get()}) ASSERT_TRUE(keys_.Peek(registry(), mr->lkey(), &v));
+  for (const Mr* mr : {a.get(), b.get(), a.get(), b.get()}) ASSERT_NE(keys_.Peek(registry(), mr->lkey()), nullptr);
   EXPECT_EQ(keys_.reads(), 2u);
-  ASSERT_TRUE(keys_.Peek(registry(), c->lkey(), &v));  // takes a's place
-  ASSERT_TRUE(keys_.Peek(registry(), b->lkey(), &v));
+  ASSERT_NE(keys_.Peek(registry(), c->lkey()), nullptr);  // takes a's place
+  ASSERT_NE(keys_.Peek(registry(), b->lkey()), nullptr);
   EXPECT_EQ(keys_.reads(), 3u);
-  ASSERT_TRUE(keys_.Peek(registry(), a->lkey(), &v));
+  const transport::KeyView* v = keys_.Peek(registry(), a->lkey());
+  ASSERT_NE(v, nullptr);
   EXPECT_EQ(keys_.reads(), 4u);
-  EXPECT_EQ(v.key, a->lkey());
+  EXPECT_EQ(v->key, a->lkey());
 }
 
 // A same-host SEND to another process's QP (a landing: the owner's poll scatters it), its
