@@ -234,12 +234,16 @@ void Cq::ScatterLanding(const CqEntry& entry, Completion* c) {
   bool placed = true;
   for (uint32_t i = 0; placed && i < transport::CqEntryPieces(entry) && i < transport::kLandingPieces; ++i) {
     const transport::LandingPiece p = transport::CqEntryPiece(entry, i);
-    transport::KeyView k;
+    // The key as the table holds it now: the kept view while its seqlock count and key are
+    // unchanged (HeldKey::Current, read after own_writes as a fresh read would be), else read.
+    if (landing_key_.key() != p.lkey || p.lkey == 0 || !landing_key_.Current()) [[unlikely]]
+      landing_key_.Learn(local_->registry(), p.lkey);
+    const transport::KeyView& k = landing_key_.view();
     // Never an indirect or null key: a receive through one is copied by the sender, not landed
     // (transport/responder.cc), so one here would be a slot reused since -- a lost MR.
-    placed = transport::KeyPin::Peek(local_->registry(), p.lkey, &k) && k.owner_process_slot() == local_->slot() &&
-             !k.indirect() && !k.window() && !k.null_key() && (k.access & access::kLocalWrite) && transport::RangeWithin(k.addr, k.length, p.addr, p.length) &&
-             p.length <= static_cast<uint64_t>(end - from) &&
+    placed = landing_key_.key() == p.lkey && p.lkey != 0 && k.owner_process_slot() == local_->slot() &&
+             !k.indirect() && !k.window() && !k.null_key() && (k.access & access::kLocalWrite) &&
+             transport::RangeWithin(k.addr, k.length, p.addr, p.length) && p.length <= static_cast<uint64_t>(end - from) &&
              transport::OnDemandPresent(local_->registry(), k, p.addr, p.length, true);
     if (placed) {
       memcpy(reinterpret_cast<void*>(p.addr), from, p.length);

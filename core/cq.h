@@ -17,6 +17,7 @@
 #include "base/status.h"
 #include "transport/completion.h"
 #include "transport/cq_ring.h"
+#include "transport/key_table.h"
 #include "core/object_quota.h"
 #include "core/pd.h"
 #include "fabric/host/host_directory.h"
@@ -160,6 +161,9 @@ class Cq {
   QuotaHold quota_;  // one of max_cq
   UseCount users_;
   SpinLock poll_mu_;  // one consumer at a time (the ring's lock is for producers); never sleeps held
+  // The key of the landed buffers ScatterLanding checked last, kept (under poll_mu_): a
+  // receiver lands message after message in the same buffers (transport/receive_keys.h's idea).
+  transport::HeldKey landing_key_;
   std::mutex qps_mu_;
   std::vector<Qp*> qps_;
   std::mutex events_mu_;

@@ -200,9 +200,6 @@ void Qp::EnterErrorLocked() {
 [[gnu::noinline, gnu::cold]] static Status ForkedChild() {
   return Invalid("the QP belongs to the parent process: a child of fork() cannot use it (ibv_fork_init(3))");
 }
-static Status CheckNotForked(Context& context) {
-  return context.local().is_current() ? Status::Ok() : ForkedChild();
-}
 
 Status Qp::PostSend(const transport::SendWr& wr) {
   if (!context_.local().is_current()) [[unlikely]] return ForkedChild();
@@ -239,7 +236,7 @@ void Qp::PushReceive(const Completion& c) {
 }
 
 Status Qp::PostRecv(uint64_t wr_id, const transport::RecvSge* sge, uint32_t num_sge) {
-  SV_RETURN_IF_ERROR(CheckNotForked(context_));
+  if (!context_.local().is_current()) [[unlikely]] return ForkedChild();
   ApplyPendingError();
   if (init_.srq != nullptr)
     return Invalid("the QP receives through an SRQ: post with ibv_post_srq_recv (ibv_post_recv(3))");
@@ -248,8 +245,8 @@ Status Qp::PostRecv(uint64_t wr_id, const transport::RecvSge* sge, uint32_t num_
                    "XRC SRQs (ibv_post_srq_recv), IBA A14");
   const auto state = static_cast<QpState>(state_.load(std::memory_order_acquire));
   // ibv_post_recv(3) / IBA 10.8.2: receives are accepted from INIT on.
-  if (state == QpState::kReset) return Invalid("the QP is in RESET: receives are accepted from INIT on");
-  if (state == QpState::kErr) {
+  if (state == QpState::kReset) [[unlikely]] return Invalid("the QP is in RESET: receives are accepted from INIT on");
+  if (state == QpState::kErr) [[unlikely]] {
     Completion c;  // IBA 10.8.3.1: flushed at once
     c.wr_id = wr_id;
     c.status = transport::wc_status::kWrFlushErr;
@@ -258,8 +255,9 @@ Status Qp::PostRecv(uint64_t wr_id, const transport::RecvSge* sge, uint32_t num_
     init_.recv_cq->Push(c);
     return Status::Ok();
   }
+  if (!raw_) [[likely]] return rq_->Post(wr_id, sge, num_sge);
   SV_RETURN_IF_ERROR(rq_->Post(wr_id, sge, num_sge));
-  if (raw_) raw_->DrainBacklog();
+  raw_->DrainBacklog();
   return Status::Ok();
 }
 

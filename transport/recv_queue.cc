@@ -59,11 +59,13 @@ Status RecvQueue::Post(uint64_t wr_id, const RecvSge* sge, uint32_t num_sge) {
     if (tail - head_seen_ >= r.max_wr)
       return Status(ENOMEM, "the receive queue is full (" + std::to_string(r.max_wr) + " WRs outstanding)");
   }
-  auto* base = static_cast<uint8_t*>(local_.At(r.entries));
-  auto* w = reinterpret_cast<RecvWqe*>(base + static_cast<size_t>(tail % r.max_wr) * r.wqe_size);
+  auto* w = reinterpret_cast<RecvWqe*>(entries_ + static_cast<size_t>(tail % r.max_wr) * r.wqe_size);
   w->wr_id = wr_id;
   w->num_sge = num_sge;
-  if (num_sge) memcpy(w->sge, sge, sizeof(RecvSge) * num_sge);
+  if (num_sge == 1) [[likely]]
+    w->sge[0] = sge[0];
+  else if (num_sge != 0)
+    memcpy(w->sge, sge, sizeof(RecvSge) * num_sge);
   std::atomic_ref<uint32_t>(w->seq).store(static_cast<uint32_t>(tail + 1), std::memory_order_release);
   r.tail.store(tail + 1, std::memory_order_release);
   return Status::Ok();
@@ -100,6 +102,7 @@ Status RecvQueue::Resize(uint32_t max_wr) {
   MarkUnposted(to, r.wqe_size, held, max_wr);
   local_.Free(r.entries, static_cast<size_t>(r.wqe_size) * (r.max_wr == 0 ? 1 : r.max_wr));
   r.entries = *fresh;
+  entries_ = to;
   r.max_wr = max_wr;
   r.head.store(0, std::memory_order_relaxed);
   r.tail.store(held, std::memory_order_release);

@@ -110,7 +110,7 @@ class RecvQueue {
   ~RecvQueue();
 
   fabric::SharedRef ref() const { return ref_; }
-  RecvRing& ring() const { return *static_cast<RecvRing*>(local_.At(ref_)); }
+  RecvRing& ring() const { return *ring_; }
 
   // ibv_post_recv: ENOMEM when the queue is full, EINVAL when num_sge exceeds max_sge.
   Status Post(uint64_t wr_id, const RecvSge* sge, uint32_t num_sge);
@@ -126,9 +126,13 @@ class RecvQueue {
   uint32_t count() const;
 
  private:
-  RecvQueue(fabric::LocalProcess& local, fabric::SharedRef ref) : local_(local), ref_(ref) {}
+  RecvQueue(fabric::LocalProcess& local, fabric::SharedRef ref)
+      : local_(local), ref_(ref), ring_(static_cast<RecvRing*>(local.At(ref))),
+        entries_(static_cast<uint8_t*>(local.At(ring_->entries))) {}
   fabric::LocalProcess& local_;
   fabric::SharedRef ref_;
+  RecvRing* const ring_;  // ring() in this process (the arena's blocks never move)
+  uint8_t* entries_;      // its WQE array here (under post_mu_: Resize replaces it)
   SpinLock post_mu_;       // the owner's threads post one at a time (base/spin_lock.h)
   uint64_t head_seen_ = 0;  // the takers' head as last read (under post_mu_): re-read when full
 };

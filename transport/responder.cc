@@ -12,6 +12,7 @@
 #include "transport/dc_access.h"
 #include "transport/grh.h"
 #include "transport/key_table.h"
+#include "transport/receive_keys.h"
 #include "transport/responder_imported.h"
 #include "transport/responder_signature.h"
 #include "transport/window_key.h"
@@ -413,6 +414,59 @@ ReplyCode Responder::CheckRemote(const TargetQp& t, uint32_t rkey, uint64_t addr
   return ReplyCode::kAck;
 }
 
+namespace {
+
+// IBA 10.6.3.1 / 9.9.3.1.2: a receive buffer the target may not write (no such key, another
+// PD's or process's, no LOCAL_WRITE, out of its bounds) is a local protection error at the
+// target; one too small, a local length error there and an invalid request for the sender.
+// Either way the target QP enters ERR.
+Reply ResponderRefuseReceive(const TargetQp& t, const Completion& c, const TakenWqe& w, ReplyCode code) {
+  const bool short_wqe = code == ReplyCode::kInvalidRequest;
+  SV_LOG(kError, "SEND of %u bytes to qp 0x%x: receive WR 0x%llx (lkey 0x%x) %s: IBV_WC_LOC_%s_ERR at the target",
+         c.byte_len, t.endpoint().qp_num, static_cast<unsigned long long>(w.wr_id), w.num_sge > 0 ? w.sge[0].lkey : 0,
+         short_wqe ? "is too small for it" : "names a buffer the QP may not write through its key",
+         short_wqe ? "LEN" : "PROT");
+  FailReceive(t, c, short_wqe ? wc_status::kLocLenErr : wc_status::kLocProtErr);
+  return Reply::Of(code);
+}
+
+enum class LandOne { kLanded, kRefused, kUsualWay };
+
+// Deliver's common landed SEND -- one receive buffer that holds the message, one piece of the
+// sender's, no GRH, no tag matching -- checked as Scatter checks a landing's buffer (its key
+// as the key table holds it now: the owner's poll checks it again before writing) and landed
+// without the scatter and gather lists. kUsualWay: a key this path does not land through (an
+// indirect, null or imported one), for Deliver's usual way to decide.
+LandOne ResponderLandOne(const TargetQp& t, const Request& r, const TakenWqe& w, const Completion& c) {
+  const RecvSge& s = w.sge[0];
+  const uint64_t need = r.length;
+  KeyView read;
+  ReceiveKeys* kept = t.receive_keys();
+  const KeyView* view = kept != nullptr ? kept->Peek(t.registry(), s.lkey)
+                        : KeyPin::Peek(t.registry(), s.lkey, &read) ? &read : nullptr;
+  if (view == nullptr) return LandOne::kRefused;
+  const KeyView& k = *view;
+  if (k.indirect() || k.null_key()) return LandOne::kUsualWay;
+  const QpEndpoint& e = t.endpoint();
+  if (!KeyAdmits(k, KeyRule{t.process_slot(), e.pd, kLocalWrite, true}) || !KeyCovers(k, s.addr, s.length)) {
+    // Scatter's rule: of the QP's PD but another process's (imported), the usual way decides.
+    if (k.owner_process_slot() == t.process_slot() || k.pd != e.pd || k.window()) return LandOne::kRefused;
+    return LandOne::kUsualWay;
+  }
+  const uint64_t host = k.addr + (s.addr - k.iova);
+  if (!OnDemandPresent(t.registry(), k, host, need, true)) return LandOne::kRefused;
+  const void* bytes = r.local[0].iov_base;
+  CompleteAtTarget(t, c, [&](CqEntry& entry) {
+    memcpy(entry.landing, bytes, need);
+    entry.landing_length = static_cast<uint8_t>(need);  // at most kLandingBytes
+    entry.flags |= static_cast<uint8_t>(1u << kCqEntryPieceShift);
+    CqEntrySetPiece(entry, 0, {host, static_cast<uint32_t>(need), s.lkey});
+  });
+  return LandOne::kLanded;
+}
+
+}  // namespace
+
 Reply Responder::Deliver(const TargetQp& t, const Request& r, const uint8_t* grh) {
   QpEndpoint& e = t.endpoint();
   auto* rq = static_cast<RecvRing*>(t.Resolve(e.recv_queue));
@@ -455,19 +509,19 @@ Reply Responder::Deliver(const TargetQp& t, const Request& r, const uint8_t* grh
   // its buffers are written later by the owner's poll, which checks them again, so here they
   // are only checked. Anything else is copied now, its buffers pinned.
   bool landing = t.LandsInCompletion() && need <= kLandingBytes;
+  if (landing && grh == nullptr && !tm.active && r.opcode != WrOpcode::kSendWithInv && need > 0 && w.num_sge == 1 &&
+      w.sge[0].length >= need && r.local_count == 1 && r.local[0].iov_len == need) {
+    const LandOne done = ResponderLandOne(t, r, w, c);
+    if (done == LandOne::kLanded) return Reply::Of(ReplyCode::kAck);
+    if (done == LandOne::kRefused) return ResponderRefuseReceive(t, c, w, ReplyCode::kRemoteOp);
+  }
   ScatterList scatter;
   ReplyCode code = Scatter(t, w, 0, need, landing, &scatter);
   if (code == ReplyCode::kAck && landing && (scatter.indirect || scatter.pieces.size() > kLandingPieces)) {
     landing = false;  // too many pieces to land, or an indirect key: copy after all
     code = Scatter(t, w, 0, need, false, &scatter);
   }
-  if (code != ReplyCode::kAck) {
-    // IBA 10.6.3.1 / 9.9.3.1.2: a receive buffer the target may not write is a local protection
-    // error at the target; one too small, a local length error there and an invalid request
-    // for the sender. Either way the target QP enters ERR.
-    FailReceive(t, c, code == ReplyCode::kInvalidRequest ? wc_status::kLocLenErr : wc_status::kLocProtErr);
-    return Reply::Of(code);
-  }
+  if (code != ReplyCode::kAck) return ResponderRefuseReceive(t, c, w, code);
   if (r.opcode == WrOpcode::kSendWithInv) {
     // IBA 10.6.7.2.2: SEND with Invalidate invalidates a type 2 window of the target bound to the
     // target QP before its receive completes. Any other R_Key makes it an invalid request for
@@ -643,7 +697,14 @@ ReplyCode Responder::Scatter(const TargetQp& t, const TakenWqe& w, uint64_t skip
       continue;
     }
     KeyView k;
-    if (!KeyPin::Peek(t.registry(), s.lkey, &k)) return ReplyCode::kRemoteOp;
+    ReceiveKeys* kept = t.receive_keys();  // (the same view a fresh read gives: receive_keys.h)
+    if (kept != nullptr) {
+      const KeyView* v = kept->Peek(t.registry(), s.lkey);
+      if (v == nullptr) return ReplyCode::kRemoteOp;
+      k = *v;
+    } else if (!KeyPin::Peek(t.registry(), s.lkey, &k)) {
+      return ReplyCode::kRemoteOp;
+    }
     if (k.indirect() || k.null_key()) {
       // Checked when scattered for real (never landed): an indirect key's pieces are the
       // layout's; a null key's (ibv_alloc_null_mr) are its owner's discard chunk.

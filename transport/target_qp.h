@@ -22,6 +22,7 @@ class HostRegistry;
 namespace softverbs::transport {
 
 class PinnedPieces;
+class ReceiveKeys;
 struct CqEntry;
 
 class TargetQp {
@@ -54,6 +55,9 @@ class TargetQp {
   // of a tag matching rendezvous READs the requester's memory and SENDs it the FIN
   // (transport/tag_matcher.h). nullptr where the fabric cannot reach it.
   virtual std::unique_ptr<TargetQp> Requester(uint32_t /*qpn*/) const { return nullptr; }
+  // Where the sender keeps the receive buffers' keys it checked last (transport/receive_keys.h);
+  // nullptr: each is read from the key table.
+  virtual ReceiveKeys* receive_keys() const { return nullptr; }
 };
 
 }  // namespace softverbs::transport

@@ -187,12 +187,19 @@ static Status ToRecvSges(const ibv_recv_wr& in, transport::RecvSge* out) {
 }
 
 int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  core::Qp* core = ToSv(qp)->core.get();
   transport::RecvSge sges[transport::kMaxSge];
   for (; wr != nullptr; wr = wr->next) {
-    Status s = ToRecvSges(*wr, sges);
-    if (s.ok()) s = NoQueues(ToSv(qp));
-    if (s.ok()) s = ToSv(qp)->core->PostRecv(wr->wr_id, sges, static_cast<uint32_t>(wr->num_sge));
-    if (!s.ok()) {
+    Status s;
+    if (wr->num_sge == 1 && core != nullptr) [[likely]] {  // (the usual post: ToRecvSges' checks hold)
+      sges[0] = {wr->sg_list[0].addr, wr->sg_list[0].length, wr->sg_list[0].lkey};
+      s = core->PostRecv(wr->wr_id, sges, 1);
+    } else {
+      s = ToRecvSges(*wr, sges);
+      if (s.ok()) s = NoQueues(ToSv(qp));
+      if (s.ok()) s = core->PostRecv(wr->wr_id, sges, static_cast<uint32_t>(wr->num_sge));
+    }
+    if (!s.ok()) [[unlikely]] {
       *bad_wr = wr;
       return ReturnErrno("ibv_post_recv", Name(qp), s);
     }
@@ -203,8 +210,14 @@ int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
 int PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   transport::RecvSge sges[transport::kMaxSge];
   for (; wr != nullptr; wr = wr->next) {
-    Status s = ToRecvSges(*wr, sges);
-    if (s.ok()) s = ToSv(srq)->core->queue().Post(wr->wr_id, sges, static_cast<uint32_t>(wr->num_sge));
+    Status s;
+    if (wr->num_sge == 1) [[likely]] {  // (as PostRecv)
+      sges[0] = {wr->sg_list[0].addr, wr->sg_list[0].length, wr->sg_list[0].lkey};
+      s = ToSv(srq)->core->queue().Post(wr->wr_id, sges, 1);
+    } else {
+      s = ToRecvSges(*wr, sges);
+      if (s.ok()) s = ToSv(srq)->core->queue().Post(wr->wr_id, sges, static_cast<uint32_t>(wr->num_sge));
+    }
     if (!s.ok()) {
       *bad_wr = wr;
       return ReturnErrno("ibv_post_srq_recv", Name(srq), s);

@@ -22,6 +22,7 @@ Reply HostLink::Carry(const Request& r) {
     if (!found.ok()) return Reply::Of(r.qp_type == kRc ? ReplyCode::kNoAnswer : ReplyCode::kDropped);
     target.emplace(std::move(found.value()));
   }
+  target->KeepReceiveKeysIn(&hint_.receive_keys);  // a SEND's receive buffers' keys, kept (receive_keys.h)
   if (r.xrc) return XrcTarget::Execute(local_, *target, r);  // its SRQ receives it (host/xrc_target.h)
   if (r.qp_type != kUd || r.addressing == nullptr) {
     const Reply reply = Responder::Execute(*target, r);

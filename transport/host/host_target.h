@@ -13,6 +13,7 @@
 #include "fabric/host/host_directory.h"
 #include "fabric/host/pin_line.h"
 #include "transport/qp_endpoint.h"
+#include "transport/receive_keys.h"
 #include "transport/target_qp.h"
 
 namespace softverbs::fabric {
@@ -38,6 +39,8 @@ struct PeerHint {
   uint32_t process_slot = 0;
   fabric::SharedRef block{};
   QpEndpoint* endpoint = nullptr;
+  // The receive buffers' keys its SENDs checked last (any QP of any process: keys are host-wide).
+  ReceiveKeys receive_keys;
 };
 
 class HostTarget final : public TargetQp {
@@ -45,7 +48,8 @@ class HostTarget final : public TargetQp {
   HostTarget(HostTarget&& o) noexcept
       : local_(o.local_), process_slot_(o.process_slot_), qpn_(o.qpn_), owned_peer_(std::move(o.owned_peer_)),
         peer_(o.peer_), endpoint_(std::exchange(o.endpoint_, nullptr)),
-        users_word_(std::exchange(o.users_word_, nullptr)), hazard_(std::exchange(o.hazard_, nullptr)) {}
+        users_word_(std::exchange(o.users_word_, nullptr)), hazard_(std::exchange(o.hazard_, nullptr)),
+        receive_keys_(o.receive_keys_) {}
   HostTarget& operator=(HostTarget&&) = delete;
   HostTarget(const HostTarget&) = delete;
   ~HostTarget() override { Release(); }
@@ -71,6 +75,9 @@ class HostTarget final : public TargetQp {
   bool LandsInCompletion() const override { return peer_ != nullptr; }
   // The requester of a same-host message is on this host too (usually this very process).
   std::unique_ptr<TargetQp> Requester(uint32_t qpn) const override;
+  ReceiveKeys* receive_keys() const override { return receive_keys_; }
+  // The link's keys (its PeerHint's): they outlive this target (HostLink::Carry).
+  void KeepReceiveKeysIn(ReceiveKeys* keys) { receive_keys_ = keys; }
 
   // IBV_ATOMIC_HCA on this host: the lock every initiator of an atomic on the word at `va` of
   // process `process_slot` holds, however it reaches the word (a CPU atomic through a mapping,
@@ -147,6 +154,7 @@ class HostTarget final : public TargetQp {
   QpEndpoint* endpoint_;
   std::atomic<uint64_t>* users_word_;  // this process's word of the endpoint's `users` line, or
   std::atomic<uint32_t>* hazard_;      // the entry of this thread's hazard line announcing it
+  ReceiveKeys* receive_keys_ = nullptr;
 };
 
 }  // namespace softverbs::transport

@@ -48,12 +48,14 @@ class FakeTarget final : public TargetQp {
   void Signal(int, uint64_t) const override { ++signals; }
   bool IsAlive() const override { return alive; }
   bool LandsInCompletion() const override { return lands; }
+  ReceiveKeys* receive_keys() const override { return keys; }
 
   mutable QpEndpoint e_{};
   mutable int moves = 0;
   mutable int signals = 0;
   bool alive = true;
   bool lands = false;
+  ReceiveKeys* keys = nullptr;  // the sender's kept receive keys (transport/receive_keys.h), if any
   uint32_t slot_offset = 0;  // > 0: the target is another process's QP (this one's keys are imports for it)
 
  private:
