@@ -94,7 +94,8 @@ Status ToTransport(const ibv_send_wr& in, transport::SendWr* out) {
 }
 
 // A SEND, SEND with immediate, RDMA WRITE, READ or atomic with one SGE, as the requester's lane
-// takes it (transport::LaneWr): false for anything else.
+// takes it (transport::LaneWr, value-initialized by the caller: the fields of other opcodes stay
+// 0): false for anything else.
 bool ToLaneWr(const ibv_send_wr& in, transport::LaneWr* out) {
   if (in.num_sge != 1) return false;
   switch (in.opcode) {
@@ -148,7 +149,7 @@ static int PostSendFrom(core::Qp* core, ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr
   const ibv_qp_type type = qp->qp_type;
   transport::SendWr w;
   for (; wr != nullptr; wr = wr->next) {
-    if (transport::LaneWr o; ToLaneWr(*wr, &o) && core->PostOnLane(o)) continue;
+    if (transport::LaneWr o{}; ToLaneWr(*wr, &o) && core->PostOnLane(o)) continue;
     Status s = ToTransport(*wr, &w);
     // IBA A14: an XRC message names the SRQ it lands on (XRCETH).
     if (type == IBV_QPT_XRC_SEND) w.xrc_srqn = wr->qp_type.xrc.remote_srqn;
@@ -174,7 +175,7 @@ int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   // The lane's work requests need no SendWr (~700 bytes to construct): one is made only for the
   // first that is not one of them. (A raw QP, the only one with frames to flush, has no lane.)
   for (; wr != nullptr; wr = wr->next)
-    if (transport::LaneWr o; !ToLaneWr(*wr, &o) || !core->PostOnLane(o))
+    if (transport::LaneWr o{}; !ToLaneWr(*wr, &o) || !core->PostOnLane(o))
       return PostSendFrom(core, qp, wr, bad_wr);
   return 0;
 }
