@@ -228,19 +228,25 @@ bool ResolveHeldKey(fabric::HostRegistry& registry, const HeldKey& held, uint32_
 // ResolveHeldKey without a pin list, announced in `line` (this thread's: KeyHazards or
 // fabric::ThisThreadHazards): where [addr, +length) is in this process (`*at`) and the hazard
 // entry that holds the key until fabric::Retract; nullptr when ResolveHeldKey would be false.
-// (inline: once per work request of the requester's one-sided lane)
-inline std::atomic<uint32_t>* HoldHeldKey(fabric::HazardLine* line, const HeldKey& held, uint32_t key, uint64_t addr,
-                                          uint64_t length, const KeyRule& rule, void** at) {
+// HoldHeldKey for a caller that found KeyAdmits true of held.view() under its rule already (the
+// view does not change while Current holds): announced, found current, KeyCovers.
+// (inline: once per work request of the requester's lane)
+inline std::atomic<uint32_t>* HoldAdmittedKey(fabric::HazardLine* line, const HeldKey& held, uint32_t key,
+                                              uint64_t addr, uint64_t length, void** at) {
   if (held.key() != key || key == 0 || line == nullptr) return nullptr;
   std::atomic<uint32_t>* hazard = fabric::Announce(*line, held.hazard_value());
   if (hazard == nullptr) return nullptr;
   const KeyView& k = held.view();
-  if (!held.Current() || !KeyAdmits(k, rule) || !KeyCovers(k, addr, length)) {
+  if (!held.Current() || !KeyCovers(k, addr, length)) {
     fabric::Retract(hazard);
     return nullptr;
   }
   *at = reinterpret_cast<void*>(k.addr + (addr - k.iova));
   return hazard;
+}
+inline std::atomic<uint32_t>* HoldHeldKey(fabric::HazardLine* line, const HeldKey& held, uint32_t key, uint64_t addr,
+                                          uint64_t length, const KeyRule& rule, void** at) {
+  return KeyAdmits(held.view(), rule) ? HoldAdmittedKey(line, held, key, addr, length, at) : nullptr;
 }
 // Keeps `key` in `held` if it names a plain registration now -- not indirect, null, on demand
 // or a window, the keys whose accesses need more than the view (ResolveKey) -- else empties it.

@@ -659,6 +659,10 @@ void Requester::KeepLocalKey(uint32_t lkey) {
   }
   LearnPlainKey(local_.registry(), lkey, slot);
   not_plain_lkey_ = slot->key() == lkey ? 0 : lkey;
+  // (GatherLocal's two rules, the read and the write one)
+  const KeyRule read{config_.process_slot, config_.pd, 0, false}, write{config_.process_slot, config_.pd, kLocalWrite, true};
+  local_grants_[slot - local_keys_] = (KeyAdmits(slot->view(), read) ? kReadGrant : 0) |
+                                      (KeyAdmits(slot->view(), write) ? kWriteGrant : 0);
 }
 
 ImportedAccess Requester::ImportedAccessOf(uint32_t lkey, uint64_t addr, bool writes) const {

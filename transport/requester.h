@@ -223,6 +223,10 @@ class Requester final : private ReplySink {
   // The lkeys of the last SGEs resolved, kept (indirect_key.h, ResolveHeldKey): two, so that a
   // program alternating between two MRs does not read each again per work request.
   HeldKey local_keys_[2];
+  // What each kept lkey's view admits under this QP's rule (KeyAdmits, found when it was kept:
+  // the view, the PD and the process do not change while it is current): kReadGrant, kWriteGrant.
+  uint8_t local_grants_[2] = {};
+  static constexpr uint8_t kReadGrant = 1, kWriteGrant = 2;
   uint32_t next_local_key_ = 0;  // the one the next key learned replaces
   uint32_t not_plain_lkey_ = 0;  // the last lkey found not to be a plain key (not kept)
   Completer completer_;

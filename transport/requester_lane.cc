@@ -64,9 +64,10 @@ bool Requester::PostOnLane(const LaneWr& wr, uint32_t qp_state) {
     local = reinterpret_cast<void*>(wr.sge.addr);
   } else {
     const bool writes = wr.opcode == WrOpcode::kRdmaRead || LaneAtomic(wr.opcode);  // (READ and atomics land here)
-    const KeyRule rule{config_.process_slot, config_.pd, writes ? access_bit::kLocalWrite : 0u, writes};
-    const HeldKey& held = local_keys_[local_keys_[0].key() == wr.sge.lkey ? 0 : 1];
-    hold = HoldHeldKey(fabric::ThisThreadHazards(local_), held, wr.sge.lkey, wr.sge.addr, wr.sge.length, rule, &local);
+    const size_t i = local_keys_[0].key() == wr.sge.lkey ? 0 : 1;
+    if (!(local_grants_[i] & (writes ? kWriteGrant : kReadGrant))) return false;  // KeyAdmits, as kept
+    hold = HoldAdmittedKey(fabric::ThisThreadHazards(local_), local_keys_[i], wr.sge.lkey, wr.sge.addr, wr.sge.length,
+                           &local);
     if (hold == nullptr) return false;
   }
   if (LaneSend(wr.opcode)) {

@@ -237,6 +237,26 @@ TEST_F(RequesterLaneTest, AnLkeyDeregisteredSinceIsNotUsed) {
   EXPECT_FALSE(Take(w));
 }
 
+// IBA 10.6.3.1: a READ or an atomic writes its local buffer, which needs LOCAL_WRITE; a WRITE
+// through the same kept lkey only reads it.
+TEST_F(RequesterLaneTest, AKeptLkeyWithoutLocalWriteTakesNoReadOrAtomic) {
+  alignas(8) static uint8_t ro[64];
+  auto mr = Mr::Register(*pd_, {reinterpret_cast<uint64_t>(ro), sizeof(ro), reinterpret_cast<uint64_t>(ro), 0});
+  ASSERT_TRUE(mr.ok());
+  SendWr w = MakeWr(1, WrOpcode::kRdmaWrite, 8);
+  w.sge[0] = {reinterpret_cast<uint64_t>(ro), 8, mr.value()->lkey()};
+  ASSERT_TRUE(requester_.Post(w, kRts).ok());  // the general way keeps the lkey
+  LaneWr lw = Lane(WrOpcode::kRdmaWrite, 8);
+  lw.sge = w.sge[0];
+  EXPECT_TRUE(Take(lw));
+  LaneWr rd = lw;
+  rd.opcode = WrOpcode::kRdmaRead;
+  EXPECT_FALSE(Take(rd)) << "the general way fails it (IBV_WC_LOC_PROT_ERR) and says why";
+  LaneWr fa = lw;
+  fa.opcode = WrOpcode::kAtomicFetchAdd;
+  EXPECT_FALSE(Take(fa));
+}
+
 TEST_F(RequesterLaneTest, AWaitingWorkRequestKeepsTheLaneShut) {
   LearnLkey();
   host_.Answer(Reply::Rnr(1));  // the next general WR waits in the queue (RNR)
