@@ -188,6 +188,16 @@ Reply Responder::Execute(const TargetQp& t, const Request& r, const uint8_t* grh
   }
 }
 
+uint32_t Responder::DirectGrants(const QpEndpoint& e, uint32_t process_slot, const KeyView& k) {
+  // (Rdma's and Atomic's key rules, found once: ExecuteDirect then checks the access's bit)
+  if (k.indirect() || k.null_key() || k.on_demand()) return 0;
+  uint32_t grants = 0;
+  for (const uint32_t access : {kRemoteWrite, kRemoteRead, kRemoteAtomic})
+    if (KeyAdmits(k, KeyRule{process_slot, e.pd, access, access != kRemoteRead, /*remote=*/true, e.qp_num}))
+      grants |= access;
+  return grants;
+}
+
 bool Responder::ExecuteDirect(const DirectTarget& t, const DirectRequest& r, Reply* reply) {
   // Execute's rules for its success case, in the order Rdma and Atomic apply them; a request
   // any of them refuses is Execute's to answer. (An RC request: not a DCI's, not XRC.)
@@ -214,10 +224,7 @@ bool Responder::ExecuteDirect(const DirectTarget& t, const DirectRequest& r, Rep
   if (!Admits(e, kRc, false, false, 0) || !(e.access & access)) return false;
   if (access != kRemoteWrite && e.max_dest_rd_atomic == 0) return false;  // IBA 9.7.5.1.4
   const KeyView& k = *t.key;
-  const KeyRule rule{t.process_slot, e.pd, access, access != kRemoteRead, /*remote=*/true, e.qp_num};
-  if (k.key != r.rkey || k.indirect() || k.null_key() || k.on_demand() || !KeyAdmits(k, rule) ||
-      !KeyCovers(k, r.remote_addr, length))
-    return false;
+  if (k.key != r.rkey || !(t.grants & access) || !KeyCovers(k, r.remote_addr, length)) return false;
   const uint64_t offset = r.remote_addr - k.iova;
   uint8_t* at = t.base + offset;
   // (a copy or atomic the owner's memory was not there for: a remote operational error, as

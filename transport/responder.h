@@ -40,11 +40,13 @@ struct ScatterList {
 // under its IBV_ATOMIC_HCA exclusion, the value before in `*before`. Both return false when the
 // owner's memory was not there (a file truncated under the registration: the fabric said why).
 // `move` null: the mapping cannot lose its pages (a file that cannot shrink), the responder
-// copies itself.
+// copies itself. `grants`: Responder::DirectGrants of the endpoint and the key, found when the
+// key was kept (neither the view, while current, nor the endpoint's PD and number change).
 struct DirectTarget {
   const QpEndpoint* endpoint = nullptr;
   uint32_t process_slot = 0;
   const KeyView* key = nullptr;
+  uint32_t grants = 0;
   uint8_t* base = nullptr;
   bool (*move)(const void* ctx, bool write, uint8_t* at, void* local, size_t n) = nullptr;
   bool (*atomic)(const void* ctx, uint64_t va, uint64_t* word, uint64_t (*op)(uint64_t, const void*),
@@ -65,6 +67,10 @@ class Responder {
   // logs) as usual. The caller holds the QP and the key. Sets reply->code (and ->original),
   // nothing else of *reply.
   static bool ExecuteDirect(const DirectTarget& t, const DirectRequest& r, Reply* reply);
+  // The remote accesses (kRemoteWrite, kRemoteRead, kRemoteAtomic) key `k` of process
+  // `process_slot` admits at endpoint `e` -- a plain key (not indirect, null or on demand), its
+  // owner, PD or bound QP, its access flags (KeyAdmits) --: DirectTarget::grants.
+  static uint32_t DirectGrants(const QpEndpoint& e, uint32_t process_slot, const KeyView& k);
 
   // Executes `r` at `t`. `grh`: the 40-byte network header a UD receive starts with (built by
   // the fabric that carried the datagram), nullptr for RC/UC.

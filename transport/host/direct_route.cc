@@ -78,19 +78,10 @@ bool DirectRoute::Carry(const DirectRequest& r, Reply* reply) {
   bool done = false;
   if (key_hold != nullptr) {
     fabric::HazardStoreLoadBarrier();
-    Access access{this, key, false};
-    if (TargetCurrent() && key->key.Current()) {
-      const DirectTarget target{t.endpoint,
-                                t.process_slot,
-                                &key->key.view(),
-                                key->base,
-                                key->guarded ? &DirectRoute::Move : nullptr,
-                                &DirectRoute::Atomic,
-                                &access};
-      done = Responder::ExecuteDirect(target, r, reply);
-    }
+    key->faulted = false;
+    if (TargetCurrent() && key->key.Current()) done = Responder::ExecuteDirect(key->target, r, reply);
     fabric::Retract(key_hold);
-    if (access.faulted) Faulted(r, key);
+    if (key->faulted) Faulted(r, key);
   }
   if (qp_hold != nullptr) fabric::Retract(qp_hold);
   return done;
@@ -112,20 +103,20 @@ std::optional<HostTarget> DirectRoute::HeldTarget(const Request& r) {
 
 bool DirectRoute::Move(const void* ctx, bool write, uint8_t* at, void* local, size_t n) {
   // (a file that may shrink: a file that cannot has no `move`, ExecuteDirect copies itself)
-  auto* access = static_cast<Access*>(const_cast<void*>(ctx));
+  auto* key = static_cast<Remote*>(const_cast<void*>(ctx));
   const iovec l{local, n}, m{at, n};
-  access->faulted = !CopyMapped(write, &l, 1, &m, 1, /*guarded=*/true).ok();
-  return !access->faulted;
+  key->faulted = !CopyMapped(write, &l, 1, &m, 1, /*guarded=*/true).ok();
+  return !key->faulted;
 }
 
 bool DirectRoute::Atomic(const void* ctx, uint64_t va, uint64_t* word, uint64_t (*op)(uint64_t, const void*),
                          const void* arg, uint64_t* before) {
   // IBV_ATOMIC_HCA: the same stripe lock as every other initiator of the word (HostTarget::AtomicUpdate).
-  auto* access = static_cast<Access*>(const_cast<void*>(ctx));
-  const DirectRoute& route = *access->route;
+  auto* key = static_cast<Remote*>(const_cast<void*>(ctx));
+  const DirectRoute& route = *key->route;
   fabric::TokenLock lock(HostTarget::AtomicStripe(route.local_, route.target_.process_slot, va), route.local_.token());
-  access->faulted = !HostTarget::ApplyAtomicWord(word, op, arg, access->key->guarded, before);
-  return !access->faulted;
+  key->faulted = !HostTarget::ApplyAtomicWord(word, op, arg, key->guarded, before);
+  return !key->faulted;
 }
 
 void DirectRoute::Faulted(const DirectRequest& r, Remote* key) {
@@ -156,6 +147,7 @@ void DirectRoute::Learn(const Request& r, const PeerHint& hint) {
   Remote learned;
   if (LearnKey(r.rkey, &learned)) {
     *slot = std::move(learned);
+    Seal(slot);
     refused_.Forget();
   } else {
     *slot = Remote();
@@ -195,6 +187,19 @@ bool DirectRoute::LearnTarget(uint32_t qpn, const PeerHint& hint) {
   for (Remote& k : keys_) k = Remote();  // a key is kept for the QP it reached
   refused_.Forget();
   return true;
+}
+
+void DirectRoute::Seal(Remote* key) {
+  const Target& t = target_;
+  key->route = this;
+  key->target = DirectTarget{t.endpoint,
+                             t.process_slot,
+                             &key->key.view(),
+                             Responder::DirectGrants(*t.endpoint, t.process_slot, key->key.view()),
+                             key->base,
+                             key->guarded ? &DirectRoute::Move : nullptr,
+                             &DirectRoute::Atomic,
+                             key};
 }
 
 bool DirectRoute::LearnKey(uint32_t rkey, Remote* out) {

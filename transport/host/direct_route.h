@@ -26,12 +26,15 @@
 #include "transport/host/host_target.h"
 #include "transport/key_table.h"
 #include "transport/request.h"
+#include "transport/responder.h"
 
 namespace softverbs::transport {
 
 class DirectRoute {
  public:
   explicit DirectRoute(fabric::LocalProcess& local) : local_(local) {}
+  DirectRoute(const DirectRoute&) = delete;  // (its keys point into it: DirectTarget::ctx)
+  DirectRoute& operator=(const DirectRoute&) = delete;
 
   // Executes `r` if the route holds for it; false: nothing was done.
   bool Carry(const DirectRequest& r, Reply* reply);
@@ -65,12 +68,11 @@ class DirectRoute {
     std::shared_ptr<const fabric::BackingWindow> window;  // keeps the mapping
     uint8_t* base = nullptr;  // where the key's first byte (view().addr) is mapped here
     bool guarded = false;     // the file may shrink: copies run under the SIGBUS guard
-  };
-  // One request's access through `key` (DirectTarget's context).
-  struct Access {
-    const DirectRoute* route;
-    const Remote* key;
-    bool faulted;  // the owner's file no longer held the range
+    // Made once the key is in its slot (Seal): the kept QP's endpoint, this key, its grants;
+    // its context is this Remote.
+    DirectTarget target;
+    const DirectRoute* route = nullptr;
+    bool faulted = false;  // the last access: the owner's file no longer held the range
   };
   static constexpr size_t kKeys = 4;
 
@@ -80,6 +82,8 @@ class DirectRoute {
   bool LearnTarget(uint32_t qpn, const PeerHint& hint);
   // The registration `rkey` names and its window, if it qualifies; false otherwise.
   bool LearnKey(uint32_t rkey, Remote* out);
+  // `key`, now in its slot, gets its DirectTarget (pointing into itself).
+  void Seal(Remote* key);
   // DirectTarget::move and ::atomic (the word under HostTarget::AtomicStripe).
   static bool Move(const void* ctx, bool write, uint8_t* at, void* local, size_t n);
   static bool Atomic(const void* ctx, uint64_t va, uint64_t* word, uint64_t (*op)(uint64_t, const void*),

@@ -340,6 +340,7 @@ class ResponderDirectTest : public ResponderTest {
     t.endpoint = &target_.e_;
     t.process_slot = target_.process_slot();
     t.key = &view_;
+    t.grants = transport::Responder::DirectGrants(target_.e_, target_.process_slot(), view_);
     t.base = reinterpret_cast<uint8_t*>(view_.addr);
     t.move = [](const void* ctx, bool write, uint8_t* at, void* local, size_t n) {
       auto* self = static_cast<ResponderDirectTest*>(const_cast<void*>(ctx));
@@ -417,6 +418,25 @@ TEST_F(ResponderDirectTest, WriteReadAndAtomicsAreDoneAndAcknowledged) {
   memcpy(&word, buf_ + 64, 8);
   EXPECT_EQ(word, 7u);
   EXPECT_EQ(atomics_, 2) << "atomics go through the fabric's exclusion";
+}
+
+// The key's rules found once for a kept key (DirectTarget::grants): its access flags, a plain
+// key only, the endpoint's PD.
+TEST_F(ResponderDirectTest, GrantsAreTheKeysRulesAtTheEndpoint) {
+  using transport::access_bit::kRemoteAtomic, transport::access_bit::kRemoteRead, transport::access_bit::kRemoteWrite;
+  const uint32_t slot = target_.process_slot();
+  transport::KeyView k = view_;
+  k.access = kRemoteRead;
+  EXPECT_EQ(transport::Responder::DirectGrants(target_.e_, slot, k), kRemoteRead);
+  k.access = kRemoteWrite | kRemoteAtomic;
+  EXPECT_EQ(transport::Responder::DirectGrants(target_.e_, slot, k), kRemoteWrite | kRemoteAtomic);
+  k.access |= transport::kNullKey;  // ibv_alloc_null_mr(3): never an R_Key
+  EXPECT_EQ(transport::Responder::DirectGrants(target_.e_, slot, k), 0u);
+  k = view_;
+  EXPECT_EQ(transport::Responder::DirectGrants(target_.e_, slot + 1, k), 0u) << "another process's key";
+  transport::QpEndpoint other_pd;
+  other_pd.pd = target_.e_.pd ^ 1;
+  EXPECT_EQ(transport::Responder::DirectGrants(other_pd, slot, k), 0u) << "a QP of another PD";
 }
 
 // A mapping that cannot lose its pages (no `move`): the responder copies itself, both ways.
