@@ -20,12 +20,9 @@
 namespace softverbs::transport {
 namespace {
 
-// enum ibv_qp_state / ibv_qp_type / ibv_access_flags values the responder checks.
-using qp_state::kRtr, qp_state::kRts, qp_state::kSqd, qp_state::kSqe;
+// enum ibv_qp_type / ibv_access_flags values the responder checks.
 using qp_type::kRc, qp_type::kUd;
 using access_bit::kLocalWrite, access_bit::kRemoteWrite, access_bit::kRemoteRead, access_bit::kRemoteAtomic;
-
-// IBA 10.3.1: a QP receives in RTR, RTS, SQD and SQE.
 
 // A request the target discards without a word: an RC requester then waits for its ACK timeout
 // (IBA 9.7.6.1.3); UC and UD requesters never learn of it.

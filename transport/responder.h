@@ -138,6 +138,7 @@ class Responder {
     // transport must match the QP's service type; rxe's check_type_state), one for a DCT without
     // its access key (transport/dc_access.h), and any while the QP does not receive (10.3.1).
     // An XRC message is executed only on the view of its target QP and SRQ (host/xrc_target.h).
+    // IBA 10.3.1: a QP receives in RTR, RTS, SQD and SQE.
     const uint32_t state = e.state.load(std::memory_order_acquire);
     return e.type == qp_type && (e.xrc_view != 0) == xrc && DcAdmits(e, from_dci, dc_access_key) &&
            (state == qp_state::kRtr || state == qp_state::kRts || state == qp_state::kSqd || state == qp_state::kSqe);
