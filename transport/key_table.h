@@ -220,5 +220,9 @@ class HeldKey {
 // This thread's hazard line in `registry` (nullptr: a registry apart from this process's, or a
 // process whose threads took every line): where HeldKey's users announce.
 fabric::HazardLine* KeyHazards(fabric::HostRegistry& registry);
+// The same for the caller's own process, without the registry's lookup (once per work request).
+inline fabric::HazardLine* KeyHazards(fabric::LocalProcess& local) { return fabric::ThisThreadHazards(local); }
+// Lets go of a key a caller holds by its announcement (HoldHeldKey, HoldAdmittedKey).
+inline void ReleaseHeldKey(std::atomic<uint32_t>* hold) { fabric::Retract(hold); }
 
 }  // namespace softverbs::transport

@@ -10,7 +10,6 @@
 // SEND the target could not take yet waits there), so a program mixing them sees one send queue.
 #include <cstring>
 
-#include "fabric/host/hazard_lines.h"
 #include "transport/codes.h"
 #include "transport/indirect_key.h"
 #include "transport/requester.h"
@@ -66,13 +65,13 @@ bool Requester::PostOnLane(const LaneWr& wr, uint32_t qp_state) {
     const bool writes = wr.opcode == WrOpcode::kRdmaRead || LaneAtomic(wr.opcode);  // (READ and atomics land here)
     const size_t i = local_keys_[0].key() == wr.sge.lkey ? 0 : 1;
     if (!(local_grants_[i] & (writes ? kWriteGrant : kReadGrant))) return false;  // KeyAdmits, as kept
-    hold = HoldAdmittedKey(fabric::ThisThreadHazards(local_), local_keys_[i], wr.sge.lkey, wr.sge.addr, wr.sge.length,
+    hold = HoldAdmittedKey(KeyHazards(local_), local_keys_[i], wr.sge.lkey, wr.sge.addr, wr.sge.length,
                            &local);
     if (hold == nullptr) return false;
   }
   if (LaneSend(wr.opcode)) {
     SendOnLane(wr, local);
-    if (hold != nullptr) fabric::Retract(hold);
+    if (hold != nullptr) ReleaseHeldKey(hold);
     return true;
   }
   const DirectRequest d{wr.opcode, config_.dest_qp_num, local,        wr.sge.length,
@@ -82,7 +81,7 @@ bool Requester::PostOnLane(const LaneWr& wr, uint32_t qp_state) {
   // The original value (AtomicAckETH) lands in the local buffer while its key is held.
   const bool atomic = LaneAtomic(wr.opcode);
   if (done && atomic && reply.code == ReplyCode::kAck) memcpy(local, &reply.original, 8);
-  if (hold != nullptr) fabric::Retract(hold);
+  if (hold != nullptr) ReleaseHeldKey(hold);
   if (!done) return false;
   const uint32_t psn = next_psn_, packets = LanePackets(wr.opcode, d.length, config_.path_mtu);
   next_psn_ = (next_psn_ + packets) & 0xffffff;

@@ -48,6 +48,20 @@ static_assert(sizeof(ibv_sge) == sizeof(transport::Sge) && offsetof(ibv_sge, add
               offsetof(ibv_sge, length) == offsetof(transport::Sge, length) &&
               offsetof(ibv_sge, lkey) == offsetof(transport::Sge, lkey));
 
+// RETH and AtomicETH of `in` into a transport::SendWr or transport::LaneWr (the same names).
+template <typename Wr>
+void CopyRdma(const ibv_send_wr& in, Wr* out) {
+  out->remote_addr = in.wr.rdma.remote_addr;
+  out->rkey = in.wr.rdma.rkey;
+}
+template <typename Wr>
+void CopyAtomic(const ibv_send_wr& in, Wr* out) {
+  out->remote_addr = in.wr.atomic.remote_addr;
+  out->rkey = in.wr.atomic.rkey;
+  out->compare_add = in.wr.atomic.compare_add;
+  out->swap = in.wr.atomic.swap;
+}
+
 // Copies what the transport reads of `in`: the fields of every opcode, then those of its own
 // opcode only (a WRITE's SendWr never holds atomic operands); the rest keep their defaults.
 Status ToTransport(const ibv_send_wr& in, transport::SendWr* out) {
@@ -70,15 +84,11 @@ Status ToTransport(const ibv_send_wr& in, transport::SendWr* out) {
     case IBV_WR_RDMA_WRITE_WITH_IMM:
     case IBV_WR_RDMA_READ:
     case IBV_WR_ATOMIC_WRITE:  // its 8 bytes are the SGEs' (or inline), as an RDMA WRITE's
-      out->remote_addr = in.wr.rdma.remote_addr;
-      out->rkey = in.wr.rdma.rkey;
+      CopyRdma(in, out);
       return Status::Ok();
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
-      out->remote_addr = in.wr.atomic.remote_addr;
-      out->rkey = in.wr.atomic.rkey;
-      out->compare_add = in.wr.atomic.compare_add;
-      out->swap = in.wr.atomic.swap;
+      CopyAtomic(in, out);
       return Status::Ok();
     case IBV_WR_LOCAL_INV:
     case IBV_WR_SEND_WITH_INV:
@@ -106,15 +116,11 @@ bool ToLaneWr(const ibv_send_wr& in, transport::LaneWr* out) {
       break;
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_READ:
-      out->remote_addr = in.wr.rdma.remote_addr;
-      out->rkey = in.wr.rdma.rkey;
+      CopyRdma(in, out);
       break;
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
-      out->remote_addr = in.wr.atomic.remote_addr;
-      out->rkey = in.wr.atomic.rkey;
-      out->compare_add = in.wr.atomic.compare_add;
-      out->swap = in.wr.atomic.swap;
+      CopyAtomic(in, out);
       break;
     default:
       return false;
