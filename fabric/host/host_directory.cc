@@ -4,6 +4,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fabric/host/death_watch.h"
 #include "fabric/host/hazard_lines.h"
 #include "fabric/host/pin_line.h"
 
@@ -34,12 +35,17 @@ Result<void*> Peer::At(SharedRef ref, HostRegistry& registry) {
   return p;
 }
 
+Peer::Peer(uint32_t process_slot, std::shared_ptr<PeerProcess> process)
+    : process_slot_(process_slot), process_(std::move(process)) {
+  watched_ = !process_->is_self() && WatchDeath(process_->pidfd(), dead_);
+}
+
 bool Peer::CheckAlive(int64_t now) {
   int64_t last = checked_ns_.load(std::memory_order_relaxed);
   if (now - last < kLivenessPeriodMs * 1000000) return true;
   if (!checked_ns_.compare_exchange_strong(last, now, std::memory_order_relaxed)) return true;
   if (process_->IsAlive()) return true;
-  dead_.store(true, std::memory_order_release);
+  dead_->store(true, std::memory_order_release);
   return false;
 }
 

@@ -70,15 +70,17 @@ Entry& EntryOf(HostSlot& slot) {
 // A peer process as this process sees it: its handle and the segments of its arena mapped here.
 class Peer {
  public:
-  Peer(uint32_t process_slot, std::shared_ptr<PeerProcess> process)
-      : process_slot_(process_slot), process_(std::move(process)) {}
+  // Watches the process's exit (fabric/host/death_watch.h) where it can.
+  Peer(uint32_t process_slot, std::shared_ptr<PeerProcess> process);
   PeerProcess& process() { return *process_; }
-  // False once the peer's process has exited, seen at most kLivenessPeriodMs ago (issue 17
-  // items 2 and 3): a work request to it costs a load of a coarse clock (vDSO, no system call),
-  // and a pidfd poll at most once a period. A NIC peer's QPs vanish with its process; a target
-  // that died is not answered for (transport/host/host_target.h, Find).
+  // False once the peer's process has exited (issue 17 items 2 and 3): seen when it happens
+  // where its exit is watched (a flag the watch raises: one load per work request), otherwise
+  // at most kLivenessPeriodMs late -- a load of a coarse clock (vDSO, no system call) and a
+  // pidfd poll at most once a period. A NIC peer's QPs vanish with its process; a target that
+  // died is not answered for (transport/host/host_target.h, Find).
   bool AliveRecently() {  // (inline: once per work request)
-    if (dead_.load(std::memory_order_acquire)) return false;
+    if (dead_->load(std::memory_order_acquire)) return false;
+    if (watched_) return true;
     // The coarse clock is read from the vDSO page (no system call); its tick (1-10 ms) bounds
     // how late a death is seen, as the kernel's teardown of a dead process's QPs bounds a NIC's.
     timespec ts;
@@ -105,7 +107,9 @@ class Peer {
   uint32_t process_slot_;
   std::shared_ptr<PeerProcess> process_;
   std::atomic<int64_t> checked_ns_{0};  // when liveness was last checked (CLOCK_MONOTONIC_COARSE)
-  std::atomic<bool> dead_{false};
+  // Raised by CheckAlive or by the watch, which may outlive this peer (shared).
+  std::shared_ptr<std::atomic<bool>> dead_ = std::make_shared<std::atomic<bool>>(false);
+  bool watched_ = false;  // the watch raises dead_: no clock to read
   std::mutex mu_;  // mapping a segment
   std::array<std::shared_ptr<RemoteSegment>, SharedArena::kMaxSegments> segments_;
   // The mapped segments, published for lock-free lookups (owned by segments_).

@@ -32,6 +32,8 @@ class PeerProcess {
   bool is_self() const { return self_; }
   // False once the process has exited (even if its pid was reused since).
   bool IsAlive() const;
+  // Its pidfd (-1 without the pidfd system calls): readable once the process has exited.
+  int pidfd() const { return pidfd_.get(); }
 
   // Copies the bytes of `local` to [remote, remote + total) in the peer / from it into `local`.
   // EFAULT if any remote byte is not mapped in the peer; ESRCH if the peer is gone; EPERM if
