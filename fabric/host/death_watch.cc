@@ -1,6 +1,7 @@
 #include "fabric/host/death_watch.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
@@ -33,6 +34,9 @@ struct DeathWatchState {
 
 std::mutex g_death_watch_mu;
 DeathWatchState g_death_watch;
+// fork() never copies the lock held: taken around it (pthread_atfork(3)'s pattern).
+[[maybe_unused]] const int g_death_watch_atfork = pthread_atfork(
+    [] { g_death_watch_mu.lock(); }, [] { g_death_watch_mu.unlock(); }, [] { g_death_watch_mu.unlock(); });
 
 void Run(int epoll) {
   epoll_event ev[16];
