@@ -33,7 +33,10 @@ struct DeathWatchState {
 };
 
 std::mutex g_death_watch_mu;
-DeathWatchState g_death_watch;
+// Never destroyed: the watch thread runs until the process exits (no destructor at exit frees
+// what it reads).
+DeathWatchState& g_death_watch = *new DeathWatchState;
+[[maybe_unused]] const pid_t g_loaded_by = getpid();  // (a process forked later is another)
 // fork() never copies the lock held: taken around it (pthread_atfork(3)'s pattern).
 [[maybe_unused]] const int g_death_watch_atfork = pthread_atfork(
     [] { g_death_watch_mu.lock(); }, [] { g_death_watch_mu.unlock(); }, [] { g_death_watch_mu.unlock(); });
@@ -59,6 +62,14 @@ bool Started() {
   // A forked child: the parent's epoll descriptor watches the parent's peers with nobody
   // waiting on it; it is dropped, and its entries with it (they are the parent's).
   if (g_death_watch.epoll >= 0) close(g_death_watch.epoll);
+#if defined(__SANITIZE_THREAD__)
+  // ThreadSanitizer cannot start threads in the child of a multi-threaded fork() (it dies):
+  // such a child checks its peers on the clock instead.
+  if (self != g_loaded_by) {
+    g_death_watch = DeathWatchState{self, -1, true, {}};
+    return false;
+  }
+#endif
   g_death_watch = DeathWatchState{self, epoll_create1(EPOLL_CLOEXEC), false, {}};
   if (g_death_watch.epoll < 0) {
     g_death_watch.failed = true;
