@@ -296,6 +296,7 @@ Qp::~Qp() {
   // orders this store before the reads of their pins below, so each either sees 0 or is waited
   // for.
   (void)std::atomic_ref<uint32_t>(e.qp_num).exchange(0, std::memory_order_seq_cst);
+  context_.registry().BumpRouteEpoch();  // (kept routes to it check it again: before the waits)
   // Deliveries in flight finish before the QP's memory and buffers are given back. Those of
   // senders that died are dropped at once; a live one (a stopped process too) is waited for,
   // logged with its pid: it could still write when it resumes (issue 17 items 1 and 5).
@@ -341,6 +342,7 @@ void Qp::PublishEndpoint() {
   // The state last, with release: a sender that sees RTR sees the attributes that came with it.
   e.state.store(static_cast<uint32_t>(attr_.qp_state), std::memory_order_release);
   state_.store(static_cast<uint32_t>(attr_.qp_state), std::memory_order_release);
+  context_.registry().BumpRouteEpoch();  // kept routes to this QP read its state again
 }
 
 void Qp::RestartWireReceive(uint32_t psn) {

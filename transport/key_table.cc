@@ -19,11 +19,13 @@ fabric::KeyEntry& Entry(fabric::HostRegistry& registry, uint32_t slot) {
 }
 
 // Seqlock writer: odd while the fields change (their release stores stay after the odd mark).
+// Then the route epoch: kept routes check the key again (before any wait for its accesses).
 template <typename Fn>
-void WriteLocked(fabric::KeyEntry& e, Fn&& fn) {
+void WriteLocked(fabric::HostRegistry& registry, fabric::KeyEntry& e, Fn&& fn) {
   e.seq.fetch_add(1, std::memory_order_seq_cst);
   fn();
   e.seq.fetch_add(1, std::memory_order_release);
+  registry.BumpRouteEpoch();
 }
 
 constexpr auto kRel = std::memory_order_release;
@@ -59,7 +61,7 @@ Result<NewKey> AllocateKey(fabric::HostRegistry& registry) {
 
 void PublishKey(fabric::HostRegistry& registry, uint32_t slot, const KeyView& view) {
   fabric::KeyEntry& e = Entry(registry, slot);
-  WriteLocked(e, [&] {
+  WriteLocked(registry, e, [&] {
     e.access.store(view.access, kRel);
     e.owner.store(view.owner, kRel);
     e.pd.store(view.pd, kRel);
@@ -135,7 +137,7 @@ void WaitForAccesses(fabric::HostRegistry& registry, uint32_t slot) {
 
 void WithdrawKey(fabric::HostRegistry& registry, uint32_t slot) {
   fabric::KeyEntry& e = Entry(registry, slot);
-  WriteLocked(e, [&] { e.key.store(0, kRel); });
+  WriteLocked(registry, e, [&] { e.key.store(0, kRel); });
   WaitForAccesses(registry, slot);
 }
 

@@ -195,10 +195,9 @@ uint32_t Responder::DirectGrants(const QpEndpoint& e, uint32_t process_slot, con
   return grants;
 }
 
-bool Responder::ExecuteDirect(const DirectTarget& t, const DirectRequest& r, Reply* reply) {
+bool Responder::ExecuteDirect(const DirectTarget& t, uint32_t admitted, const DirectRequest& r, Reply* reply) {
   // Execute's rules for its success case, in the order Rdma and Atomic apply them; a request
   // any of them refuses is Execute's to answer. (An RC request: not a DCI's, not XRC.)
-  const QpEndpoint& e = *t.endpoint;
   uint32_t access = 0;
   uint64_t length = r.length;
   switch (r.opcode) {
@@ -217,11 +216,9 @@ bool Responder::ExecuteDirect(const DirectTarget& t, const DirectRequest& r, Rep
     default:
       return false;
   }
-  if (r.length == 0 || length > kDirectMaxBytes) return false;
-  if (!Admits(e, kRc, false, false, 0) || !(e.access & access)) return false;
-  if (access != kRemoteWrite && e.max_dest_rd_atomic == 0) return false;  // IBA 9.7.5.1.4
+  if (r.length == 0 || length > kDirectMaxBytes || !(admitted & access)) return false;
   const KeyView& k = *t.key;
-  if (k.key != r.rkey || !(t.grants & access) || !KeyCovers(k, r.remote_addr, length)) return false;
+  if (k.key != r.rkey || !KeyCovers(k, r.remote_addr, length)) return false;
   const uint64_t offset = r.remote_addr - k.iova;
   uint8_t* at = t.base + offset;
   // (a copy or atomic the owner's memory was not there for: a remote operational error, as

@@ -66,7 +66,23 @@ class Responder {
   // is not such a request: nothing was done, and the caller runs Execute, which answers (and
   // logs) as usual. The caller holds the QP and the key. Sets reply->code (and ->original),
   // nothing else of *reply.
-  static bool ExecuteDirect(const DirectTarget& t, const DirectRequest& r, Reply* reply);
+  static bool ExecuteDirect(const DirectTarget& t, const DirectRequest& r, Reply* reply) {
+    return ExecuteDirect(t, DirectAdmitted(t), r, reply);
+  }
+  // The same with the rules of the endpoint's state and of the key -- DirectAdmitted -- as the
+  // caller found them (a kept route while nothing changed: fabric::HostRegistry::route_epoch);
+  // the request's own rules (opcode, length, range, alignment) are checked here.
+  static bool ExecuteDirect(const DirectTarget& t, uint32_t admitted, const DirectRequest& r, Reply* reply);
+  // The remote accesses (kRemoteWrite, kRemoteRead, kRemoteAtomic) `t` admits now by the rules
+  // that do not depend on the request: the endpoint admits an RC request in its state
+  // (Admits, IBA 10.3.1) and grants the access (qp_access_flags), READs and atomics need
+  // responder resources (max_dest_rd_atomic, IBA 9.7.5.1.4), and the key grants it (grants).
+  static uint32_t DirectAdmitted(const DirectTarget& t) {
+    const QpEndpoint& e = *t.endpoint;
+    if (!Admits(e, qp_type::kRc, false, false, 0)) return 0;
+    using namespace access_bit;
+    return e.access & t.grants & (e.max_dest_rd_atomic != 0 ? kRemoteWrite | kRemoteRead | kRemoteAtomic : kRemoteWrite);
+  }
   // The remote accesses (kRemoteWrite, kRemoteRead, kRemoteAtomic) key `k` of process
   // `process_slot` admits at endpoint `e` -- a plain key (not indirect, null or on demand), its
   // owner, PD or bound QP, its access flags (KeyAdmits) --: DirectTarget::grants.

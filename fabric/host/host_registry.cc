@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -21,7 +22,7 @@ constexpr uint64_t kMagic = 0x47455256'534f5353ull;  // "SSOSVREG"
 // 8: XRC domains, XRC SRQ entries; 9: hazard lines; 10: key owners, wire TM state; 11: one-word
 // robust mutexes in the arenas' rings (fabric/host/robust_mutex.h); 12: stamped CQ entries and
 // receive WQEs (transport/cq_ring.h, transport/recv_queue.h)
-constexpr int kLayoutVersion = 12;
+constexpr int kLayoutVersion = 13;
 constexpr unsigned long long kInitialPidNamespace = 0xEFFFFFFCull;  // PROC_PID_INIT_INO
 
 struct RegionHeader {
@@ -35,8 +36,13 @@ struct RegionHeader {
   std::atomic<uint64_t> qp_extent, key_extent, srq_extent, process_extent, mcast_extent;
   std::atomic<uint64_t> xrcd_cursor, xrcd_extent;
   std::atomic<uint64_t> xrcd_lock;  // TokenLock: an XRCD's look-up and creation are one step
-  uint8_t reserved[4096 - 14 * sizeof(uint64_t)];
+  uint8_t pad[2 * sizeof(uint64_t)];
+  // HostRegistry::route_epoch, on a line of its own (read on every kept RDMA WRITE, READ or
+  // atomic; written only when something a route checks changes).
+  alignas(64) std::atomic<uint64_t> route_epoch;
+  uint8_t reserved[4096 - 17 * sizeof(uint64_t)];
 };
+static_assert(offsetof(RegionHeader, route_epoch) == 128);
 static_assert(sizeof(RegionHeader) == 4096);
 
 constexpr size_t kQpOffset = sizeof(RegionHeader);
@@ -94,7 +100,9 @@ Result<uint32_t> SlotTable::Allocate(ProcessToken owner) {
 bool SlotTable::Free(uint32_t index, ProcessToken owner) {
   if (index >= count_) return false;
   uint64_t expected = owner.raw();
-  return slots_[index].owner.compare_exchange_strong(expected, 0, std::memory_order_acq_rel);
+  if (!slots_[index].owner.compare_exchange_strong(expected, 0, std::memory_order_acq_rel)) return false;
+  BumpEpoch();  // (a kept route through this entry checks it again)
+  return true;
 }
 
 uint32_t SlotTable::ReclaimDead() {
@@ -121,6 +129,7 @@ uint32_t SlotTable::ReclaimDead(std::unordered_map<uint64_t, bool>& alive) {
     uint64_t expected = marked;
     if (slots_[i].owner.compare_exchange_strong(expected, 0, std::memory_order_acq_rel)) ++reclaimed;
   }
+  if (reclaimed != 0) BumpEpoch();
   return reclaimed;
 }
 
@@ -250,6 +259,8 @@ Status HostRegistry::MakeTables(void* header_ptr) {
   qps_.set_on_reclaim([](HostSlot& slot) { EntryOf<QpEntry>(slot).qp_num.store(0, std::memory_order_release); });
   // An XRC SRQ is found by its number like a QP (QpEntry): a dead owner's stops naming it.
   srqs_.set_on_reclaim([](HostSlot& slot) { EntryOf<QpEntry>(slot).qp_num.store(0, std::memory_order_release); });
+  route_epoch_ = &header->route_epoch;
+  for (SlotTable* t : {&qps_, &keys_, &srqs_, &processes_, &mcasts_, &xrcds_}) t->set_epoch(route_epoch_);
   stripes_ = reinterpret_cast<std::atomic<uint64_t>*>(base + kStripeOffset);
   backings_ = base + kBackingOffset;
   pins_ = base + kPinOffset;

@@ -64,6 +64,8 @@ class SlotTable {
   uint32_t ReclaimDead(std::unordered_map<uint64_t, bool>& alive);
   // Called for a slot of a dead owner before it is freed (withdrawing what it published).
   void set_on_reclaim(std::function<void(HostSlot&)> fn) { on_reclaim_ = std::move(fn); }
+  // The word bumped after every slot freed or reclaimed (HostRegistry::route_epoch).
+  void set_epoch(std::atomic<uint64_t>* epoch) { epoch_ = epoch; }
 
   HostSlot& slot(uint32_t index) { return slots_[index]; }
   uint32_t count() const { return count_; }
@@ -79,8 +81,12 @@ class SlotTable {
 
  private:
   bool Grow(uint32_t from);
+  void BumpEpoch() {
+    if (epoch_ != nullptr) epoch_->fetch_add(1, std::memory_order_seq_cst);
+  }
 
   std::atomic<uint64_t>* cursor_ = nullptr;
+  std::atomic<uint64_t>* epoch_ = nullptr;
   std::atomic<uint64_t>* extent_ = nullptr;
   HostSlot* slots_ = nullptr;
   uint32_t count_ = 0;
@@ -120,6 +126,15 @@ class HostRegistry {
   // lock that makes "find the file's domain, else create it" one step across processes.
   SlotTable& xrcds() { return xrcds_; }
   std::atomic<uint64_t>& xrcd_lock() { return *xrcd_lock_; }
+  // Changes whenever something a kept route checks may have changed: a key written (registered,
+  // withdrawn, invalidated, bound), a QP's state or attributes published, a QP destroyed, a slot
+  // freed or reclaimed (transport/host/direct_route.h: a route whose checks passed under a value
+  // trusts them while it reads that value). Bump after the change and before waiting for the
+  // accesses in flight: a sequentially consistent read-modify-write, so an initiator that
+  // announced itself and then read the old value is one the wait sees (the order of
+  // fabric/host/hazard_lines.h).
+  const std::atomic<uint64_t>& route_epoch() const { return *route_epoch_; }
+  void BumpRouteEpoch() { route_epoch_->fetch_add(1, std::memory_order_seq_cst); }
   // The lock word serialising atomic operations on target addresses that hash to `stripe`
   // (TokenLock: zero is unlocked, so the zeroed region needs no initialisation).
   std::atomic<uint64_t>& atomic_stripe(uint32_t stripe) { return stripes_[stripe % kAtomicStripes]; }
@@ -169,6 +184,7 @@ class HostRegistry {
   Mapping map_;
   SlotTable qps_, keys_, srqs_, processes_, mcasts_, xrcds_;
   std::atomic<uint64_t>* xrcd_lock_ = nullptr;
+  std::atomic<uint64_t>* route_epoch_ = nullptr;
   std::atomic<uint64_t>* stripes_ = nullptr;
   uint8_t* backings_ = nullptr;
   uint8_t* pins_ = nullptr;

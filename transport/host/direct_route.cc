@@ -53,8 +53,20 @@ DirectRoute::Remote* DirectRoute::Find(uint32_t rkey) {
   return t.entry->qp_num.load(std::memory_order_acquire) == t.qpn &&
          t.entry->process_slot.load(std::memory_order_relaxed) == t.process_slot && t.entry->block == t.block &&
          local_.registry().processes().slot(t.process_slot).owner.load(std::memory_order_acquire) == t.token &&
-         std::atomic_ref<uint32_t>(t.endpoint->qp_num).load(std::memory_order_acquire) == t.qpn &&
-         t.peer->AliveRecently();
+         std::atomic_ref<uint32_t>(t.endpoint->qp_num).load(std::memory_order_acquire) == t.qpn;
+}
+
+uint32_t DirectRoute::Admitted(Remote* key, uint64_t epoch) {
+  // Nothing these rules read changed since they were found under `epoch`: every change to
+  // them bumps it before anything waits for the accesses in flight, and this request
+  // announced itself before reading it (fabric::HostRegistry::route_epoch).
+  if (key->checked_epoch == epoch) [[likely]] return key->admitted;
+  // Found now, after `epoch` was read: a change after that read bumps it again.
+  key->checked_epoch = kUnchecked;
+  if (!TargetCurrent() || !key->key.Current()) return 0;
+  key->admitted = Responder::DirectAdmitted(key->target);
+  key->checked_epoch = epoch;
+  return key->admitted;
 }
 
 bool DirectRoute::Carry(const Request& r, Reply* reply) {
@@ -79,7 +91,8 @@ bool DirectRoute::Carry(const DirectRequest& r, Reply* reply) {
   if (key_hold != nullptr) {
     fabric::HazardStoreLoadBarrier();
     key->faulted = false;
-    if (TargetCurrent() && key->key.Current()) done = Responder::ExecuteDirect(key->target, r, reply);
+    const uint32_t admitted = Admitted(key, local_.registry().route_epoch().load(std::memory_order_acquire));
+    if (admitted != 0 && t.peer->AliveRecently()) done = Responder::ExecuteDirect(key->target, admitted, r, reply);
     fabric::Retract(key_hold);
     if (key->faulted) Faulted(r, key);
   }
@@ -93,7 +106,7 @@ std::optional<HostTarget> DirectRoute::HeldTarget(const Request& r) {
   fabric::HazardLine* line = fabric::ThisThreadHazards(local_);
   std::atomic<uint32_t>* hold = line != nullptr ? fabric::Announce(*line, fabric::QpHazardValue(t.qpn)) : nullptr;
   if (hold == nullptr) return std::nullopt;
-  if (!TargetCurrent()) {
+  if (!TargetCurrent() || !t.peer->AliveRecently()) {
     fabric::Retract(hold);
     return std::nullopt;
   }

@@ -7,7 +7,10 @@
 // A work request through it announces the QP and the key in this thread's hazard line (one
 // barrier for both), finds the entry, the process and the key as they were, and hands the rest
 // to Responder::ExecuteDirect: the responder's own rules on the live endpoint and the key's view,
-// then the copy or the atomic. Anything else -- not kept, changed since, a rule broken -- goes
+// then the copy or the atomic. The rules that do not depend on the request -- the QP is the one
+// learned and admits the access in its state, the key is current and grants it -- are checked
+// once per route epoch (fabric::HostRegistry::route_epoch, bumped by every change they read):
+// a request that reads the epoch they were found under after its announcement trusts them. Anything else -- not kept, changed since, a rule broken -- goes
 // the usual way (HostTarget::Find, Responder::Execute), which decides, answers and logs; a
 // request it answers kAck teaches the route (Learn). Only what the usual way itself reaches by
 // memcpy is kept -- another process's plain key in a shared backing (fabric/host/backing_maps.h)
@@ -73,12 +76,22 @@ class DirectRoute {
     DirectTarget target;
     const DirectRoute* route = nullptr;
     bool faulted = false;  // the last access: the owner's file no longer held the range
+    // The route epoch under which the QP and this key were last found current, and what
+    // Responder::DirectAdmitted answered then: trusted while the epoch reads the same.
+    uint64_t checked_epoch = kUnchecked;
+    uint32_t admitted = 0;
   };
+  static constexpr uint64_t kUnchecked = ~0ull;
   static constexpr size_t kKeys = 4;
 
   Remote* Find(uint32_t rkey);
-  // After the QP's announcement and its barrier: the kept QP is still the one learned.
+  // After the QP's announcement and its barrier: the kept QP is still the one learned (its
+  // process's liveness apart: Peer::AliveRecently, checked on every request).
   bool TargetCurrent();
+  // The accesses the kept QP and `key` admit now (Responder::DirectAdmitted), from what was
+  // found under `epoch` if it is the one read after the announcements, else checked anew (and
+  // kept with it); 0 when the QP or the key is not current.
+  uint32_t Admitted(Remote* key, uint64_t epoch);
   bool LearnTarget(uint32_t qpn, const PeerHint& hint);
   // The registration `rkey` names and its window, if it qualifies; false otherwise.
   bool LearnKey(uint32_t rkey, Remote* out);

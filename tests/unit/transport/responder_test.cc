@@ -531,5 +531,34 @@ TEST_F(ResponderDirectTest, WhatAnyRuleRefusesIsLeftToExecute) {
   EXPECT_TRUE(Direct(base, &reply));  // and with everything restored, it is taken
 }
 
+// The rules that do not depend on the request, found once (what a route keeps per epoch):
+// DirectAdmitted answers the accesses the endpoint's state, its access flags, its responder
+// resources and the key's grants allow; ExecuteDirect given them checks only the request's own.
+TEST_F(ResponderDirectTest, WhatTheEndpointAndTheKeyAdmitIsFoundApartFromTheRequest) {
+  using transport::access_bit::kRemoteAtomic, transport::access_bit::kRemoteRead, transport::access_bit::kRemoteWrite;
+  transport::QpEndpoint& e = target_.e_;
+  const uint32_t all = kRemoteWrite | kRemoteRead | kRemoteAtomic;
+  EXPECT_EQ(transport::Responder::DirectAdmitted(Target()), all);
+  e.max_dest_rd_atomic = 0;  // IBA 9.7.5.1.4: WRITEs only
+  EXPECT_EQ(transport::Responder::DirectAdmitted(Target()), kRemoteWrite);
+  e.max_dest_rd_atomic = 4;
+  e.access = access::kRemoteRead;
+  EXPECT_EQ(transport::Responder::DirectAdmitted(Target()), kRemoteRead);
+  e.access = access::kRemoteWrite | access::kRemoteRead | access::kRemoteAtomic;
+  e.state.store(kInit);  // IBA 10.3.1: not receiving
+  EXPECT_EQ(transport::Responder::DirectAdmitted(Target()), 0u);
+  e.state.store(kRts);
+
+  Reply reply;
+  const Request w = Make(WrOpcode::kRdmaWrite);
+  EXPECT_FALSE(transport::Responder::ExecuteDirect(Target(), kRemoteRead, ToDirect(w), &reply))
+      << "a WRITE where only READ was admitted";
+  Request out = w;
+  out.remote_addr = view_.iova + sizeof(buf_) - 2;  // the request's own rule: leaves the region
+  EXPECT_FALSE(transport::Responder::ExecuteDirect(Target(), all, ToDirect(out), &reply));
+  EXPECT_TRUE(transport::Responder::ExecuteDirect(Target(), kRemoteWrite, ToDirect(w), &reply));
+  EXPECT_EQ(reply.code, ReplyCode::kAck);
+}
+
 }  // namespace
 }  // namespace softverbs::core

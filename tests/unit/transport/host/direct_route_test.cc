@@ -206,6 +206,41 @@ TEST_F(DirectRouteTest, AReregisteredKeyOrADestroyedQpIsNotReachedThroughTheRout
   EXPECT_EQ(mem_[7], 0x08);
 }
 
+// The QP moved to ERR by its owner (ibv_modify_qp): the route's checks of its state are found
+// again (the modify bumps the route epoch), and the usual way answers.
+TEST_F(DirectRouteTest, AQpMovedToErrorIsNotReachedThroughTheRoute) {
+  StartInitiator();
+  ASSERT_EQ(Ask('u', 0x01), kAck);
+  ASSERT_EQ(Ask('r', 0x02), kAck);
+  QpAttributes err;
+  err.qp_state = QpState::kErr;
+  ASSERT_TRUE(qp_->Modify(err, attr::kState).ok());
+  EXPECT_EQ(Ask('r', 0x03), 'N');
+  EXPECT_NE(Ask('u', 0x03), kAck);  // IBA 10.3.1: a QP in ERR takes nothing
+  EXPECT_EQ(mem_[7], 0x02);
+}
+
+// What a route trusts between changes: the rules it checked (the QP, its state and access, the
+// key) stand while the route epoch reads the value they were checked under; a bump makes the
+// next request check them again. (A change written without a bump -- which no verb does --
+// shows which is which.)
+TEST_F(DirectRouteTest, TheRouteChecksAgainOnlyWhenTheRouteEpochMoves) {
+  StartInitiator();
+  ASSERT_EQ(Ask('u', 0x01), kAck);
+  ASSERT_EQ(Ask('r', 0x02), kAck);
+  QpEndpoint& e = qp_->endpoint();
+  const uint32_t access = e.access;
+  e.access = 0;  // (no bump)
+  EXPECT_EQ(Ask('r', 0x03), kAck) << "checked under the same epoch: trusted";
+  context_->registry().BumpRouteEpoch();
+  EXPECT_EQ(Ask('r', 0x04), 'N') << "the epoch moved: the QP's access is read again";
+  EXPECT_EQ(mem_[7], 0x03);
+  e.access = access;
+  context_->registry().BumpRouteEpoch();
+  EXPECT_EQ(Ask('r', 0x05), kAck);
+  EXPECT_EQ(mem_[7], 0x05);
+}
+
 // A file that may shrink (not sealed) is kept too, and copied under the SIGBUS guard: truncated
 // under the registration, the access is a remote operational error (the usual way's answer),
 // never a crash, and the route lets the window go.
