@@ -106,7 +106,13 @@ std::optional<HostTarget> DirectRoute::HeldTarget(const Request& r) {
   fabric::HazardLine* line = fabric::ThisThreadHazards(local_);
   std::atomic<uint32_t>* hold = line != nullptr ? fabric::Announce(*line, fabric::QpHazardValue(t.qpn)) : nullptr;
   if (hold == nullptr) return std::nullopt;
-  if (!TargetCurrent() || !t.peer->AliveRecently()) {
+  // (found current under the epoch read after the announcement: trusted, as Admitted's rules)
+  const uint64_t epoch = local_.registry().route_epoch().load(std::memory_order_acquire);
+  if (target_.checked_epoch != epoch) {
+    target_.checked_epoch = kUnchecked;
+    if (TargetCurrent()) target_.checked_epoch = epoch;
+  }
+  if (target_.checked_epoch != epoch || !t.peer->AliveRecently()) {
     fabric::Retract(hold);
     return std::nullopt;
   }

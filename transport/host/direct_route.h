@@ -65,6 +65,7 @@ class DirectRoute {
     uint64_t token = 0;  // the owner process's token (a reused slot is another process)
     std::shared_ptr<fabric::Peer> peer;  // keeps its arena (the endpoint) mapped here
     QpEndpoint* endpoint = nullptr;
+    uint64_t checked_epoch = ~0ull;  // the route epoch it was last found current under (HeldTarget)
   };
   struct Remote {
     HeldKey key;
