@@ -239,6 +239,17 @@ TEST_F(DirectRouteTest, TheRouteChecksAgainOnlyWhenTheRouteEpochMoves) {
   context_->registry().BumpRouteEpoch();
   EXPECT_EQ(Ask('r', 0x05), kAck);
   EXPECT_EQ(mem_[7], 0x05);
+  // The QP held for a SEND (HeldTarget) likewise: its number cleared without a bump is not
+  // seen; after one, the QP is not the one learned.
+  ASSERT_EQ(Ask('h', 0), 'Y');
+  const uint32_t qpn = e.qp_num;
+  std::atomic_ref<uint32_t>(e.qp_num).store(0);
+  EXPECT_EQ(Ask('h', 0), 'X') << "checked under the same epoch: trusted (held, though it reads 0)";
+  context_->registry().BumpRouteEpoch();
+  EXPECT_EQ(Ask('h', 0), 'N');
+  std::atomic_ref<uint32_t>(e.qp_num).store(qpn);
+  context_->registry().BumpRouteEpoch();
+  EXPECT_EQ(Ask('h', 0), 'Y');
 }
 
 // A file that may shrink (not sealed) is kept too, and copied under the SIGBUS guard: truncated
