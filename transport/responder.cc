@@ -195,6 +195,22 @@ uint32_t Responder::DirectGrants(const QpEndpoint& e, uint32_t process_slot, con
   return grants;
 }
 
+namespace {
+// memmove, with the messages of 8 to 16 bytes a latency test sends copied in place (two
+// overlapping words, both loaded before either is stored: memmove's semantics, without its call).
+inline void CopySmallOrMove(void* to, const void* from, uint64_t n) {
+  if (n >= 8 && n <= 16) {
+    uint64_t head, tail;
+    memcpy(&head, from, 8);
+    memcpy(&tail, static_cast<const uint8_t*>(from) + n - 8, 8);
+    memcpy(to, &head, 8);
+    memcpy(static_cast<uint8_t*>(to) + n - 8, &tail, 8);
+    return;
+  }
+  memmove(to, from, n);
+}
+}  // namespace
+
 bool Responder::ExecuteDirect(const DirectTarget& t, uint32_t admitted, const DirectRequest& r, Reply* reply) {
   // Execute's rules for its success case, in the order Rdma and Atomic apply them; a request
   // any of them refuses is Execute's to answer. (An RC request: not a DCI's, not XRC.)
@@ -236,9 +252,9 @@ bool Responder::ExecuteDirect(const DirectTarget& t, uint32_t admitted, const Di
   }
   if (t.move == nullptr) {
     if (access == kRemoteWrite)
-      memmove(at, r.local, length);
+      CopySmallOrMove(at, r.local, length);
     else
-      memmove(r.local, at, length);
+      CopySmallOrMove(r.local, at, length);
     reply->code = ReplyCode::kAck;
     return true;
   }

@@ -40,8 +40,13 @@ bool RouteEnabled() {
 }  // namespace
 
 DirectRoute::Remote* DirectRoute::Find(uint32_t rkey) {
-  for (Remote& k : keys_)
-    if (k.key.key() == rkey && rkey != 0) return &k;
+  if (rkey == 0) return nullptr;
+  if (keys_[last_].key.key() == rkey) [[likely]] return &keys_[last_];  // (a WR's key is mostly the last one's)
+  for (size_t i = 0; i < kKeys; ++i)
+    if (keys_[i].key.key() == rkey) {
+      last_ = i;
+      return &keys_[i];
+    }
   return nullptr;
 }
 

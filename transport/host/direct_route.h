@@ -109,6 +109,7 @@ class DirectRoute {
   Target target_;
   std::array<Remote, kKeys> keys_;
   size_t next_ = 0;  // the entry the next key replaces
+  size_t last_ = 0;  // the entry Find found last
   // An R_Key found not to qualify, as it was then: not read again until it changes.
   HeldKey refused_;
   uint32_t own_qpn_ = 0;  // the last destination found to be a QP of this process

@@ -458,6 +458,32 @@ TEST_F(ResponderDirectTest, WithoutAMoveTheResponderCopiesItself) {
   ASSERT_TRUE(transport::Responder::ExecuteDirect(t, ToDirect(rd), &reply));
   EXPECT_EQ(reply.code, ReplyCode::kAck);
   EXPECT_EQ(memcmp(into, "hello", 5), 0);
+  // Every length around the in-place copy of 8 to 16 bytes, both ways: exactly its bytes move,
+  // not one before or after.
+  for (uint32_t n = 1; n <= 20; ++n) {
+    uint8_t src[24], back[24];
+    for (uint32_t i = 0; i < sizeof(src); ++i) src[i] = static_cast<uint8_t>(0xa0 + i + n);
+    memset(buf_ + 400, 0x5a, 32);
+    iovec piece{src, n};
+    Request wn = Make(WrOpcode::kRdmaWrite);
+    wn.local = &piece;
+    wn.length = n;
+    wn.remote_addr += 401;
+    ASSERT_TRUE(transport::Responder::ExecuteDirect(t, ToDirect(wn), &reply)) << n;
+    EXPECT_EQ(buf_[400], 0x5a) << n;
+    EXPECT_EQ(memcmp(buf_ + 401, src, n), 0) << n;
+    EXPECT_EQ(buf_[401 + n], 0x5a) << n;
+    memset(back, 0x33, sizeof(back));
+    iovec into_n{back + 1, n};
+    Request rn = Make(WrOpcode::kRdmaRead);
+    rn.local = &into_n;
+    rn.length = n;
+    rn.remote_addr += 401;
+    ASSERT_TRUE(transport::Responder::ExecuteDirect(t, ToDirect(rn), &reply)) << n;
+    EXPECT_EQ(back[0], 0x33) << n;
+    EXPECT_EQ(memcmp(back + 1, src, n), 0) << n;
+    EXPECT_EQ(back[1 + n], 0x33) << n;
+  }
 }
 
 // The owner's memory not there (a file truncated under the registration): answered as Execute
