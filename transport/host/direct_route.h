@@ -10,9 +10,10 @@
 // then the copy or the atomic. The rules that do not depend on the request -- the QP is the one
 // learned and admits the access in its state, the key is current and grants it -- are checked
 // once per route epoch (fabric::HostRegistry::route_epoch, bumped by every change they read):
-// a request that reads the epoch they were found under after its announcement trusts them. Anything else -- not kept, changed since, a rule broken -- goes
-// the usual way (HostTarget::Find, Responder::Execute), which decides, answers and logs; a
-// request it answers kAck teaches the route (Learn). Only what the usual way itself reaches by
+// a request that reads the epoch they were found under after its announcement trusts them.
+// Anything else -- not kept, changed since, a rule broken -- goes the usual way
+// (HostTarget::Find, Responder::Execute), which decides, answers and logs; a request it answers
+// kAck teaches the route (Learn). Only what the usual way itself reaches by
 // memcpy is kept -- another process's plain key in a shared backing (fabric/host/backing_maps.h)
 // -- and moved the same way: under the SIGBUS guard when the file may shrink.
 //
