@@ -231,17 +231,25 @@ bool ResolveHeldKey(fabric::HostRegistry& registry, const HeldKey& held, uint32_
 // HoldHeldKey for a caller that found KeyAdmits true of held.view() under its rule already (the
 // view does not change while Current holds): announced, found current, KeyCovers.
 // (inline: once per work request of the requester's lane)
+// Where [addr, +length) of `key` is in this process by `held`'s view, if `held` is `key` and
+// covers it (KeyCovers); nullptr otherwise. The view as kept: the caller holds the key and
+// finds it current before it touches the bytes.
+inline void* HeldKeyAddress(const HeldKey& held, uint32_t key, uint64_t addr, uint64_t length) {
+  const KeyView& k = held.view();
+  if (held.key() != key || key == 0 || !KeyCovers(k, addr, length)) return nullptr;
+  return reinterpret_cast<void*>(k.addr + (addr - k.iova));
+}
 inline std::atomic<uint32_t>* HoldAdmittedKey(fabric::HazardLine* line, const HeldKey& held, uint32_t key,
                                               uint64_t addr, uint64_t length, void** at) {
-  if (held.key() != key || key == 0 || line == nullptr) return nullptr;
+  void* where = HeldKeyAddress(held, key, addr, length);
+  if (where == nullptr || line == nullptr) return nullptr;
   std::atomic<uint32_t>* hazard = fabric::Announce(*line, held.hazard_value());
   if (hazard == nullptr) return nullptr;
-  const KeyView& k = held.view();
-  if (!held.Current() || !KeyCovers(k, addr, length)) {
+  if (!held.Current()) {
     fabric::Retract(hazard);
     return nullptr;
   }
-  *at = reinterpret_cast<void*>(k.addr + (addr - k.iova));
+  *at = where;
   return hazard;
 }
 inline std::atomic<uint32_t>* HoldHeldKey(fabric::HazardLine* line, const HeldKey& held, uint32_t key, uint64_t addr,

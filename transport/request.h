@@ -112,6 +112,8 @@ struct Request {
   bool with_imm() const { return opcode == WrOpcode::kSendWithImm || opcode == WrOpcode::kRdmaWriteWithImm; }
 };
 
+class HeldKey;  // (transport/key_table.h)
+
 // An RC RDMA WRITE, READ or atomic whose local side is one piece, as a link that can execute it
 // at once takes it (Link::CarryDirect): the part of a Request such a message is. Not a DCI's, not
 // XRC.
@@ -125,6 +127,13 @@ struct DirectRequest {
   uint32_t rkey = 0;
   uint64_t compare_add = 0;
   uint64_t swap = 0;
+  // The kept lkey `local` lies in (the caller applied KeyAdmits and KeyCovers to its view), or
+  // null when `local` needs none (inline bytes, a piece the caller holds). The carrier announces
+  // it with its own entries (one barrier), trusts it while the route epoch reads *local_epoch
+  // (else finds it current and sets *local_epoch), and lands an atomic's original value in
+  // `local` before it lets go of it.
+  const HeldKey* local_key = nullptr;
+  uint64_t* local_epoch = nullptr;
 };
 
 }  // namespace softverbs::transport

@@ -658,6 +658,7 @@ void Requester::KeepLocalKey(uint32_t lkey) {
     next_local_key_ ^= 1;
   }
   LearnPlainKey(local_.registry(), lkey, slot);
+  local_epochs_[slot - local_keys_] = ~0ull;  // (another registration: found current anew)
   not_plain_lkey_ = slot->key() == lkey ? 0 : lkey;
   // (GatherLocal's two rules, the read and the write one)
   const KeyRule read{config_.process_slot, config_.pd, 0, false}, write{config_.process_slot, config_.pd, kLocalWrite, true};

@@ -226,6 +226,9 @@ class Requester final : private ReplySink {
   // What each kept lkey's view admits under this QP's rule (KeyAdmits, found when it was kept:
   // the view, the PD and the process do not change while it is current): kReadGrant, kWriteGrant.
   uint8_t local_grants_[2] = {};
+  // The route epoch under which each kept lkey was last found current by the link that carried a
+  // lane's request with it (DirectRequest::local_epoch); ~0: not yet.
+  uint64_t local_epochs_[2] = {~0ull, ~0ull};
   static constexpr uint8_t kReadGrant = 1, kWriteGrant = 2;
   uint32_t next_local_key_ = 0;  // the one the next key learned replaces
   uint32_t not_plain_lkey_ = 0;  // the last lkey found not to be a plain key (not kept)

@@ -3,12 +3,13 @@
 // without the general machinery around a work request -- no SendWr, no pin list, no queue entry.
 // A WRITE, READ or atomic whose destination is kept too goes to Link::CarryDirect (no Request,
 // no verdict); a SEND is carried the general way's link. Its rules are Post's, GatherLocal's and
-// Execute's for such a work request, each applied where it is owned: the local key's by
-// HoldHeldKey (KeyAdmits, KeyCovers), the target's by the link and its responder. What this lane
+// Execute's for such a work request, each applied where it is owned: the local key's by the
+// grants kept with it (KeyAdmits) and HeldKeyAddress (KeyCovers) -- found current by
+// HoldAdmittedKey for a SEND, by the link once per route epoch for the rest --, the target's by
+// the link and its responder. What this lane
 // does not take is posted the general way, which decides, answers and logs; both ways number the
 // messages from one PSN counter, complete through one completer and share one queue (a lane's
 // SEND the target could not take yet waits there), so a program mixing them sees one send queue.
-#include <cstring>
 
 #include "transport/codes.h"
 #include "transport/indirect_key.h"
@@ -57,32 +58,36 @@ bool Requester::PostOnLane(const LaneWr& wr, uint32_t qp_state) {
     return false;
   // The local side: inline bytes where the application has them, or the SGE through one of the
   // kept lkeys, held (announced) until the bytes have moved.
-  void* local = nullptr;
-  std::atomic<uint32_t>* hold = nullptr;
-  if ((wr.flags & send_flag::kInline) && CarriesData(wr.opcode)) {
-    local = reinterpret_cast<void*>(wr.sge.addr);
+  DirectRequest d{wr.opcode, config_.dest_qp_num, nullptr,       wr.sge.length,
+                  wr.remote_addr, wr.rkey,       wr.compare_add, wr.swap};
+  const bool by_key = !((wr.flags & send_flag::kInline) && CarriesData(wr.opcode));
+  if (!by_key) {
+    d.local = reinterpret_cast<void*>(wr.sge.addr);
+    if (LaneSend(wr.opcode)) {
+      SendOnLane(wr, d.local);
+      return true;
+    }
   } else {
     const bool writes = wr.opcode == WrOpcode::kRdmaRead || LaneAtomic(wr.opcode);  // (READ and atomics land here)
     const size_t i = local_keys_[0].key() == wr.sge.lkey ? 0 : 1;
     if (!(local_grants_[i] & (writes ? kWriteGrant : kReadGrant))) return false;  // KeyAdmits, as kept
-    hold = HoldAdmittedKey(KeyHazards(local_), local_keys_[i], wr.sge.lkey, wr.sge.addr, wr.sge.length,
-                           &local);
-    if (hold == nullptr) return false;
+    if (LaneSend(wr.opcode)) {  // (held here: the link's Carry of a Request knows no lkey)
+      std::atomic<uint32_t>* hold = HoldAdmittedKey(KeyHazards(local_), local_keys_[i], wr.sge.lkey, wr.sge.addr,
+                                                    wr.sge.length, &d.local);
+      if (hold == nullptr) return false;
+      SendOnLane(wr, d.local);
+      ReleaseHeldKey(hold);
+      return true;
+    }
+    // A WRITE, READ or atomic: the link announces the lkey with the target's entries, trusts it
+    // per route epoch and lands an atomic's original value while it holds it (DirectRequest).
+    d.local = HeldKeyAddress(local_keys_[i], wr.sge.lkey, wr.sge.addr, wr.sge.length);
+    if (d.local == nullptr) return false;
+    d.local_key = &local_keys_[i];
+    d.local_epoch = &local_epochs_[i];
   }
-  if (LaneSend(wr.opcode)) {
-    SendOnLane(wr, local);
-    if (hold != nullptr) ReleaseHeldKey(hold);
-    return true;
-  }
-  const DirectRequest d{wr.opcode, config_.dest_qp_num, local,        wr.sge.length,
-                        wr.remote_addr, wr.rkey,       wr.compare_add, wr.swap};
   Reply reply;
-  const bool done = links_.host->CarryDirect(d, &reply);
-  // The original value (AtomicAckETH) lands in the local buffer while its key is held.
-  const bool atomic = LaneAtomic(wr.opcode);
-  if (done && atomic && reply.code == ReplyCode::kAck) memcpy(local, &reply.original, 8);
-  if (hold != nullptr) ReleaseHeldKey(hold);
-  if (!done) return false;
+  if (!links_.host->CarryDirect(d, &reply)) return false;
   const uint32_t psn = next_psn_, packets = LanePackets(wr.opcode, d.length, config_.path_mtu);
   next_psn_ = (next_psn_ + packets) & 0xffffff;
   if (reply.code == ReplyCode::kAck)

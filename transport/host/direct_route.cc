@@ -89,20 +89,40 @@ bool DirectRoute::Carry(const DirectRequest& r, Reply* reply) {
   if (line == nullptr) return false;
   // Held first, then checked (HostTarget::Pin's and KeyPin's order): ibv_destroy_qp clears the
   // endpoint's number, a withdrawal changes the key's entry, each with a full barrier, before
-  // it waits for the announcements -- so either this sees the change or the owner waits.
-  std::atomic<uint32_t>* qp_hold = fabric::AnnounceUnfenced(*line, fabric::QpHazardValue(t.qpn));
-  std::atomic<uint32_t>* key_hold = qp_hold ? fabric::AnnounceUnfenced(*line, key->key.hazard_value()) : nullptr;
+  // it waits for the announcements -- so either this sees the change or the owner waits. The
+  // caller's lkey is announced in the same pass (one barrier for the three).
+  std::atomic<uint32_t>* holds[3] = {};
+  holds[0] = fabric::AnnounceUnfenced(*line, fabric::QpHazardValue(t.qpn));
+  if (holds[0] != nullptr) holds[1] = fabric::AnnounceUnfenced(*line, key->key.hazard_value());
+  if (holds[1] != nullptr && r.local_key != nullptr) holds[2] = fabric::AnnounceUnfenced(*line, r.local_key->hazard_value());
   bool done = false;
-  if (key_hold != nullptr) {
+  key->faulted = false;
+  if (holds[1] != nullptr && (r.local_key == nullptr || holds[2] != nullptr)) {
     fabric::HazardStoreLoadBarrier();
-    key->faulted = false;
-    const uint32_t admitted = Admitted(key, local_.registry().route_epoch().load(std::memory_order_acquire));
-    if (admitted != 0 && t.peer->AliveRecently()) done = Responder::ExecuteDirect(key->target, admitted, r, reply);
-    fabric::Retract(key_hold);
-    if (key->faulted) Faulted(r, key);
+    const uint64_t epoch = local_.registry().route_epoch().load(std::memory_order_acquire);
+    const uint32_t admitted = Admitted(key, epoch);
+    if (admitted != 0 && LocalCurrent(r, epoch) && t.peer->AliveRecently()) {
+      done = Responder::ExecuteDirect(key->target, admitted, r, reply);
+      // (the original value lands while the lkey is held: IBA 9.4.5's local buffer)
+      if (done && r.local_key != nullptr && reply->code == ReplyCode::kAck &&
+          (r.opcode == WrOpcode::kAtomicCmpSwp || r.opcode == WrOpcode::kAtomicFetchAdd))
+        memcpy(r.local, &reply->original, 8);
+    }
   }
-  if (qp_hold != nullptr) fabric::Retract(qp_hold);
+  for (std::atomic<uint32_t>* h : {holds[2], holds[1]})
+    if (h != nullptr) fabric::Retract(h);
+  if (key->faulted) Faulted(r, key);  // (no longer holding the key: Faulted may wait on the cache)
+  if (holds[0] != nullptr) fabric::Retract(holds[0]);
   return done;
+}
+
+bool DirectRoute::LocalCurrent(const DirectRequest& r, uint64_t epoch) {
+  // Admitted's reasoning for the caller's kept lkey: every change to its entry bumps the epoch.
+  if (r.local_key == nullptr || *r.local_epoch == epoch) [[likely]] return true;
+  *r.local_epoch = kUnchecked;
+  if (!r.local_key->Current()) return false;
+  *r.local_epoch = epoch;
+  return true;
 }
 
 std::optional<HostTarget> DirectRoute::HeldTarget(const Request& r) {

@@ -94,6 +94,9 @@ class DirectRoute {
   // found under `epoch` if it is the one read after the announcements, else checked anew (and
   // kept with it); 0 when the QP or the key is not current.
   uint32_t Admitted(Remote* key, uint64_t epoch);
+  // After the announcements: the request's kept lkey (DirectRequest::local_key), if any, is
+  // current, trusted under `epoch` as Admitted's rules.
+  static bool LocalCurrent(const DirectRequest& r, uint64_t epoch);
   bool LearnTarget(uint32_t qpn, const PeerHint& hint);
   // The registration `rkey` names and its window, if it qualifies; false otherwise.
   bool LearnKey(uint32_t rkey, Remote* out);

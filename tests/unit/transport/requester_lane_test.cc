@@ -42,6 +42,9 @@ struct LaneLink : transport::Link {
   }
   bool CarryDirect(const DirectRequest& r, Reply* reply) override {
     if (!direct) return false;
+    // The contract of DirectRequest::local_key (a real link announces it first and trusts it
+    // per route epoch: DirectRouteTest): a key no longer current is not used.
+    if (r.local_key != nullptr && !r.local_key->Current()) return false;
     direct_seen.push_back(r);
     *reply = Reply::Of(direct_code);
     uint8_t* at = target + (r.remote_addr - 0x9000);
@@ -51,6 +54,7 @@ struct LaneLink : transport::Link {
       memcpy(&reply->original, at, 8);
       const uint64_t next_value = reply->original + r.compare_add;
       memcpy(at, &next_value, 8);
+      if (r.local_key != nullptr) memcpy(r.local, &reply->original, 8);  // (landed while held)
     }
     return true;
   }

@@ -80,7 +80,10 @@ class DirectRouteTest : public CoreTest {
   // only ('N' if it did not take it, else the reply code); 'u' v: the usual way (HostTarget::Find,
   // Responder::Execute), the route learning from a kAck; 'h' v: 'Y' if the route holds the QP for
   // a SEND (HeldTarget), else 'N'; 'k' rkey, address (12 bytes): where to
-  // write from now on.
+  // write from now on; 'l' lkey (4 bytes): from now on 'r' names that key as the local buffer's
+  // (DirectRequest::local_key) -- answered 'Y' once learned; 'a' v: a fetch-and-add of v at the
+  // key's 64th byte through the route with that lkey, answered with the low byte of the original
+  // value found in the local buffer (or 'N').
   void StartInitiator() {
     int in[2], out[2];
     ASSERT_EQ(pipe(in), 0);
@@ -97,9 +100,18 @@ class DirectRouteTest : public CoreTest {
       if (!local.ok()) _exit(1);
       transport::DirectRoute route(*local.value());
       transport::PeerHint hint;
+      transport::HeldKey lkey;
+      uint64_t lkey_epoch = ~0ull;
       for (uint8_t cmd, v; read(in[0], &cmd, 1) == 1;) {
         if (cmd == 'k') {
           if (read(in[0], &rkey, 4) != 4 || read(in[0], &remote_addr, 8) != 8) _exit(1);
+          continue;
+        }
+        if (cmd == 'l') {
+          uint32_t key = 0;
+          if (read(in[0], &key, 4) != 4) _exit(1);
+          const uint8_t learned = lkey.Learn(local.value()->registry(), key) ? 'Y' : 'N';
+          if (write(out[1], &learned, 1) != 1) _exit(1);
           continue;
         }
         if (read(in[0], &v, 1) != 1) _exit(1);
@@ -107,8 +119,17 @@ class DirectRouteTest : public CoreTest {
         const transport::Request r = RouteRequest(WrOpcode::kRdmaWrite, qpn, &iov, rkey, remote_addr);
         transport::Reply reply;
         uint8_t answer = 'N';
+        transport::DirectRequest d{WrOpcode::kRdmaWrite, qpn, &v, 1, remote_addr, rkey};
+        if (lkey.key() != 0) {
+          d.local_key = &lkey;
+          d.local_epoch = &lkey_epoch;
+        }
         if (cmd == 'r') {
-          if (route.Carry(r, &reply)) answer = static_cast<uint8_t>(reply.code);
+          if (route.Carry(d, &reply)) answer = static_cast<uint8_t>(reply.code);
+        } else if (cmd == 'a') {
+          uint64_t original = 0;
+          d = {WrOpcode::kAtomicFetchAdd, qpn, &original, 8, kRouteIova + 64, rkey, v, 0, &lkey, &lkey_epoch};
+          if (route.Carry(d, &reply) && reply.code == ReplyCode::kAck) answer = static_cast<uint8_t>(original);
         } else if (cmd == 'h') {  // the kept QP held for a SEND: 'Y' if it is, as learned
           transport::Request send = r;
           send.opcode = WrOpcode::kSend;
@@ -136,6 +157,14 @@ class DirectRouteTest : public CoreTest {
     if (poll(&p, 1, 10000) != 1) return -1;
     uint8_t answer;
     return read(from_child_, &answer, 1) == 1 ? answer : -1;
+  }
+  int LearnLkey(uint32_t lkey) {
+    uint8_t msg[5] = {'l'};
+    memcpy(msg + 1, &lkey, 4);
+    if (write(to_child_, msg, 5) != 5) return -1;
+    pollfd p{from_child_, POLLIN, 0};
+    uint8_t answer;
+    return poll(&p, 1, 10000) == 1 && read(from_child_, &answer, 1) == 1 ? answer : -1;
   }
   void UseKey(uint32_t rkey, uint64_t remote_addr) {
     uint8_t msg[13] = {'k'};
@@ -250,6 +279,30 @@ TEST_F(DirectRouteTest, TheRouteChecksAgainOnlyWhenTheRouteEpochMoves) {
   std::atomic_ref<uint32_t>(e.qp_num).store(qpn);
   context_->registry().BumpRouteEpoch();
   EXPECT_EQ(Ask('h', 0), 'Y');
+}
+
+// The requester's lane hands the route its kept lkey (DirectRequest::local_key): announced with
+// the QP and the R_Key, found current once per route epoch, and an atomic's original value lands
+// in the local buffer while it is held; once deregistered (a bump), the route does not use it.
+TEST_F(DirectRouteTest, TheLocalKeyIsHeldWithTheRouteAndFoundCurrentPerEpoch) {
+  auto local_mr = Register(kRouteMemBytes / 2);  // (the initiator's lkey: any registration)
+  StartInitiator();
+  ASSERT_EQ(Ask('u', 0x01), kAck);
+  ASSERT_EQ(LearnLkey(local_mr->lkey()), 'Y');
+  EXPECT_EQ(Ask('r', 0x02), kAck);
+  EXPECT_EQ(mem_[7], 0x02);
+  const uint64_t forty = 40;
+  memcpy(mem_ + 64, &forty, 8);
+  EXPECT_EQ(Ask('a', 2), 40) << "the original value lands in the local buffer";
+  uint64_t now = 0;
+  memcpy(&now, mem_ + 64, 8);
+  EXPECT_EQ(now, 42u);
+  local_mr.reset();  // ibv_dereg_mr of the local key: the epoch moves, the key is not current
+  EXPECT_EQ(Ask('r', 0x03), 'N');
+  EXPECT_EQ(Ask('a', 2), 'N');
+  EXPECT_EQ(mem_[7], 0x02);
+  memcpy(&now, mem_ + 64, 8);
+  EXPECT_EQ(now, 42u);
 }
 
 // A file that may shrink (not sealed) is kept too, and copied under the SIGBUS guard: truncated
