@@ -182,8 +182,23 @@ void Cq::AttachQp(Qp* qp) {
 }
 
 void Cq::DetachQp(Qp* qp) {
+  {
+    std::lock_guard poll(poll_mu_);  // (no poll notes a receive of a QP going away)
+    if (polled_qpn_ == qp->qp_num()) {
+      polled_qpn_ = 0;
+      polled_rq_ = nullptr;
+    }
+  }
   std::lock_guard lock(qps_mu_);
   std::erase(qps_, qp);
+}
+
+void Cq::FindPolledQueue(uint32_t qp_num) {
+  std::lock_guard lock(qps_mu_);
+  polled_qpn_ = qp_num;
+  polled_rq_ = nullptr;
+  for (Qp* qp : qps_)
+    if (qp->qp_num() == qp_num && qp->init().recv_cq == this) polled_rq_ = qp->own_recv_queue();
 }
 
 int Cq::Poll(Completion* out, int max, transport::TmInfo* tm) {

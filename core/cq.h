@@ -18,6 +18,8 @@
 #include "transport/completion.h"
 #include "transport/cq_ring.h"
 #include "transport/key_table.h"
+#include "transport/recv_queue.h"
+#include "transport/work_request.h"
 #include "core/object_quota.h"
 #include "core/pd.h"
 #include "fabric/host/host_directory.h"
@@ -145,6 +147,13 @@ class Cq {
   // The next entry is written (its stamp is its position's): the owner's look without the lock.
   bool EntryReady() const;
   bool BusyPollWire();
+  // A receive completion of QP `qp_num` was polled (under poll_mu_): its own receive queue is
+  // told (RecvQueue::NotePolled), found through the last QP looked up.
+  void NotePolledReceive(uint32_t qp_num) {
+    if (qp_num != polled_qpn_) [[unlikely]] FindPolledQueue(qp_num);
+    if (polled_rq_ != nullptr) polled_rq_->NotePolled();
+  }
+  void FindPolledQueue(uint32_t qp_num);
   // Writes a landed message into the receive buffers named in `entry` (the owner's poll).
   void ScatterLanding(const transport::CqEntry& entry, Completion* c);
   // Marks QP `qp_num` (completing here) for ERR: a receive it was given could not be placed.
@@ -164,6 +173,10 @@ class Cq {
   // The key of the landed buffers ScatterLanding checked last, kept (under poll_mu_): a
   // receiver lands message after message in the same buffers (transport/receive_keys.h's idea).
   transport::HeldKey landing_key_;
+  // The QP whose receive completion was polled last and its own receive queue (null: none),
+  // under poll_mu_; DetachQp forgets it.
+  uint32_t polled_qpn_ = 0;
+  transport::RecvQueue* polled_rq_ = nullptr;
   std::mutex qps_mu_;
   std::vector<Qp*> qps_;
   std::mutex events_mu_;
@@ -191,6 +204,8 @@ int Cq::PollWith(int max, Take&& take) {
        n < max && (entry = transport::CqEntryAt(e, r.capacity, head + static_cast<uint64_t>(n))) != nullptr; ++n) {
     Completion c = transport::CqEntryRead(*entry);
     if (entry->landing_length != 0) ScatterLanding(*entry, &c);  // its status changes if it cannot be placed
+    if (c.opcode == transport::wc_opcode::kRecv || c.opcode == transport::wc_opcode::kRecvRdmaWithImm)
+      NotePolledReceive(c.qp_num);  // (any status: a flushed or failed receive took its WQE too)
     take(c, *entry);
   }
   if (n != 0) r.head.store(head + static_cast<uint64_t>(n), std::memory_order_release);

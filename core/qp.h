@@ -114,6 +114,9 @@ class Qp : private transport::RequesterHost, private transport::RendezvousIssuer
   // whose messages land on the XRC SRQ each names).
   RecvQueue& recv_queue() const { return init_.srq ? init_.srq->queue() : *rq_; }
   bool has_recv_queue() const { return init_.srq != nullptr || rq_ != nullptr; }
+  // Its own receive queue, whose receive completions its recv CQ notes as polled
+  // (Cq::NotePolledReceive); null with an SRQ, for a raw packet QP or without one.
+  RecvQueue* own_recv_queue() const { return init_.srq == nullptr && raw_ == nullptr ? rq_.get() : nullptr; }
   // The shared endpoint peers read (owner's view).
   QpEndpoint& endpoint() const;
 

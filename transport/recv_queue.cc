@@ -1,5 +1,6 @@
 #include "transport/recv_queue.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace softverbs::transport {
@@ -55,7 +56,11 @@ Status RecvQueue::Post(uint64_t wr_id, const RecvSge* sge, uint32_t num_sge) {
     return Invalid("num_sge " + std::to_string(num_sge) + " exceeds max_recv_sge " + std::to_string(r.max_sge));
   const uint64_t tail = r.tail.load(std::memory_order_relaxed);
   if (tail - head_seen_ >= r.max_wr) {
-    head_seen_ = r.head.load(std::memory_order_acquire);
+    // First the slots this process saw completed (its own count: a program reposting after each
+    // poll, perftest's way with a full queue, finds room here), then the takers' head, a line
+    // they write at every take (one more cache line crossing the cores per message).
+    head_seen_ = std::max(head_seen_, polled_.load(std::memory_order_acquire));
+    if (tail - head_seen_ >= r.max_wr) head_seen_ = r.head.load(std::memory_order_acquire);
     if (tail - head_seen_ >= r.max_wr)
       return Status(ENOMEM, "the receive queue is full (" + std::to_string(r.max_wr) + " WRs outstanding)");
   }
@@ -107,6 +112,7 @@ Status RecvQueue::Resize(uint32_t max_wr) {
   r.head.store(0, std::memory_order_relaxed);
   r.tail.store(held, std::memory_order_release);
   head_seen_ = 0;
+  polled_.store(0, std::memory_order_relaxed);  // (positions restart; an SRQ's polls are not noted anyway)
   return Status::Ok();
 }
 

@@ -124,6 +124,12 @@ class RecvQueue {
   // True once per crossing of the armed limit (IBV_EVENT_SRQ_LIMIT_REACHED is due).
   bool TakeLimitFired() { return ring().limit_fired.exchange(0, std::memory_order_acq_rel) != 0; }
   uint32_t count() const;
+  // A receive completion of this queue's WQE was polled (Cq::NotePolledReceive; only for a QP's
+  // own queue, never an SRQ). Its WQE was taken before the completion was written, so the count
+  // of such completions is a lower bound of the takers' `head` that Post reads without touching
+  // their line -- as mlx5 frees an RQ's slots when poll_cq consumes their CQEs.
+  void NotePolled() { polled_.store(polled_.load(std::memory_order_relaxed) + 1, std::memory_order_release); }
+  uint64_t polled() const { return polled_.load(std::memory_order_acquire); }  // (tests)
 
  private:
   RecvQueue(fabric::LocalProcess& local, fabric::SharedRef ref)
@@ -135,6 +141,9 @@ class RecvQueue {
   uint8_t* entries_;      // its WQE array here (under post_mu_: Resize replaces it)
   SpinLock post_mu_;       // the owner's threads post one at a time (base/spin_lock.h)
   uint64_t head_seen_ = 0;  // the takers' head as last read (under post_mu_): re-read when full
+  // Receive completions of this queue polled so far (NotePolled: one writer, the recv CQ's poll
+  // under its lock); read by Post before the takers' head.
+  std::atomic<uint64_t> polled_{0};
 };
 
 }  // namespace softverbs::transport

@@ -29,12 +29,12 @@ class DataPathTest : public CoreTest {
                                         access::kLocalWrite | access::kRemoteWrite | access::kRemoteRead | access::kRemoteAtomic})
                         .value());
   }
-  std::unique_ptr<Qp> MakeQp(Cq* cq) {
+  std::unique_ptr<Qp> MakeQp(Cq* cq, uint32_t max_recv_wr = 1024) {
     QpInitAttributes a;
     a.type = QpType::kRc;
     a.pd = pd_.get();
     a.send_cq = a.recv_cq = cq;
-    a.cap = {1024, 1024, 1, 1, 64};
+    a.cap = {1024, max_recv_wr, 1, 1, 64};
     return std::move(Qp::Create(*context_, a).value());
   }
   void Connect(Qp& qp, uint32_t dest) {
@@ -133,6 +133,35 @@ TEST_F(DataPathTest, SendsFromOneThreadReceivesFromAnotherArriveInOrder) {
   }
   receiver.join();
   EXPECT_FALSE(failed.load());
+}
+
+// A receive completion polled tells the QP's own receive queue that its WQE's slot is free
+// (RecvQueue::NotePolled), so a program reposting after each poll with its queue full --
+// perftest's way -- finds room without reading the takers' head; the count never passes the head
+// and the limit of max_recv_wr outstanding WQEs stands (ENOMEM, ibv_post_recv(3)).
+TEST_F(DataPathTest, APolledReceiveTellsItsQueueTheSlotIsFree) {
+  auto cq = std::move(Cq::Create(*context_, 64, nullptr, 0).value());
+  auto x = MakeQp(cq.get());
+  auto y = MakeQp(cq.get(), /*max_recv_wr=*/1);
+  Connect(*x, y->qp_num());
+  Connect(*y, x->qp_num());
+  RecvSge s{reinterpret_cast<uint64_t>(buf_) + 32768, 8, mr_->lkey()};
+  transport::RecvQueue& rq = y->recv_queue();
+  for (uint64_t i = 0; i < 200; ++i) {
+    ASSERT_TRUE(y->PostRecv(i, &s, 1).ok()) << i;
+    SendWr w = Wr(WrOpcode::kSend, 1000 + i, 8, 8);
+    w.flags = 0;
+    ASSERT_TRUE(x->PostSend(w).ok());
+    const auto got = Drain(*cq, 1);
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_EQ(got[0].wr_id, i);
+    EXPECT_EQ(got[0].status, 0u);
+    EXPECT_EQ(rq.polled(), i + 1);
+    EXPECT_LE(rq.polled(), rq.ring().head.load());
+  }
+  ASSERT_TRUE(y->PostRecv(7, &s, 1).ok());
+  EXPECT_EQ(y->PostRecv(8, &s, 1).code(), ENOMEM) << "one WQE outstanding: the queue is full";
+  EXPECT_EQ(x->recv_queue().polled(), 0u) << "x received nothing";
 }
 
 // A responder-side error a peer flagged in the QP's endpoint (IBA 11.6.3.1) is applied by the
