@@ -83,7 +83,9 @@ bool DirectRoute::Carry(const Request& r, Reply* reply) {
 bool DirectRoute::Carry(const DirectRequest& r, Reply* reply) {
   const Target& t = target_;
   if (t.endpoint == nullptr || r.dest_qp != t.qpn || !OneSidedOpcode(r.opcode)) return false;
-  Remote* key = Find(r.rkey);
+  // (the common cases inline, here and below: one request after another to the same key under
+  // the same epoch)
+  Remote* key = r.rkey != 0 && keys_[last_].key.key() == r.rkey ? &keys_[last_] : Find(r.rkey);
   if (key == nullptr) return false;
   fabric::HazardLine* line = fabric::ThisThreadHazards(local_);
   if (line == nullptr) return false;
@@ -100,8 +102,9 @@ bool DirectRoute::Carry(const DirectRequest& r, Reply* reply) {
   if (holds[1] != nullptr && (r.local_key == nullptr || holds[2] != nullptr)) {
     fabric::HazardStoreLoadBarrier();
     const uint64_t epoch = local_.registry().route_epoch().load(std::memory_order_acquire);
-    const uint32_t admitted = Admitted(key, epoch);
-    if (admitted != 0 && LocalCurrent(r, epoch) && t.peer->AliveRecently()) {
+    const uint32_t admitted = key->checked_epoch == epoch ? key->admitted : Admitted(key, epoch);
+    const bool local_current = r.local_key == nullptr || *r.local_epoch == epoch || LocalCurrent(r, epoch);
+    if (admitted != 0 && local_current && t.peer->AliveRecently()) {
       done = Responder::ExecuteDirect(key->target, admitted, r, reply);
       // (the original value lands while the lkey is held: IBA 9.4.5's local buffer)
       if (done && r.local_key != nullptr && reply->code == ReplyCode::kAck &&
