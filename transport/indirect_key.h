@@ -225,20 +225,21 @@ bool ResolveKey(fabric::HostRegistry& registry, uint32_t key, uint64_t addr, uin
 // `key`, has changed, or a rule refuses: ResolveKey then decides, as for any access.
 bool ResolveHeldKey(fabric::HostRegistry& registry, const HeldKey& held, uint32_t key, uint64_t addr,
                     uint64_t length, const KeyRule& rule, PinnedPieces* out);
-// ResolveHeldKey without a pin list, announced in `line` (this thread's: KeyHazards or
-// fabric::ThisThreadHazards): where [addr, +length) is in this process (`*at`) and the hazard
-// entry that holds the key until fabric::Retract; nullptr when ResolveHeldKey would be false.
-// HoldHeldKey for a caller that found KeyAdmits true of held.view() under its rule already (the
-// view does not change while Current holds): announced, found current, KeyCovers.
-// (inline: once per work request of the requester's lane)
 // Where [addr, +length) of `key` is in this process by `held`'s view, if `held` is `key` and
 // covers it (KeyCovers); nullptr otherwise. The view as kept: the caller holds the key and
-// finds it current before it touches the bytes.
+// finds it current before it touches the bytes (HoldAdmittedKey, or a link that announces it:
+// DirectRequest::local_key).
 inline void* HeldKeyAddress(const HeldKey& held, uint32_t key, uint64_t addr, uint64_t length) {
   const KeyView& k = held.view();
   if (held.key() != key || key == 0 || !KeyCovers(k, addr, length)) return nullptr;
   return reinterpret_cast<void*>(k.addr + (addr - k.iova));
 }
+// ResolveHeldKey without a pin list, announced in `line` (this thread's: KeyHazards or
+// fabric::ThisThreadHazards): where [addr, +length) is in this process (`*at`) and the hazard
+// entry that holds the key until fabric::Retract; nullptr when ResolveHeldKey would be false.
+// HoldAdmittedKey is HoldHeldKey for a caller that found KeyAdmits true of held.view() under its
+// rule already (the view does not change while Current holds): announced, found current,
+// KeyCovers. (inline: once per work request of the requester's lane)
 inline std::atomic<uint32_t>* HoldAdmittedKey(fabric::HazardLine* line, const HeldKey& held, uint32_t key,
                                               uint64_t addr, uint64_t length, void** at) {
   void* where = HeldKeyAddress(held, key, addr, length);

@@ -131,7 +131,7 @@ struct DirectRequest {
   // null when `local` needs none (inline bytes, a piece the caller holds). The carrier announces
   // it with its own entries (one barrier), trusts it while the route epoch reads *local_epoch
   // (else finds it current and sets *local_epoch), and lands an atomic's original value in
-  // `local` before it lets go of it.
+  // `local` before it lets go of it. Both set, or neither.
   const HeldKey* local_key = nullptr;
   uint64_t* local_epoch = nullptr;
 };
