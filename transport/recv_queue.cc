@@ -6,10 +6,10 @@
 namespace softverbs::transport {
 namespace {
 
-// Slots [from, to) of a fresh entry array hold no posted WQE: stamp 0, which no first-lap
+// The `slots` slots of a fresh entry array hold no posted WQE: stamp 0, which no first-lap
 // position matches (the ring's positions restart at 0 with a fresh array).
-void MarkUnposted(uint8_t* base, uint32_t wqe_size, uint32_t from, uint32_t to) {
-  for (uint32_t i = from; i < to; ++i) reinterpret_cast<RecvWqe*>(base + static_cast<size_t>(i) * wqe_size)->seq = 0;
+void MarkUnposted(uint8_t* base, uint32_t wqe_size, uint32_t slots) {
+  for (uint32_t i = 0; i < slots; ++i) reinterpret_cast<RecvWqe*>(base + static_cast<size_t>(i) * wqe_size)->seq = 0;
 }
 
 }  // namespace
@@ -34,7 +34,7 @@ Result<std::unique_ptr<RecvQueue>> RecvQueue::Create(fabric::LocalProcess& local
   ring->async_tag = async_tag;
   ring->entries = *entries;
   ring->tm = {};
-  MarkUnposted(static_cast<uint8_t*>(local.At(*entries)), wqe_size, 0, slots);
+  MarkUnposted(static_cast<uint8_t*>(local.At(*entries)), wqe_size, slots);
   return std::unique_ptr<RecvQueue>(new RecvQueue(local, *ref));
 }
 
@@ -64,7 +64,7 @@ Status RecvQueue::Post(uint64_t wr_id, const RecvSge* sge, uint32_t num_sge) {
     if (tail - head_seen_ >= r.max_wr)
       return Status(ENOMEM, "the receive queue is full (" + std::to_string(r.max_wr) + " WRs outstanding)");
   }
-  auto* w = reinterpret_cast<RecvWqe*>(entries_ + static_cast<size_t>(tail % r.max_wr) * r.wqe_size);
+  auto* w = reinterpret_cast<RecvWqe*>(entries_ + static_cast<size_t>(RecvSlot(tail, r.max_wr)) * r.wqe_size);
   w->wr_id = wr_id;
   w->num_sge = num_sge;
   if (num_sge == 1) [[likely]]
@@ -99,12 +99,12 @@ Status RecvQueue::Resize(uint32_t max_wr) {
   if (!fresh.ok()) return fresh.status();
   auto* from = static_cast<uint8_t*>(local_.At(r.entries));
   auto* to = static_cast<uint8_t*>(local_.At(*fresh));
+  MarkUnposted(to, r.wqe_size, max_wr);
   for (uint32_t i = 0; i < held; ++i) {
-    memcpy(to + static_cast<size_t>(i) * r.wqe_size, from + static_cast<size_t>((head + i) % r.max_wr) * r.wqe_size,
-           r.wqe_size);
-    reinterpret_cast<RecvWqe*>(to + static_cast<size_t>(i) * r.wqe_size)->seq = i + 1;  // its new position
+    uint8_t* slot = to + static_cast<size_t>(RecvSlot(i, max_wr)) * r.wqe_size;
+    memcpy(slot, from + static_cast<size_t>(RecvSlot(head + i, r.max_wr)) * r.wqe_size, r.wqe_size);
+    reinterpret_cast<RecvWqe*>(slot)->seq = i + 1;  // its new position
   }
-  MarkUnposted(to, r.wqe_size, held, max_wr);
   local_.Free(r.entries, static_cast<size_t>(r.wqe_size) * (r.max_wr == 0 ? 1 : r.max_wr));
   r.entries = *fresh;
   entries_ = to;

@@ -74,6 +74,21 @@ struct TakenWqe {
   RecvSge sge[32];
 };
 
+// The slot of the WQE at `position` in a ring of `max_wr` slots. Consecutive positions sit two
+// slots apart -- the first half of the positions of a lap in the even slots, the second half in
+// the odd ones -- so that two of them never share a cache line (two 32-byte WQEs would): a
+// program keeps its receive queue full, reposting after each completion (perftest), and then
+// the slot the owner writes is the one after the slot the next take reads; in ring order the two
+// would share a line, which the owner's write takes from the taker every other message. Each
+// slot still serves one position per lap (the stamps' rule). Rings below 4 or of an odd size keep
+// the plain order.
+inline uint32_t RecvSlot(uint64_t position, uint32_t max_wr) {
+  const uint32_t k = static_cast<uint32_t>(position % max_wr);
+  if (max_wr < 4 || max_wr % 2 != 0) return k;
+  const uint32_t half = max_wr / 2;
+  return k < half ? 2 * k : 2 * (k - half) + 1;
+}
+
 // Takes the oldest WQE from `ring` in any process; `resolve` maps the entry array.
 template <typename Resolve>
 TakenWqe RecvRingTake(RecvRing& ring, Resolve&& resolve) {
@@ -83,7 +98,7 @@ TakenWqe RecvRingTake(RecvRing& ring, Resolve&& resolve) {
   const uint64_t head = ring.head.load(std::memory_order_relaxed);
   auto* base = static_cast<uint8_t*>(resolve(ring.entries));
   if (base == nullptr) return out;
-  auto* w = reinterpret_cast<RecvWqe*>(base + static_cast<size_t>(head % ring.max_wr) * ring.wqe_size);
+  auto* w = reinterpret_cast<RecvWqe*>(base + static_cast<size_t>(RecvSlot(head, ring.max_wr)) * ring.wqe_size);
   if (std::atomic_ref<uint32_t>(w->seq).load(std::memory_order_acquire) != static_cast<uint32_t>(head + 1)) return out;
   out.found = true;
   out.wr_id = w->wr_id;

@@ -153,5 +153,45 @@ TEST_F(RecvQueueTest, StampsFindPostedWqesAcrossLapsResizesAndReusedMemory) {
   EXPECT_EQ(q->count(), 0u);
 }
 
+// A queue kept full: the slot the owner writes next (position tail) and the slot the next take
+// reads (tail - max_wr + 1, the same slot index as tail + 1) are never in one cache line, and
+// each lap uses every slot once (RecvSlot).
+TEST_F(RecvQueueTest, ConsecutivePositionsNeverShareACacheLine) {
+  for (uint32_t max_wr : {4u, 6u, 8u, 64u, 512u, 1000u}) {
+    std::vector<bool> used(max_wr, false);
+    for (uint64_t p = 7 * max_wr; p < 8 * max_wr; ++p) {
+      const uint32_t slot = RecvSlot(p, max_wr), next = RecvSlot(p + 1, max_wr);
+      ASSERT_LT(slot, max_wr);
+      EXPECT_FALSE(used[slot]) << max_wr << " " << p;
+      used[slot] = true;
+      EXPECT_EQ(slot, RecvSlot(p + max_wr, max_wr)) << "one slot per position a lap";
+      EXPECT_NE(slot * RecvWqeSize(1) / 64, next * RecvWqeSize(1) / 64) << max_wr << " " << p;
+    }
+  }
+  EXPECT_EQ(RecvSlot(5, 3), 2u);  // odd sizes (and below 4) keep the ring order
+  EXPECT_EQ(RecvSlot(3, 2), 1u);
+}
+
+// The interleaved order through laps, stale stamps and a resize between two even sizes: WQEs
+// come out in posting order, each once.
+TEST_F(RecvQueueTest, AnEvenRingTakesInOrderAcrossLapsAndResizes) {
+  RecvSge s{0, 0, 0};
+  auto q = std::move(RecvQueue::Create(*local_, 8, 1).value());
+  uint64_t next = 1, expect = 1;
+  for (int lap = 0; lap < 20; ++lap) {
+    while (q->count() < 8) ASSERT_TRUE(q->Post(next++, &s, 1).ok());
+    EXPECT_EQ(q->Post(next, &s, 1).code(), ENOMEM);
+    for (int i = 0; i < 5; ++i) EXPECT_EQ(q->Take().wr_id, expect++);
+  }
+  ASSERT_TRUE(q->Resize(6).ok());  // three posted, at positions far from 0
+  ASSERT_TRUE(q->Post(next++, &s, 1).ok());
+  while (q->count() > 0) EXPECT_EQ(q->Take().wr_id, expect++);
+  EXPECT_FALSE(q->Take().found);
+  EXPECT_EQ(next, expect);
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(q->Post(next++, &s, 1).ok());
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(q->Take().wr_id, expect++);
+  EXPECT_FALSE(q->Take().found);
+}
+
 }  // namespace
 }  // namespace softverbs::transport
