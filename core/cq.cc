@@ -179,26 +179,25 @@ Status Cq::Resize(int cqe) {
 void Cq::AttachQp(Qp* qp) {
   std::lock_guard lock(qps_mu_);
   qps_.push_back(qp);
+  attached_.store(static_cast<uint32_t>(qps_.size()), std::memory_order_relaxed);
 }
 
 void Cq::DetachQp(Qp* qp) {
   {
     std::lock_guard poll(poll_mu_);  // (no poll notes a receive of a QP going away)
-    if (polled_qpn_ == qp->qp_num()) {
-      polled_qpn_ = 0;
-      polled_rq_ = nullptr;
-    }
+    PolledQueue& q = polled_[qp->qp_num() % kPolledQueues];
+    if (q.qpn == qp->qp_num()) q = PolledQueue{};
   }
   std::lock_guard lock(qps_mu_);
   std::erase(qps_, qp);
+  attached_.store(static_cast<uint32_t>(qps_.size()), std::memory_order_relaxed);
 }
 
-void Cq::FindPolledQueue(uint32_t qp_num) {
+void Cq::FindPolledQueue(uint32_t qp_num, PolledQueue* q) {
   std::lock_guard lock(qps_mu_);
-  polled_qpn_ = qp_num;
-  polled_rq_ = nullptr;
+  *q = PolledQueue{qp_num, nullptr};
   for (Qp* qp : qps_)
-    if (qp->qp_num() == qp_num && qp->init().recv_cq == this) polled_rq_ = qp->own_recv_queue();
+    if (qp->qp_num() == qp_num && qp->init().recv_cq == this) q->rq = qp->own_recv_queue();
 }
 
 int Cq::Poll(Completion* out, int max, transport::TmInfo* tm) {

@@ -6,6 +6,8 @@
 // whose eventfd becomes readable (ibv_get_cq_event(3)), whichever process produced it.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -147,13 +149,23 @@ class Cq {
   // The next entry is written (its stamp is its position's): the owner's look without the lock.
   bool EntryReady() const;
   bool BusyPollWire();
+  // A QP whose receive completions were polled here and its own receive queue (null: none to
+  // tell).
+  struct PolledQueue {
+    uint32_t qpn = 0;
+    transport::RecvQueue* rq = nullptr;
+  };
   // A receive completion of QP `qp_num` was polled (under poll_mu_): its own receive queue is
-  // told (RecvQueue::NotePolled), found through the last QP looked up.
+  // told (RecvQueue::NotePolled), found through a small cache of the QPs looked up -- while few
+  // QPs are attached (kPolledScanLimit): a CQ many QPs complete on keeps its queues reading
+  // their takers' head, as before, rather than look QPs up at every miss of the cache.
   void NotePolledReceive(uint32_t qp_num) {
-    if (qp_num != polled_qpn_) [[unlikely]] FindPolledQueue(qp_num);
-    if (polled_rq_ != nullptr) polled_rq_->NotePolled();
+    if (attached_.load(std::memory_order_relaxed) > kPolledScanLimit) return;
+    PolledQueue& q = polled_[qp_num % kPolledQueues];
+    if (q.qpn != qp_num) [[unlikely]] FindPolledQueue(qp_num, &q);
+    if (q.rq != nullptr) q.rq->NotePolled();
   }
-  void FindPolledQueue(uint32_t qp_num);
+  void FindPolledQueue(uint32_t qp_num, PolledQueue* q);
   // Writes a landed message into the receive buffers named in `entry` (the owner's poll).
   void ScatterLanding(const transport::CqEntry& entry, Completion* c);
   // Marks QP `qp_num` (completing here) for ERR: a receive it was given could not be placed.
@@ -173,12 +185,13 @@ class Cq {
   // The key of the landed buffers ScatterLanding checked last, kept (under poll_mu_): a
   // receiver lands message after message in the same buffers (transport/receive_keys.h's idea).
   transport::HeldKey landing_key_;
-  // The QP whose receive completion was polled last and its own receive queue (null: none),
-  // under poll_mu_; DetachQp forgets it.
-  uint32_t polled_qpn_ = 0;
-  transport::RecvQueue* polled_rq_ = nullptr;
+  // The QPs looked up by NotePolledReceive, by QP number modulo kPolledQueues, under poll_mu_;
+  // DetachQp forgets its QP.
+  static constexpr uint32_t kPolledQueues = 8, kPolledScanLimit = 32;
+  std::array<PolledQueue, kPolledQueues> polled_{};
   std::mutex qps_mu_;
   std::vector<Qp*> qps_;
+  std::atomic<uint32_t> attached_{0};  // qps_.size(), read without qps_mu_
   std::mutex events_mu_;
   std::condition_variable acked_cv_;
   uint64_t events_ = 0;

@@ -162,6 +162,15 @@ TEST_F(DataPathTest, APolledReceiveTellsItsQueueTheSlotIsFree) {
   ASSERT_TRUE(y->PostRecv(7, &s, 1).ok());
   EXPECT_EQ(y->PostRecv(8, &s, 1).code(), ENOMEM) << "one WQE outstanding: the queue is full";
   EXPECT_EQ(x->recv_queue().polled(), 0u) << "x received nothing";
+  // A CQ many QPs complete on looks none up: its queues read the takers' head as before.
+  std::vector<std::unique_ptr<Qp>> many;
+  for (int i = 0; i < 32; ++i) many.push_back(MakeQp(cq.get()));
+  SendWr w = Wr(WrOpcode::kSend, 2000, 8, 8);
+  w.flags = 0;
+  ASSERT_TRUE(x->PostSend(w).ok());
+  ASSERT_EQ(Drain(*cq, 1).size(), 1u);
+  EXPECT_EQ(rq.polled(), 200u) << "not counted with 34 QPs attached";
+  EXPECT_TRUE(y->PostRecv(9, &s, 1).ok()) << "the slot is found through the head";
 }
 
 // A responder-side error a peer flagged in the QP's endpoint (IBA 11.6.3.1) is applied by the
