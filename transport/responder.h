@@ -56,8 +56,9 @@ struct DirectTarget {
 
 class Responder {
  public:
-  // The most bytes ExecuteDirect moves in one step: more go through Execute, whose copies stop
-  // between bounded chunks when the access is revoked (transport/host/mapped_copy.h).
+  // The most bytes ExecuteDirect moves in one step (mapped_copy.h's chunk): a longer WRITE or READ
+  // is moved a step at a time by its caller, which stops between steps when the access may have
+  // been revoked (DirectRoute::MoveInSteps), as Execute's copies stop between chunks.
   static constexpr uint64_t kDirectMaxBytes = 256 * 1024;
   // Executes an RDMA WRITE, READ or atomic (one local piece) at `t` when every rule Execute
   // applies to it holds -- the QP admits it (Admits), grants the access and has the resources,

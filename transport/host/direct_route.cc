@@ -1,5 +1,6 @@
 #include "transport/host/direct_route.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 
@@ -118,7 +119,8 @@ bool DirectRoute::Carry(const DirectRequest& r, Reply* reply) {
     const uint32_t admitted = key->checked_epoch == epoch ? key->admitted : Admitted(key, epoch);
     const bool local_current = r.local_key == nullptr || *r.local_epoch == epoch || LocalCurrent(r, epoch);
     if (admitted != 0 && local_current && t.peer->AliveRecently()) {
-      done = Responder::ExecuteDirect(key->target, admitted, r, reply);
+      done = r.length <= Responder::kDirectMaxBytes ? Responder::ExecuteDirect(key->target, admitted, r, reply)
+                                                    : MoveInSteps(*key, admitted, epoch, r, reply);
       const KeyView& v = key->key.view();
       hint_ = PrefetchHint{r.rkey, v.iova, v.length, reinterpret_cast<uint64_t>(key->base) - v.iova};
       // (the original value lands while the lkey is held: IBA 9.4.5's local buffer)
@@ -132,6 +134,26 @@ bool DirectRoute::Carry(const DirectRequest& r, Reply* reply) {
   if (key->faulted) Faulted(r, key);  // (no longer holding the key: Faulted may wait on the cache)
   if (holds[0] != nullptr) fabric::Retract(holds[0]);
   return done;
+}
+
+bool DirectRoute::MoveInSteps(const Remote& key, uint32_t admitted, uint64_t epoch, const DirectRequest& r,
+                              Reply* reply) {
+  // The usual way's bound on a copy (transport/host/mapped_copy.h, kCopyChunkBytes): a
+  // withdrawal or a destroy waits for this request's announcements at most one step. Between
+  // steps the epoch is read again; once it moved the request stops, and false hands it to the
+  // usual way, which checks and moves it again whole (a WRITE or READ may be repeated: one that
+  // fails may leave its target partly written, IBA 9.7.5.2).
+  if (r.opcode != WrOpcode::kRdmaWrite && r.opcode != WrOpcode::kRdmaRead) return false;
+  DirectRequest step = r;
+  for (uint64_t at = 0; at < r.length; at += step.length) {
+    if (at != 0 && local_.registry().route_epoch().load(std::memory_order_acquire) != epoch) return false;
+    step.local = static_cast<uint8_t*>(r.local) + at;
+    step.remote_addr = r.remote_addr + at;
+    step.length = std::min<uint64_t>(Responder::kDirectMaxBytes, r.length - at);
+    if (!Responder::ExecuteDirect(key.target, admitted, step, reply)) return false;
+    if (reply->code != ReplyCode::kAck) return true;  // (the owner's file no longer held it: answered)
+  }
+  return true;
 }
 
 bool DirectRoute::LocalCurrent(const DirectRequest& r, uint64_t epoch) {

@@ -98,6 +98,9 @@ class DirectRoute {
   // After the announcements: the request's kept lkey (DirectRequest::local_key), if any, is
   // current, trusted under `epoch` as Admitted's rules.
   static bool LocalCurrent(const DirectRequest& r, uint64_t epoch);
+  // A WRITE or READ longer than one ExecuteDirect step, moved a step at a time while the route
+  // epoch stays `epoch` (found under it); false once it moved (some steps may be done).
+  bool MoveInSteps(const Remote& key, uint32_t admitted, uint64_t epoch, const DirectRequest& r, Reply* reply);
   bool LearnTarget(uint32_t qpn, const PeerHint& hint);
   // The registration `rkey` names and its window, if it qualifies; false otherwise.
   bool LearnKey(uint32_t rkey, Remote* out);

@@ -10,8 +10,10 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <atomic>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -31,6 +33,9 @@ using transport::WrOpcode;
 
 constexpr size_t kRouteMemBytes = 1 << 20;
 constexpr uint64_t kRouteIova = 0x40000;
+// One step of ExecuteDirect and part of another (DirectRoute::MoveInSteps), within the key.
+constexpr uint64_t kLongWrite = transport::Responder::kDirectMaxBytes + 4096 + 3;
+static_assert(kLongWrite < kRouteMemBytes / 2);
 
 // An RC request of `op` to QP `qpn` at [addr, +local->iov_len) of `rkey`.
 transport::Request RouteRequest(WrOpcode op, uint32_t qpn, iovec* local, uint32_t rkey, uint64_t addr) {
@@ -83,7 +88,8 @@ class DirectRouteTest : public CoreTest {
   // write from now on; 'l' lkey (4 bytes): from now on 'r' names that key as the local buffer's
   // (DirectRequest::local_key) -- answered 'Y' once learned; 'a' v: a fetch-and-add of v at the
   // key's 64th byte through the route with that lkey, answered with the low byte of the original
-  // value found in the local buffer (or 'N').
+  // value found in the local buffer (or 'N'); 'b' v: a WRITE of kLongWrite bytes of v at the key's
+  // start through the route only, longer than one step of ExecuteDirect (answered as 'r').
   void StartInitiator() {
     int in[2], out[2];
     ASSERT_EQ(pipe(in), 0);
@@ -125,6 +131,10 @@ class DirectRouteTest : public CoreTest {
           d.local_epoch = &lkey_epoch;
         }
         if (cmd == 'r') {
+          if (route.Carry(d, &reply)) answer = static_cast<uint8_t>(reply.code);
+        } else if (cmd == 'b') {
+          std::vector<uint8_t> bytes(kLongWrite, v);
+          d = {WrOpcode::kRdmaWrite, qpn, bytes.data(), kLongWrite, kRouteIova, rkey};
           if (route.Carry(d, &reply)) answer = static_cast<uint8_t>(reply.code);
         } else if (cmd == 'a') {
           uint64_t original = 0;
@@ -279,6 +289,42 @@ TEST_F(DirectRouteTest, TheRouteChecksAgainOnlyWhenTheRouteEpochMoves) {
   std::atomic_ref<uint32_t>(e.qp_num).store(qpn);
   context_->registry().BumpRouteEpoch();
   EXPECT_EQ(Ask('h', 0), 'Y');
+}
+
+// A WRITE longer than one step of ExecuteDirect goes through the route a step at a time, whole.
+TEST_F(DirectRouteTest, AWriteLongerThanAStepLandsWholeThroughTheRoute) {
+  StartInitiator();
+  ASSERT_EQ(Ask('u', 0x01), kAck);
+  EXPECT_EQ(Ask('b', 0x5c), kAck);
+  size_t wrong = 0;
+  for (uint64_t i = 0; i < kLongWrite; ++i) wrong += mem_[i] != 0x5c;
+  EXPECT_EQ(wrong, 0u);
+  EXPECT_EQ(mem_[kLongWrite], 0) << "not a byte beyond the message";
+}
+
+// Between steps the route epoch is read again: a change (a withdrawal or a destroy waiting for
+// the announcements) stops the WRITE after the step in progress, and the usual way takes it
+// (answered 'N' here) -- the bound the usual way's copies keep (mapped_copy.h). A thread bumps
+// the epoch without pause while the initiator writes; once it stops, the route goes on whole.
+TEST_F(DirectRouteTest, AMovedEpochStopsALongWriteBetweenSteps) {
+  StartInitiator();
+  ASSERT_EQ(Ask('u', 0x01), kAck);
+  std::atomic<bool> stop{false};
+  std::thread bumper([&] {
+    while (!stop.load(std::memory_order_relaxed)) context_->registry().BumpRouteEpoch();
+  });
+  int stopped = 0, whole = 0;
+  for (int i = 0; i < 50 && stopped == 0; ++i) {
+    const int answer = Ask('b', static_cast<uint8_t>(0x10 + i));
+    stopped += answer == 'N';
+    whole += answer == kAck;
+  }
+  stop = true;
+  bumper.join();
+  EXPECT_GT(stopped, 0) << "no long WRITE stopped between steps in " << whole << " under a moving epoch";
+  EXPECT_EQ(Ask('b', 0x7e), kAck);
+  EXPECT_EQ(mem_[0], 0x7e);
+  EXPECT_EQ(mem_[kLongWrite - 1], 0x7e);
 }
 
 // The requester's lane hands the route its kept lkey (DirectRequest::local_key): announced with
