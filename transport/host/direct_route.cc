@@ -141,8 +141,8 @@ bool DirectRoute::MoveInSteps(const Remote& key, uint32_t admitted, uint64_t epo
   // The usual way's bound on a copy (transport/host/mapped_copy.h, kCopyChunkBytes): a
   // withdrawal or a destroy waits for this request's announcements at most one step. Between
   // steps the epoch is read again; once it moved the request stops, and false hands it to the
-  // usual way, which checks and moves it again whole (a WRITE or READ may be repeated: one that
-  // fails may leave its target partly written, IBA 9.7.5.2).
+  // usual way, which checks and moves it again whole (a WRITE or READ may be executed again, as
+  // an RC retry executes it, and one that fails may leave its target partly written).
   if (r.opcode != WrOpcode::kRdmaWrite && r.opcode != WrOpcode::kRdmaRead) return false;
   DirectRequest step = r;
   for (uint64_t at = 0; at < r.length; at += step.length) {

@@ -9,8 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstring>
 #include <atomic>
+#include <cstring>
 #include <optional>
 #include <thread>
 #include <vector>
