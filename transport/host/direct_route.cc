@@ -82,18 +82,24 @@ bool DirectRoute::Carry(const Request& r, Reply* reply) {
   return Carry(d, reply);
 }
 
+// ExecuteDirect's step is the usual way's chunk: both bound how long a withdrawal waits.
+static_assert(Responder::kDirectMaxBytes == kCopyChunkBytes);
+
 bool DirectRoute::Carry(const DirectRequest& r, Reply* reply) {
-  // The line the access lands on (or reads) as the last request found it, asked for first: a
-  // hint (base/prefetch.h), so one that is stale costs a useless fetch and nothing else. The
-  // peer of a ping-pong polls that very line, so its transfer is paid anyway; asked for now, it
-  // overlaps the announcements and checks below instead of starting when the store commits
-  // (issue 16: bench/ab.sh one way 81 -> 74 ns).
-  if (r.rkey == hint_.rkey && r.remote_addr - hint_.iova < hint_.length) {
-    const void* at = reinterpret_cast<const void*>(r.remote_addr + hint_.delta);
-    if (r.opcode == WrOpcode::kRdmaRead)
-      PrefetchForRead(at);
-    else
-      PrefetchForWrite(at);  // (a WRITE's first line, an atomic's word)
+  // The line the access lands on (or reads), asked for first, where the key found last says it
+  // is: a hint (base/prefetch.h), so a view no longer current costs a useless fetch and nothing
+  // else. The peer of a ping-pong polls that very line, so its transfer is paid anyway; asked for
+  // now, it overlaps the announcements and checks below instead of starting when the store
+  // commits (issue 16: bench/ab.sh one way 81 -> 74 ns).
+  if (const Remote& last = keys_[last_]; r.rkey != 0 && last.key.key() == r.rkey) {
+    const KeyView& v = last.key.view();
+    if (RangeWithin(v.iova, v.length, r.remote_addr, 1)) {
+      const uint8_t* at = last.base + (r.remote_addr - v.iova);
+      if (r.opcode == WrOpcode::kRdmaRead)
+        PrefetchForRead(at);
+      else
+        PrefetchForWrite(at);  // (a WRITE's first line, an atomic's word)
+    }
   }
   const Target& t = target_;
   if (t.endpoint == nullptr || r.dest_qp != t.qpn || !OneSidedOpcode(r.opcode)) return false;
@@ -121,8 +127,6 @@ bool DirectRoute::Carry(const DirectRequest& r, Reply* reply) {
     if (admitted != 0 && local_current && t.peer->AliveRecently()) {
       done = r.length <= Responder::kDirectMaxBytes ? Responder::ExecuteDirect(key->target, admitted, r, reply)
                                                     : MoveInSteps(*key, admitted, epoch, r, reply);
-      const KeyView& v = key->key.view();
-      hint_ = PrefetchHint{r.rkey, v.iova, v.length, reinterpret_cast<uint64_t>(key->base) - v.iova};
       // (the original value lands while the lkey is held: IBA 9.4.5's local buffer)
       if (done && r.local_key != nullptr && reply->code == ReplyCode::kAck &&
           (r.opcode == WrOpcode::kAtomicCmpSwp || r.opcode == WrOpcode::kAtomicFetchAdd))
@@ -211,7 +215,6 @@ void DirectRoute::Faulted(const DirectRequest& r, Remote* key) {
          target_.peer->process().token().pid());
   fabric::BackingMaps::ForThisProcess().Forget(key->window.get());
   *key = Remote();
-  hint_ = PrefetchHint();
 }
 
 void DirectRoute::Learn(const Request& r, const PeerHint& hint) {
@@ -224,7 +227,6 @@ void DirectRoute::Learn(const Request& r, const PeerHint& hint) {
   if (refused_.key() == r.rkey && refused_.Current()) return;  // (a plain re-read: a memo only)
   // A key kept already but no longer current is read again in its place; a new one replaces
   // the oldest.
-  hint_ = PrefetchHint();
   Remote* slot = Find(r.rkey);
   if (slot == nullptr) {
     slot = &keys_[next_];
@@ -270,7 +272,6 @@ bool DirectRoute::LearnTarget(uint32_t qpn, const PeerHint& hint) {
   if (!at.ok()) return false;
   t.endpoint = static_cast<QpEndpoint*>(at.value());
   target_ = std::move(t);
-  hint_ = PrefetchHint();
   for (Remote& k : keys_) k = Remote();  // a key is kept for the QP it reached
   refused_.Forget();
   return true;

@@ -8,8 +8,8 @@
 // transfer a ping-pong pays anyway overlaps the rest), announces the QP and the key in this
 // thread's hazard line (one barrier for both), finds the entry, the process and the key as they
 // were, and hands the rest to Responder::ExecuteDirect: the responder's own rules on the live
-// endpoint and the key's view, then the copy or the atomic. The rules that do not depend on the request -- the QP is the one
-// learned and admits the access in its state, the key is current and grants it -- are checked
+// endpoint and the key's view, then the copy or the atomic. The rules that do not depend on the
+// request -- the QP is the one learned and admits the access in its state, the key is current and grants it -- are checked
 // once per route epoch (fabric::HostRegistry::route_epoch, bumped by every change they read):
 // a request that reads the epoch they were found under after its announcement trusts them.
 // Anything else -- not kept, changed since, a rule broken -- goes the usual way
@@ -113,17 +113,7 @@ class DirectRoute {
   // A guarded access faulted: said, and the window dropped here and from the cache.
   void Faulted(const DirectRequest& r, Remote* key);
 
-  // Where the last request through a kept key landed: `rkey`'s [iova, +length) lies at
-  // iova + delta here. Read only to ask for a cache line early (Carry); cleared when keys change.
-  struct PrefetchHint {
-    uint32_t rkey = 0;
-    uint64_t iova = 0;
-    uint64_t length = 0;
-    uint64_t delta = 0;
-  };
-
   fabric::LocalProcess& local_;
-  PrefetchHint hint_;
   Target target_;
   std::array<Remote, kKeys> keys_;
   size_t next_ = 0;  // the entry the next key replaces
